@@ -1,0 +1,40 @@
+"""Activation profiles: which tensors each layer saves, per framework, and a registry.
+
+Built in: `megatron` (Megatron-Core + TE, flash attention), `paper` (Korthikanti et al. 2022),
+`hf` (Hugging Face transformers modules as traced). `traced:<name>` profiles are registered at
+run time from a trace JSON (see memledger.trace).
+"""
+from __future__ import annotations
+
+from ..errors import SpecError
+from .inventory import ActTensor, Profile, tensor_bytes
+
+_REGISTRY: dict[str, Profile] = {}
+
+
+def register(name: str, profile: Profile) -> None:
+    _REGISTRY[name] = profile
+
+
+def get_profile(name: str) -> Profile:
+    if not _REGISTRY:
+        _load_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise SpecError("profile", f"unknown activation profile {name!r}; valid: "
+                                   f"{', '.join(sorted(_REGISTRY))}") from None
+
+
+def _load_builtins() -> None:
+    from . import megatron, paper
+    register("megatron", megatron.MegatronProfile())
+    register("paper", paper.PaperProfile())
+    try:
+        from . import hf
+        register("hf", hf.HFProfile())
+    except ImportError:  # the hf profile lands with the tracing work
+        pass
+
+
+__all__ = ["ActTensor", "Profile", "get_profile", "register", "tensor_bytes"]

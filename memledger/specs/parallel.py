@@ -1,0 +1,101 @@
+"""ParallelSpec: how the model is cut across GPUs, and the checks that need only these numbers.
+
+world = tp · pp · cp · dp. Experts are laid over the same non-pipeline ranks as ep · etp groups
+(Megatron-Core "MoE parallel folding"), so ep · etp must divide tp · cp · dp and the expert
+data-parallel size is world / (pp · ep · etp). Checks that also need the model (tp dividing the
+heads, ep dividing the experts, ...) live in `memledger.validate`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import SpecError, require, require_choice, require_positive
+
+# name -> (number of model chunks per rank, description)
+SCHEDULES: dict[str, str] = {
+    "gpipe": "GPipe: all m micro-batches forward, then all backward",
+    "1f1b": "1F1B (PipeDream-flush): rank r holds min(p - r, m) micro-batches",
+    "interleaved": "Interleaved 1F1B with vpp model chunks per rank (Megatron)",
+    "zb-h1": "Zero-bubble H1 (Qi et al. 2023): 1F1B memory",
+    "zb-v": "Zero-bubble V (Qi et al. 2024): two chunks per rank in a V, flat 1F1B-peak memory",
+    "dualpipe": "DualPipe (DeepSeek-V3): two stages per rank (2x parameters), p+1 micro-batches",
+    "dualpipev": "DualPipeV (cut-in-half DualPipe): two chunks per rank in a V, p+1 micro-batches",
+}
+V_SHAPED = frozenset({"zb-v", "dualpipev"})
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSpec:
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    ep: int = 1
+    etp: int = 1
+    cp: int = 1
+    dp: int = 1
+    sp: bool = False
+    zero: int = 0
+    schedule: str = "1f1b"
+    layout: tuple[int, ...] | None = None  # layers per virtual stage, in virtual-stage order
+
+    def __post_init__(self):
+        for f in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp"):
+            require_positive(f, getattr(self, f))
+        if self.zero not in ZERO_STAGES:
+            raise SpecError("zero", f"ZeRO stage must be one of 0, 1, 2, 3, got {self.zero!r}")
+        require_choice("schedule", self.schedule, SCHEDULES)
+        if self.schedule == "interleaved":
+            require(self.vpp >= 2, "vpp", f"schedule=interleaved needs vpp >= 2, got vpp={self.vpp}")
+            require(self.pp >= 2, "pp", f"schedule=interleaved needs pp >= 2, got pp={self.pp}")
+        elif self.vpp != 1:
+            raise SpecError("vpp", f"vpp={self.vpp} needs schedule=interleaved (got {self.schedule})")
+        dense_ranks = self.tp * self.cp * self.dp
+        require(dense_ranks % (self.ep * self.etp) == 0, "ep",
+                f"ep*etp = {self.ep}*{self.etp} = {self.ep * self.etp} must divide "
+                f"tp*cp*dp = {self.tp}*{self.cp}*{self.dp} = {dense_ranks}")
+        if self.layout is not None:
+            want = self.n_virtual_stages
+            require(len(self.layout) == want, "layout",
+                    f"needs {want} entries (pp*chunks = {self.pp}*{self.chunks}), got {len(self.layout)}")
+            require(all(isinstance(n, int) and n >= 0 for n in self.layout), "layout",
+                    f"entries must be integers >= 0, got {self.layout}")
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks held by one pipeline rank."""
+        if self.schedule in V_SHAPED:
+            return 2
+        return self.vpp
+
+    @property
+    def n_virtual_stages(self) -> int:
+        return self.pp * self.chunks
+
+    @property
+    def dense_dp(self) -> int:
+        """Group over which dense parameters' optimizer state is sharded (Megatron: dp·cp)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel size: world / (pp · ep · etp)."""
+        return self.world // (self.pp * self.ep * self.etp)
+
+    @property
+    def seq_split(self) -> int:
+        """How many ways a micro-batch's tokens are split on one rank outside attention."""
+        return self.cp * (self.tp if self.sp else 1)
+
+    @classmethod
+    def from_world(cls, world: int, **kw) -> "ParallelSpec":
+        """Derive dp from a world size; the message says which product must divide it."""
+        require_positive("world", world)
+        per_replica = kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1)
+        require(world % per_replica == 0, "world",
+                f"world={world} is not divisible by tp*pp*cp={per_replica}")
+        return cls(dp=world // per_replica, **kw)

@@ -1,0 +1,132 @@
+"""TrainSpec plus the two tables it names: precision recipes and optimizers.
+
+A recipe says in which format weights, gradients, master weights, optimizer states and saved
+activations live (DESIGN.md §4 table; Megatron-LM distributed-optimizer docs for 18 and 6+12/d).
+An optimizer says how many state values it keeps per parameter of a group (matrix or vector).
+Ignores: loss-scaler state, gradient-norm scratch, and EMA copies of the weights.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    name: str
+    weight_fmt: str
+    grad_fmt: str
+    master_fmt: str | None  # fp32 master copy kept by the optimizer; None when weights are it
+    state_fmt: str  # format of optimizer moments (unless the optimizer fixes its own)
+    act_fmt: str  # format of saved activations
+    fp8_matrices: bool = False  # linear weights stored in fp8 (+ a transposed fp8 copy)
+    description: str = ""
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(name="mixed16", weight_fmt="bf16", grad_fmt="bf16", master_fmt="fp32",
+               state_fmt="fp32", act_fmt="bf16",
+               description="textbook mixed precision: 2 + 2 + (4 + 8) = 16 bytes/param (seed 2)"),
+        Recipe(name="megatron", weight_fmt="bf16", grad_fmt="fp32", master_fmt="fp32",
+               state_fmt="fp32", act_fmt="bf16",
+               description="Megatron bf16 with fp32 main-grads: 18 bytes/param, 6 + 12/d distributed"),
+        Recipe(name="bf16", weight_fmt="bf16", grad_fmt="bf16", master_fmt=None,
+               state_fmt="bf16", act_fmt="bf16",
+               description="pure bf16: weights, grads and optimizer states in bf16"),
+        Recipe(name="fp32", weight_fmt="fp32", grad_fmt="fp32", master_fmt=None,
+               state_fmt="fp32", act_fmt="fp32", description="everything in fp32"),
+        Recipe(name="amp", weight_fmt="fp32", grad_fmt="fp32", master_fmt=None,
+               state_fmt="fp32", act_fmt="bf16",
+               description="fp32 weights and grads, bf16 autocast compute (torch.autocast)"),
+        Recipe(name="fp8", weight_fmt="bf16", grad_fmt="fp32", master_fmt="fp32",
+               state_fmt="fp32", act_fmt="bf16", fp8_matrices=True,
+               description="TE fp8 params: linear weights 1 byte + 1 byte transpose, fp32 main-grads"),
+    )
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Optimizer:
+    name: str
+    matrix_states: str  # "n:K" = K values per param; "factored" = rows + cols per matrix
+    vector_states: int  # values per param for 1-D params (and for matrices Muon does not take)
+    fixed_fmt: str | None = None  # state format independent of the recipe
+    description: str = ""
+
+
+OPTIMIZERS: dict[str, Optimizer] = {
+    o.name: o
+    for o in (
+        Optimizer(name="adamw", matrix_states="n:2", vector_states=2, description="m and v"),
+        Optimizer(name="adamw-bf16", matrix_states="n:2", vector_states=2, fixed_fmt="bf16",
+                  description="m and v in bf16"),
+        Optimizer(name="adam8bit", matrix_states="n:2", vector_states=2, fixed_fmt="int8-block2048",
+                  description="block-wise 8-bit m and v (Dettmers et al. 2021)"),
+        Optimizer(name="muon", matrix_states="n:1", vector_states=2,
+                  description="momentum on 2-D hidden matrices; AdamW m, v on the rest"),
+        Optimizer(name="adafactor", matrix_states="factored", vector_states=1,
+                  description="factored second moment (rows + cols), no first moment"),
+        Optimizer(name="sgd", matrix_states="n:0", vector_states=0, description="no state"),
+        Optimizer(name="sgd-momentum", matrix_states="n:1", vector_states=1, description="momentum"),
+        Optimizer(name="lion", matrix_states="n:1", vector_states=1, description="momentum"),
+    )
+}
+
+PROFILES = ("megatron", "paper", "hf")
+ATTENTION_IMPLS = ("flash", "eager")
+RECOMPUTE = ("none", "selective", "full", "every-k")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSpec:
+    micro_batch: int = 1
+    seq: int = 4096
+    micro_batches: int = 1  # per step per pipeline (gradient accumulation)
+    precision: str = "megatron"
+    optimizer: str = "adamw"
+    profile: str = "megatron"  # or "traced:<name>" registered with memledger.activations
+    attention: str = "flash"
+    recompute: str = "none"
+    recompute_every: int = 0  # for every-k: checkpoint every k layers; 0 = ceil(sqrt(L)) (Chen 2016)
+    vocab_pad: int = 0  # pad vocab to a multiple of vocab_pad*tp; 0 = profile default (128 / 1 for hf)
+
+    def __post_init__(self):
+        for f in ("micro_batch", "seq", "micro_batches"):
+            require_positive(f, getattr(self, f))
+        require_choice("precision", self.precision, RECIPES)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if not self.profile.startswith("traced:"):
+            require_choice("profile", self.profile, PROFILES + ("traced:<name>",))
+        require_choice("attention", self.attention, ATTENTION_IMPLS)
+        require_choice("recompute", self.recompute, RECOMPUTE)
+        require_non_negative("recompute_every", self.recompute_every)
+        require_non_negative("vocab_pad", self.vocab_pad)
+        if self.attention == "eager" and self.profile == "megatron":
+            raise SpecError("attention", "profile=megatron assumes flash attention; use "
+                                         "profile=hf or profile=paper for eager attention")
+
+    @property
+    def recipe(self) -> Recipe:
+        return RECIPES[self.precision]
+
+    @property
+    def opt(self) -> Optimizer:
+        return OPTIMIZERS[self.optimizer]
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        return self.micro_batch * self.seq
+
+    def checkpoint_every(self, n_layers: int) -> int:
+        return self.recompute_every or max(1, math.isqrt(n_layers - 1) + 1 if n_layers > 1 else 1)
+
+    def pad_multiple(self) -> int:
+        if self.vocab_pad:
+            return self.vocab_pad
+        return 1 if self.profile == "hf" or self.profile.startswith("traced:") else 128
+
+
