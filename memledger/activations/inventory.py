@@ -80,7 +80,13 @@ def tensor_bytes(x: ActTensor, m: ModelSpec, t: TrainSpec, p: ParallelSpec, fmt:
     return format_bytes(f, n)
 
 
-def formula(x: ActTensor, p: ParallelSpec) -> str:
-    rows = "rows(b·s/(cp·tp_sp)·K·etp)" if x.per == "routed" else "b·s/cp"
-    div = {"tp": "/tp", "sp": "/tp" if p.sp else "", "none": "", "etp": "/etp"}[x.split]
-    return f"{rows} × {x.values} values{div} × {x.fmt}"
+def formula(x: ActTensor, m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> str:
+    """A readable one-liner with the numbers of this configuration."""
+    if x.per == "routed":
+        rows = f"{routed_rows(m, t, p)} routed rows (b·s/cp/tp_sp·K·etp)"
+    else:
+        rows = f"{tokens_on_rank(t, p)} tokens (b·s/cp)"
+    d = divisor(x, p)
+    div = f" / {d} ({'tp' if x.split in ('tp', 'sp') else x.split})" if d > 1 else ""
+    f = t.recipe.act_fmt if x.fmt == "act" else x.fmt
+    return f"{rows} × {x.values} values{div} × {f}"

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from ..errors import SpecError, require, require_choice, require_positive
 
-# name -> (number of model chunks per rank, description)
 SCHEDULES: dict[str, str] = {
     "gpipe": "GPipe: all m micro-batches forward, then all backward",
     "1f1b": "1F1B (PipeDream-flush): rank r holds min(p - r, m) micro-batches",
@@ -54,10 +53,13 @@ class ParallelSpec:
         require(dense_ranks % (self.ep * self.etp) == 0, "ep",
                 f"ep*etp = {self.ep}*{self.etp} = {self.ep * self.etp} must divide "
                 f"tp*cp*dp = {self.tp}*{self.cp}*{self.dp} = {dense_ranks}")
+        if self.schedule == "dualpipe":
+            require(self.pp % 2 == 0, "pp", f"schedule=dualpipe needs an even pp, got pp={self.pp}")
         if self.layout is not None:
-            want = self.n_virtual_stages
+            want = self.n_stages
             require(len(self.layout) == want, "layout",
-                    f"needs {want} entries (pp*chunks = {self.pp}*{self.chunks}), got {len(self.layout)}")
+                    f"needs one entry per pipeline stage ({want} for pp={self.pp}, "
+                    f"schedule={self.schedule}, vpp={self.vpp}), got {len(self.layout)}")
             require(all(isinstance(n, int) and n >= 0 for n in self.layout), "layout",
                     f"entries must be integers >= 0, got {self.layout}")
 
@@ -68,13 +70,23 @@ class ParallelSpec:
     @property
     def chunks(self) -> int:
         """Model chunks held by one pipeline rank."""
-        if self.schedule in V_SHAPED:
+        if self.schedule in V_SHAPED or self.schedule == "dualpipe":
             return 2
         return self.vpp
 
     @property
-    def n_virtual_stages(self) -> int:
-        return self.pp * self.chunks
+    def n_stages(self) -> int:
+        """Pipeline stages the layers are cut into (DualPipe mirrors p stages on p ranks)."""
+        return self.pp if self.schedule == "dualpipe" else self.pp * self.chunks
+
+    def rank_stages(self, r: int) -> tuple[int, ...]:
+        """Stages held by pipeline rank r, in the order its chunks are numbered."""
+        p = self.pp
+        if self.schedule in V_SHAPED:
+            return (r, 2 * p - 1 - r)
+        if self.schedule == "dualpipe":
+            return (r, p - 1 - r)
+        return tuple(c * p + r for c in range(self.vpp))
 
     @property
     def dense_dp(self) -> int:

@@ -1,0 +1,5 @@
+import sys
+
+from memledger.cli import main
+
+sys.exit(main())

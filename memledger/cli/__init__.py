@@ -1,0 +1,39 @@
+"""The `memledger` command line. Sub-commands register here; each module under memledger.cli
+adds its parser with `add(subparsers)`. Errors in user input exit 2 with one line."""
+from __future__ import annotations
+
+import sys
+
+from ..errors import SpecError
+from .args import Parser
+
+COMMANDS = ["ledger"]  # module names under memledger.cli, each with add() and run()
+
+
+def build_parser() -> Parser:
+    import importlib
+    parser = Parser(prog="memledger", description="GPU memory ledger for large-model training")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"memledger.cli.{name}_cmd").add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        return args.run(args) or 0
+    except SpecError as e:
+        print(f"memledger {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:
+        print(f"memledger {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Shared command-line flags → specs. Every sub-command that takes a configuration uses these,
+so `ledger`, `advise` and `plan` accept the same names."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import SpecError
+from ..presets import GPUS, MODELS, gpu, model
+from ..schedules import balanced_layout
+from ..specs import ParallelSpec, TrainSpec
+from ..specs.parallel import SCHEDULES
+from ..specs.runtime import A2A_SIZING, GRAD_BUCKETS, GRAD_LIFETIMES, OPTIMIZER_IMPLS, RuntimeSpec
+from ..specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
+from ..units import GIB
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line and exits 2 (no usage dump)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", choices=sorted(MODELS), metavar="PRESET",
+                     help=f"model preset: {', '.join(MODELS)}")
+    src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
+
+
+def add_parallel_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("parallelism")
+    for name, helptext in (("tp", "tensor parallel"), ("pp", "pipeline parallel"),
+                           ("vpp", "virtual stages per rank (interleaved)"),
+                           ("ep", "expert parallel"), ("etp", "expert tensor parallel"),
+                           ("cp", "context parallel")):
+        g.add_argument(f"--{name}", type=int, default=1, help=helptext)
+    g.add_argument("--dp", type=int, default=None, help="data parallel (default: from --world, else 1)")
+    g.add_argument("--world", type=int, default=None, help="world size; dp = world/(tp·pp·cp)")
+    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+    g.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                   help="sequence parallel (default: on when tp > 1)")
+    g.add_argument("--schedule", choices=sorted(SCHEDULES), default=None,
+                   help="pipeline schedule (default: interleaved when vpp > 1, else 1f1b)")
+    g.add_argument("--layout", default=None,
+                   help="layers per pipeline stage, comma separated, or 'balanced'")
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument("--micro-batch", type=int, default=1)
+    g.add_argument("--seq", type=int, default=4096)
+    g.add_argument("--micro-batches", type=int, default=1, help="per step (gradient accumulation)")
+    g.add_argument("--precision", choices=sorted(RECIPES), default="megatron")
+    g.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw")
+    g.add_argument("--profile", default="megatron", help="megatron, paper, hf or traced:PATH")
+    g.add_argument("--attention", choices=ATTENTION_IMPLS, default="flash")
+    g.add_argument("--recompute", choices=RECOMPUTE, default="none")
+    g.add_argument("--recompute-every", type=int, default=0, help="k for every-k (0 = ceil(sqrt L))")
+    g.add_argument("--gpu", choices=sorted(GPUS), default=None, help="GPU preset (capacity, links)")
+    r = p.add_argument_group("runtime and buffers")
+    r.add_argument("--a2a", choices=A2A_SIZING, default="dynamic", help="MoE all-to-all sizing")
+    r.add_argument("--capacity-factor", type=float, default=1.0)
+    r.add_argument("--cuda-context-gib", type=float, default=0.6)
+    r.add_argument("--allocator-slack-pct", type=int, default=5)
+    r.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default="fused")
+    r.add_argument("--grad-buckets", choices=GRAD_BUCKETS, default="megatron")
+    r.add_argument("--grad-lifetime", choices=GRAD_LIFETIMES, default="persistent")
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    add_parallel_args(p)
+    add_train_args(p)
+
+
+def load_model(args):
+    if args.hf_config:
+        from ..hf_config import load_hf_config
+        return load_hf_config(args.hf_config)
+    return model(args.model)
+
+
+def _layout(text: str | None, n_layers: int, n_stages: int):
+    if text is None:
+        return None
+    if text == "balanced":
+        return balanced_layout(n_layers, n_stages)
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise SpecError("layout", f"expected comma-separated integers or 'balanced', got {text!r}") from None
+
+
+def parallel_from_args(args, m) -> ParallelSpec:
+    schedule = args.schedule or ("interleaved" if args.vpp > 1 else "1f1b")
+    sp = args.sp if args.sp is not None else args.tp > 1
+    kw = dict(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,
+              sp=sp, zero=args.zero, schedule=schedule)
+    if args.dp is not None and args.world is not None and args.dp * args.tp * args.pp * args.cp != args.world:
+        raise SpecError("world", f"world={args.world} != tp·pp·cp·dp = "
+                                 f"{args.tp * args.pp * args.cp * args.dp}")
+    probe = ParallelSpec.from_world(args.world, **kw) if args.world else ParallelSpec(dp=args.dp or 1, **kw)
+    layout = _layout(args.layout, m.n_layers, probe.n_stages)
+    return ParallelSpec(**{**probe.__dict__, "layout": layout}) if layout else probe
+
+
+def train_from_args(args) -> TrainSpec:
+    return TrainSpec(micro_batch=args.micro_batch, seq=args.seq, micro_batches=args.micro_batches,
+                     precision=args.precision, optimizer=args.optimizer, profile=args.profile,
+                     attention=args.attention, recompute=args.recompute,
+                     recompute_every=args.recompute_every)
+
+
+def runtime_from_args(args) -> RuntimeSpec:
+    if not 0 <= args.cuda_context_gib <= 64:
+        raise SpecError("cuda_context_gib", f"must be 0..64, got {args.cuda_context_gib}")
+    if not 0 < args.capacity_factor <= 64:
+        raise SpecError("capacity_factor", f"must be in (0, 64], got {args.capacity_factor}")
+    return RuntimeSpec(cuda_context_bytes=int(args.cuda_context_gib * GIB),
+                       allocator_slack_pct=args.allocator_slack_pct, a2a=args.a2a,
+                       capacity_factor_pct=round(args.capacity_factor * 100),
+                       optimizer_impl=args.optimizer_impl, grad_buckets=args.grad_buckets,
+                       grad_lifetime=args.grad_lifetime)
+
+
+def specs_from_args(args):
+    """(model, parallel, train, runtime, hardware) from parsed flags; raises SpecError."""
+    m = load_model(args)
+    if args.profile.startswith("traced:"):
+        from ..trace.profile import register_traced  # lands with the tracing work
+        args.profile = register_traced(args.profile[len("traced:"):])
+    return (m, parallel_from_args(args, m), train_from_args(args), runtime_from_args(args),
+            gpu(args.gpu) if args.gpu else None)

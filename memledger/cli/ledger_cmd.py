@@ -1,0 +1,53 @@
+"""`memledger ledger`: the per-rank ledger as a GiB table, or --json with integer bytes."""
+from __future__ import annotations
+
+import json
+
+from ..items import ROW_LABELS, ROWS
+from ..ledger import build_ledger
+from ..units import gib
+from .args import add_config_args, specs_from_args
+
+
+def add(sub) -> None:
+    p = sub.add_parser("ledger", help="per-rank memory ledger")
+    add_config_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object, bytes as integers")
+    p.add_argument("--items", action="store_true", help="list every item of the most loaded rank")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    m, p, t, rt, hw = specs_from_args(args)
+    led = build_ledger(m, p, t, rt, hw)
+    if args.json:
+        print(json.dumps(led.to_dict()))
+        return 0
+    print(render(led, args.items))
+    return 0
+
+
+def render(led, with_items: bool = False) -> str:
+    m, p, t = led.model, led.parallel, led.train
+    head = (f"{m.name}: {led.n_params:,} params ({led.n_active_params:,} active) | "
+            f"tp={p.tp} pp={p.pp} vpp={p.vpp} ep={p.ep} etp={p.etp} cp={p.cp} dp={p.dp} "
+            f"sp={'on' if p.sp else 'off'} ZeRO-{p.zero} {p.schedule} | "
+            f"mb={t.micro_batch}×{t.seq} m={t.micro_batches} {t.precision}/{t.optimizer} "
+            f"profile={t.profile} recompute={t.recompute}")
+    cols = ["rank"] + [ROW_LABELS[r].split()[0] for r in ROWS] + ["peak alloc", "peak total"]
+    lines = [head, "all figures GiB (2^30 bytes)", "  ".join(f"{c:>12}" for c in cols)]
+    for r in led.ranks:
+        vals = [r.pp_rank] + [f"{gib(r.rows[k]):.2f}" for k in ROWS] + [
+            f"{gib(r.peak_allocated_bytes):.2f}", f"{gib(r.peak_total_bytes):.2f}"]
+        lines.append("  ".join(f"{v:>12}" for v in vals))
+    peak = led.peak
+    lines.append(f"most loaded: pp rank {peak.pp_rank}, {gib(peak.peak_total_bytes):.2f} GiB")
+    if led.hardware:
+        cap = led.hardware.hbm_bytes
+        diff = gib(cap - peak.peak_total_bytes)
+        verdict = f"fits, {diff:.2f} GiB free" if diff >= 0 else f"OVER by {-diff:.2f} GiB"
+        lines.append(f"{led.hardware.name} ({gib(cap):.1f} GiB): {verdict}")
+    if with_items:
+        for i in peak.items:
+            lines.append(f"  {i.row:<14} {i.name:<40} {gib(i.bytes):>10.4f}  {i.formula}")
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""Ledger items and per-rank ledgers: the data every view and face reads.
+
+An Item is one named line of a row with its exact bytes, a one-line formula and its source.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ROWS = ("weights", "gradients", "optimizer", "activations", "communication", "runtime")
+ROW_LABELS = {
+    "weights": "Weights",
+    "gradients": "Gradients",
+    "optimizer": "Optimizer states",
+    "activations": "Activations",
+    "communication": "Communication buffers",
+    "runtime": "Runtime & transients",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    row: str
+    name: str
+    bytes: int
+    formula: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class RankLedger:
+    pp_rank: int
+    items: tuple[Item, ...]
+    peak_allocated_bytes: int
+    peak_total_bytes: int
+    layers: tuple[int, ...] = ()
+    in_flight: tuple[tuple[int, int], ...] = ()  # (stage, micro-batches held at the peak)
+    rows: dict = field(default_factory=dict)
+
+    def row(self, name: str) -> int:
+        return self.rows[name]
+
+    def row_items(self, name: str) -> tuple[Item, ...]:
+        return tuple(i for i in self.items if i.row == name)
+
+    @property
+    def static_bytes(self) -> int:
+        return self.rows["weights"] + self.rows["gradients"] + self.rows["optimizer"]
+
+
+def sum_rows(items) -> dict[str, int]:
+    rows = dict.fromkeys(ROWS, 0)
+    for i in items:
+        rows[i.row] += i.bytes
+    return rows

@@ -1,0 +1,172 @@
+"""build_ledger: the six-row memory ledger of every pipeline rank (DESIGN.md §2).
+
+peak_allocated = weights + gradients + optimizer + max(activations + communication + the
+largest forward/backward transient, optimizer-step temporaries) — the two phases never overlap,
+because activations are freed before the optimizer step (a refinement of DESIGN.md §2, which
+adds the largest transient unconditionally). peak_total adds the CUDA context and allocator slack.
+The runtime row holds context, slack and whatever the transient adds at the peak, so the six
+rows always sum to peak_total.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from . import comm
+from .act_rows import activation_items, activation_transients
+from .items import ROWS, Item, RankLedger, sum_rows
+from .params import (embedding_groups, head_groups, layer_groups, layer_kind, mtp_groups,
+                     n_active_params, n_params, padded_vocab)
+from .schedules import first_stage_rank, in_flight, last_stage_rank, stage_layers
+from .sharding import shard_divisor
+from .specs.hardware import Hardware
+from .specs.model import ModelSpec
+from .specs.parallel import ParallelSpec
+from .specs.runtime import RuntimeSpec
+from .specs.train import TrainSpec
+from .static import ROW_FUNCS, SOURCE_ZERO, Held, local_params, zero_note
+from .units import ceil_div, format_bytes
+from .validate import check_all
+
+
+@dataclass(frozen=True)
+class Ledger:
+    model: ModelSpec
+    parallel: ParallelSpec
+    train: TrainSpec
+    runtime: RuntimeSpec
+    hardware: Hardware | None
+    ranks: tuple[RankLedger, ...]
+    n_params: int
+    n_active_params: int
+
+    @property
+    def most_loaded_rank(self) -> int:
+        return max(self.ranks, key=lambda r: (r.peak_total_bytes, -r.pp_rank)).pp_rank
+
+    @property
+    def peak(self) -> RankLedger:
+        return self.ranks[self.most_loaded_rank]
+
+    def to_dict(self) -> dict:
+        """The CLI's --json object: every byte figure an integer."""
+        return {
+            "n_params": self.n_params,
+            "n_active_params": self.n_active_params,
+            "ranks": [{
+                "pp_rank": r.pp_rank,
+                "rows": {k: r.rows[k] for k in ROWS},
+                "peak_allocated_bytes": r.peak_allocated_bytes,
+                "peak_total_bytes": r.peak_total_bytes,
+                "items": [{"row": i.row, "name": i.name, "bytes": i.bytes, "formula": i.formula,
+                           "source": i.source} for i in r.items],
+            } for r in self.ranks],
+            "most_loaded_rank": self.most_loaded_rank,
+            "config": {"model": asdict(self.model), "parallel": asdict(self.parallel),
+                       "train": asdict(self.train), "runtime": asdict(self.runtime),
+                       "hardware": asdict(self.hardware) if self.hardware else None},
+        }
+
+
+def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Held]:
+    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules."""
+    stages = stage_layers(m, p)
+    layers = [i for s in p.rank_stages(r) for i in stages[s]]
+    held: list[Held] = []
+    for kind in ("dense", "moe"):
+        n = sum(layer_kind(m, i) == kind for i in layers)
+        held += [Held(f"{kind} layers", g, n) for g in layer_groups(m, kind)] if n else []
+    vocab = padded_vocab(m, p.tp, t.pad_multiple())
+    first, last = r == first_stage_rank(p), r == last_stage_rank(p)
+    if first:
+        held += [Held("embedding", g, 1) for g in embedding_groups(m, vocab)]
+    if last:
+        held += [Held("head", g, 1) for g in head_groups(m, vocab, m.tied_embeddings and first)]
+        if m.n_mtp_layers:
+            held += [Held("mtp", g, m.n_mtp_layers) for g in mtp_groups(m)]
+            if not first:  # MTP re-embeds tokens: the last stage keeps an embedding copy
+                held += [Held("mtp", g, 1) for g in embedding_groups(m, vocab)[:1]]
+    return held
+
+
+def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec) -> list[Item]:
+    items = []
+    for row, fn in ROW_FUNCS.items():
+        for h in held:
+            b, f = fn(h, p, t)
+            n = ceil_div(h.group.count, shard_divisor(h.group, p))
+            items.append(Item(row, f"{h.section} / {h.group.name}", b,
+                              f"{h.instances} × {n} params{zero_note(row, h, p)}: {f}", SOURCE_ZERO))
+    return items
+
+
+def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:
+    items = comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt) + comm.pp_items(m, p, t)
+    if m.moe is not None and any(h.section == "moe layers" for h in held) and p.ep > 1:
+        items += comm.moe_items(m, p, t, rt)
+    if p.zero == 3:
+        per_layer = {}
+        for h in held:
+            if h.section.endswith("layers"):
+                per_layer[h.section] = per_layer.get(h.section, 0) + ceil_div(
+                    h.group.count, shard_divisor(h.group, p))
+        items += comm.zero3_items(max(per_layer.values(), default=0), p, t, rt)
+    matrices = [h.group for h in held if h.group.matrix]
+    largest = max(matrices, key=lambda g: g.rows * g.cols, default=None)
+    return items + comm.muon_items(largest, p, t)
+
+
+def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
+    if rt.optimizer_impl == "fused":
+        return Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
+                    "Apex/TE FusedAdam")
+    from .sharding import zero_divisor
+    n = sum(ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p)) for h in held)
+    fmt = t.opt.fixed_fmt or t.recipe.state_fmt
+    return Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
+                f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
+                "torch.optim foreach implementation")
+
+
+def build_rank(m, p, t, rt, r: int) -> RankLedger:
+    held = held_groups(m, p, t, r)
+    flights = in_flight(p, r, t.micro_batches)
+    stage_mb = dict(flights)
+    first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
+    last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
+    items = static_items(held, p, t)
+    items += activation_items(m, p, t, flights, first, last)
+    items += comm_items(m, p, t, rt, held)
+    base = sum_rows(items)
+    static = base["weights"] + base["gradients"] + base["optimizer"]
+    fwd_bwd = base["activations"] + base["communication"]
+    transients = activation_transients(m, p, t, flights, bool(last))
+    worst = max(transients, key=lambda i: i.bytes, default=None)
+    step = step_temporaries(held, p, t, rt)
+    peak_alloc = static + max(fwd_bwd + (worst.bytes if worst else 0), step.bytes)
+    added = peak_alloc - static - fwd_bwd
+    if worst is not None and fwd_bwd + worst.bytes >= step.bytes:
+        items.append(Item("runtime", f"largest transient: {worst.name}", added, worst.formula, worst.source))
+    else:
+        items.append(Item("runtime", "largest transient: " + step.name, added,
+                          f"{step.formula}, minus the freed activations and buffers", step.source))
+    slack = ceil_div(peak_alloc * rt.allocator_slack_pct, 100)
+    items.append(Item("runtime", "allocator slack", slack,
+                      f"{rt.allocator_slack_pct}% of peak allocated", "PyTorch caching allocator"))
+    items.append(Item("runtime", "cuda context", rt.cuda_context_bytes,
+                      "CUDA context + library handles", "REFERENCE.md: 0.6 GiB on H200, PyTorch 2.11"))
+    stages = stage_layers(m, p)
+    layers = tuple(i for s in p.rank_stages(r) for i in stages[s])
+    rows = sum_rows(items)
+    return RankLedger(pp_rank=r, items=tuple(items), peak_allocated_bytes=peak_alloc,
+                      peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
+                      layers=layers, in_flight=flights, rows=rows)
+
+
+def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
+                 runtime: RuntimeSpec | None = None, hardware: Hardware | None = None) -> Ledger:
+    """Every pipeline rank's ledger. Raises SpecError on an invalid combination."""
+    rt = runtime or RuntimeSpec()
+    check_all(model, parallel, train)
+    ranks = tuple(build_rank(model, parallel, train, rt, r) for r in range(parallel.pp))
+    return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
+                  ranks=ranks, n_params=n_params(model), n_active_params=n_active_params(model))
