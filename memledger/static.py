@@ -68,6 +68,9 @@ def optimizer_bytes(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[int, str]:
     if r.master_fmt:
         total += format_bytes(r.master_fmt, n)
         parts.insert(0, f"{r.master_fmt} master")
+    if r.main_grad_fmt:
+        total += format_bytes(r.main_grad_fmt, n)
+        parts.insert(1, f"{r.main_grad_fmt} grad copy")
     return total, f"N_local/z × ({' + '.join(parts)})"
 
 
@@ -80,3 +83,12 @@ def zero_note(row: str, h: Held, p: ParallelSpec) -> str:
         return ""
     kind = "expert-dp" if h.group.expert else "dp·cp"
     return f", z = {kind} = {zero_group(h.group, p)} (ZeRO-{p.zero})"
+
+
+def flat_static_bytes(n_params: int, t: TrainSpec, zero: int, d: int) -> dict[str, int]:
+    """Static rows for n_params held in one flat group (a matrix) replicated over d data-parallel
+    ranks at ZeRO stage `zero` — the textbook ledger (seed 2's 16N, the ZeRO paper's Figure 1)."""
+    g = ParamGroup("model", n_params, "replicated", True, 1, 1)
+    p = ParallelSpec(dp=d, zero=zero)
+    h = Held("model", g, 1)
+    return {row: fn(h, p, t)[0] for row, fn in ROW_FUNCS.items()}

@@ -22,6 +22,7 @@ class Recipe:
     state_fmt: str  # format of optimizer moments (unless the optimizer fixes its own)
     act_fmt: str  # format of saved activations
     fp8_matrices: bool = False  # linear weights stored in fp8 (+ a transposed fp8 copy)
+    main_grad_fmt: str | None = None  # extra high-precision grad copy kept by the optimizer
     description: str = ""
 
 
@@ -34,6 +35,10 @@ RECIPES: dict[str, Recipe] = {
         Recipe(name="megatron", weight_fmt="bf16", grad_fmt="fp32", master_fmt="fp32",
                state_fmt="fp32", act_fmt="bf16",
                description="Megatron bf16 with fp32 main-grads: 18 bytes/param, 6 + 12/d distributed"),
+        Recipe(name="fp16", weight_fmt="fp16", grad_fmt="fp16", master_fmt="fp32",
+               state_fmt="fp32", act_fmt="fp16", main_grad_fmt="fp32",
+               description="Megatron fp16 with loss scaling: fp32 master and fp32 grad copy: "
+                           "20 bytes/param, 4 + 16/d distributed"),
         Recipe(name="bf16", weight_fmt="bf16", grad_fmt="bf16", master_fmt=None,
                state_fmt="bf16", act_fmt="bf16",
                description="pure bf16: weights, grads and optimizer states in bf16"),
