@@ -10,6 +10,7 @@ rows always sum to peak_total.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from . import comm
 from .act_rows import activation_items, activation_transients
@@ -88,15 +89,22 @@ def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Hel
     return held
 
 
-def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec) -> list[Item]:
-    items = []
+@lru_cache(maxsize=65536)
+def held_items(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[Item, ...]:
+    """The weights, gradients and optimizer items of one held group (cached: middle pipeline
+    ranks hold the same groups)."""
+    n = ceil_div(h.group.count, shard_divisor(h.group, p))
+    out = []
     for row, fn in ROW_FUNCS.items():
-        for h in held:
-            b, f = fn(h, p, t)
-            n = ceil_div(h.group.count, shard_divisor(h.group, p))
-            items.append(Item(row, f"{h.section} / {h.group.name}", b,
-                              f"{h.instances} × {n} params{zero_note(row, h, p)}: {f}", SOURCE_ZERO))
-    return items
+        b, f = fn(h, p, t)
+        out.append(Item(row, f"{h.section} / {h.group.name}", b,
+                        f"{h.instances} × {n} params{zero_note(row, h, p)}: {f}", SOURCE_ZERO))
+    return tuple(out)
+
+
+def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec) -> list[Item]:
+    per_group = [held_items(h, p, t) for h in held]
+    return [g[k] for k in range(len(ROW_FUNCS)) for g in per_group]
 
 
 def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .hashing import cache_hash
 from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class MLASpec:
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2). q_lora_rank 0 = no q compression."""
@@ -36,6 +38,7 @@ class MLASpec:
         return self.qk_nope_dim + self.qk_rope_dim
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class MoESpec:
     """Routed experts (E, top-K, FFN size fe), shared experts, and which layers are dense."""
@@ -67,6 +70,7 @@ class MoESpec:
         return self.shared_ffn or self.expert_ffn
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     name: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .hashing import cache_hash
 from ..errors import require, require_choice, require_non_negative, require_positive
 
 A2A_SIZING = ("dynamic", "capacity", "worst-case")
@@ -16,6 +17,7 @@ OPTIMIZER_IMPLS = ("fused", "foreach")
 GRAD_LIFETIMES = ("persistent", "on-demand")
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class RuntimeSpec:
     cuda_context_bytes: int = 644_245_094  # 0.6 GiB

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .hashing import cache_hash
 from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
 
 
@@ -86,6 +87,7 @@ ATTENTION_IMPLS = ("flash", "eager")
 RECOMPUTE = ("none", "selective", "full", "every-k")
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class TrainSpec:
     micro_batch: int = 1

@@ -1,0 +1,53 @@
+"""Time to build the full per-rank ledger (pure Python), for the issue's two reference cases.
+
+Run: python benchmarks/bench_ledger.py   (prints ms per full ledger; target < 5 ms)
+Caches are cleared before each build so the figure is a cold, full computation.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from memledger import ParallelSpec, TrainSpec, build_ledger, model  # noqa: E402
+from memledger.schedules import balanced_layout  # noqa: E402
+
+CASES = {
+    "DeepSeek-V3 tp=8 pp=16 ep=64 (2048 GPUs)": (
+        model("deepseek-v3"),
+        ParallelSpec(tp=8, pp=16, ep=64, dp=16, sp=True, zero=1, layout=balanced_layout(61, 16)),
+        TrainSpec(seq=4096, micro_batches=64)),
+    "Llama-3.1 405B tp=8 pp=16 (1024 GPUs)": (
+        model("llama3.1-405b"),
+        ParallelSpec(tp=8, pp=16, dp=8, sp=True, zero=1, layout=balanced_layout(126, 16)),
+        TrainSpec(seq=8192, micro_batches=64)),
+}
+
+
+def clear_caches():
+    from memledger import act_rows, ledger, params, schedules
+    from memledger.activations import inventory
+    for fn in (act_rows.layer_tensors, params.layer_groups, params.mtp_groups, params.n_params,
+               params.n_active_params, schedules.stage_layers, schedules.first_stage_rank,
+               schedules.last_stage_rank, ledger.held_items, inventory.formula,
+               inventory.tensor_bytes):
+        fn.cache_clear()
+
+
+def bench(case, repeat=50, cold=True):
+    times = []
+    for _ in range(repeat):
+        if cold:
+            clear_caches()
+        t0 = time.perf_counter()
+        build_ledger(*case)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+if __name__ == "__main__":
+    for name, case in CASES.items():
+        print(f"{name}: cold {bench(case):.2f} ms, warm {bench(case, cold=False):.2f} ms per full ledger")
