@@ -127,7 +127,7 @@ def test_korthikanti_figure7_percentages(name, t, p, v, mb):
 # --- parameter counts -------------------------------------------------------------------------
 EXACT = {"llama3-8b": 8_030_261_248, "llama3.2-1b": 1_235_814_400,
          "mixtral-8x7b": 46_702_792_704, "qwen3-30b-a3b": 30_532_122_624,
-         "deepseek-v3": 671_026_419_200, "kimi-k2": 1_026_408_232_448,
+         "deepseek-v3": 671_026_404_352, "kimi-k2": 1_026_408_209_408,
          "llama3-70b": 70_553_706_496, "llama3.1-405b": 405_853_388_800}
 PUBLISHED = {"llama3-8b": (8.03e9, None), "llama3-70b": (70.6e9, None),
              "llama3.1-405b": (405.9e9, None), "llama3.2-1b": (1.24e9, None),
@@ -148,6 +148,15 @@ def test_preset_parameter_count_matches_published_size(name, pub):
     assert n_params(m) == pytest.approx(total, rel=0.01)
     if active:
         assert n_active_params(m) == pytest.approx(active, rel=0.03)
+
+
+@pytest.mark.parametrize("name, published", [("deepseek-v3", 671_026_419_200),
+                                             ("kimi-k2", 1_026_408_232_448)])
+def test_published_deepseek_counts_include_the_router_bias_buffer(name, published):
+    """transformers (and Megatron-Core) register e_score_correction_bias as a buffer: no grad,
+    no optimizer state. The published totals count its E values per MoE layer too."""
+    from memledger.params import n_router_bias
+    assert n_params(model(name)) + n_router_bias(model(name)) == published
 
 
 def test_deepseek_v3_mtp_module_adds_about_11_6b_outside_the_hf_count():
