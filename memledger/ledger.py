@@ -124,15 +124,35 @@ def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:
 
 
 def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
-    if rt.optimizer_impl == "fused":
-        return Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
-                    "Apex/TE FusedAdam")
-    from .sharding import zero_divisor
-    n = sum(ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p)) for h in held)
-    fmt = t.opt.fixed_fmt or t.recipe.state_fmt
-    return Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
-                f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
-                "torch.optim foreach implementation")
+    """The optimizer step's largest working set (activations are already freed by then)."""
+    cands = [Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
+                  "Apex/TE/torch fused AdamW")]
+    if rt.optimizer_impl == "foreach":
+        from .sharding import zero_divisor
+        n = sum(ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p)) for h in held)
+        fmt = t.opt.fixed_fmt or t.recipe.state_fmt
+        cands.append(Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
+                          f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
+                          "torch.optim foreach implementation"))
+    if t.optimizer == "muon":
+        cands.append(muon_workspace(held, t))
+    return max(cands, key=lambda i: i.bytes)
+
+
+def muon_workspace(held: list[Held], t: TrainSpec) -> Item:
+    """Newton-Schulz on the largest matrix: the momentum-mixed update (grad dtype) plus, in bf16,
+    the old and new iterate (r·c each) and the Gram matrix and its update (min(r,c)² each)."""
+    def need(g):
+        rc, mn = g.rows * g.cols, min(g.rows, g.cols)
+        return format_bytes(t.recipe.grad_fmt, rc) + format_bytes("bf16", 2 * rc + 2 * mn * mn)
+    mats = [h.group for h in held if h.group.matrix]
+    if not mats:
+        return Item("runtime", "muon newton-schulz workspace", 0, "no matrices on this rank", "")
+    g = max(mats, key=need)
+    mn = min(g.rows, g.cols)
+    return Item("runtime", "muon newton-schulz workspace", need(g),
+                f"{g.name} {g.rows}×{g.cols}: update ({t.recipe.grad_fmt}) + 2 bf16 iterates + "
+                f"2 bf16 {mn}×{mn} Gram matrices", "torch.optim.Muon (_zeropower_via_newtonschulz)")
 
 
 def build_rank(m, p, t, rt, r: int) -> RankLedger:

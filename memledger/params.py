@@ -42,7 +42,10 @@ def _attention(m: ModelSpec) -> list[ParamGroup]:
     if m.mla is not None:
         return _mla(m)
     qkv = (a + 2 * g) * dh
-    out = [_mat("attn.qkv", h, qkv, "tp"), _mat("attn.o", a * dh, h, "tp")]
+    # q, k, v as separate matrices (HF layout; Megatron fuses them, same count) so that
+    # per-matrix optimizers (Muon, Adafactor) see the shapes they orthogonalise/factor.
+    out = [_mat("attn.q", h, a * dh, "tp"), _mat("attn.kv", h, g * dh, "tp", 2),
+           _mat("attn.o", a * dh, h, "tp")]
     if m.qkv_bias or m.linear_bias:
         out.append(_vec("attn.qkv_bias", qkv, "tp"))
     if m.linear_bias:
@@ -70,8 +73,8 @@ def _mla(m: ModelSpec) -> list[ParamGroup]:
 
 def _mlp(m: ModelSpec, f: int, prefix: str, shard: str = "tp", n: int = 1) -> list[ParamGroup]:
     h = m.hidden
-    if m.mlp == "swiglu":
-        out = [_mat(f"{prefix}.fc1", h, 2 * f, shard, n), _mat(f"{prefix}.fc2", f, h, shard, n)]
+    if m.mlp == "swiglu":  # gate and up: two h×f matrices (Megatron fuses them, same count)
+        out = [_mat(f"{prefix}.fc1", h, f, shard, 2 * n), _mat(f"{prefix}.fc2", f, h, shard, n)]
     else:
         out = [_mat(f"{prefix}.fc1", h, f, shard, n), _mat(f"{prefix}.fc2", f, h, shard, n)]
     if m.linear_bias:
