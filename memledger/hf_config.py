@@ -50,6 +50,9 @@ _MISSING = object()
 # ModelSpec / MoESpec field -> config.json key, for errors raised by the specs' own checks.
 _CONFIG_KEY = {"top_k": "num_experts_per_tok", "n_kv_heads": "num_key_value_heads"}
 
+# transformers keeps these routers' weights in fp32 (_keep_in_fp32_modules_strict "gate.weight")
+FP32_ROUTER_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+
 
 # -- field readers -----------------------------------------------------------------------------
 def _raw(cfg: dict, key: str, default=_MISSING):
@@ -189,7 +192,8 @@ def _moe(cfg: dict, mt: str, n_layers: int) -> MoESpec | None:
     return MoESpec(**common, expert_ffn=_int(cfg, "moe_intermediate_size"),
                    n_shared=_int(cfg, "n_shared_experts", _null_or_missing(cfg, "n_shared_experts"),
                                  minimum=0),
-                   router_bias=topk_method == "noaux_tc", **layers)
+                   router_bias=topk_method == "noaux_tc",
+                   router_fp32=mt in FP32_ROUTER_TYPES, **layers)
 
 
 def _n_mtp_layers(cfg: dict, mt: str) -> int:

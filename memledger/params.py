@@ -9,7 +9,7 @@ and whether it is a 2-D hidden matrix (Muon, fp8, Adafactor factoring act on tho
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .specs.model import ModelSpec
@@ -23,6 +23,7 @@ class ParamGroup:
     matrix: bool  # a 2-D hidden matrix (not embedding/head, not a vector)
     rows: int = 1  # shape of one matrix of the group (for factored states and gathers)
     cols: int = 1
+    fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router)
 
     @property
     def expert(self) -> bool:
@@ -87,7 +88,8 @@ def _moe(m: ModelSpec, active: bool) -> list[ParamGroup]:
     x, h = m.moe, m.hidden
     n = x.top_k if active else x.n_experts
     # No group for router_bias: it is a buffer (see n_router_bias), not a trained parameter.
-    out = [_mat("moe.router", x.n_experts, h, "replicated")]
+    router = _mat("moe.router", x.n_experts, h, "replicated")
+    out = [replace(router, fp32=True) if x.router_fp32 else router]
     out += _mlp(m, x.expert_ffn, "moe.experts", "expert", n)
     if x.n_shared:
         out += _mlp(m, x.n_shared * x.shared_ffn_size, "moe.shared")

@@ -52,6 +52,7 @@ class MoESpec:
     dense_layers: tuple[int, ...] = ()  # further dense layer indices (mlp_only_layers etc.)
     router_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (E values)
     shared_gate: bool = False  # Qwen2-MoE shared_expert_gate: Linear(h, 1)
+    router_fp32: bool = False  # router weight kept in fp32 (HF DeepSeek-V3 _keep_in_fp32_modules)
 
     def __post_init__(self):
         require_positive("n_experts", self.n_experts)
