@@ -39,13 +39,15 @@ def layer_bytes(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> int:
     return sum(b for _, b in layer_tensors(m, kind, t, p))
 
 
-def kept_tensors(m, kind, t, p):
-    """Tensors kept per layer under the recompute mode (full/every-k handled by the caller)."""
+@lru_cache(maxsize=4096)
+def kept_tensors(m, kind, t, p) -> tuple[tuple[str, int, str], ...]:
+    """(name, bytes per micro-batch, formula) of the tensors a layer keeps under `none` or
+    `selective` recompute (full/every-k are handled by the caller)."""
     tensors = layer_tensors(m, kind, t, p)
     if t.recompute == "selective":
         dropped = get_profile(t.profile).selective
-        return tuple((x, b) for x, b in tensors if x.cls not in dropped)
-    return tensors
+        tensors = tuple((x, b) for x, b in tensors if x.cls not in dropped)
+    return tuple((x.name, b, formula(x, m, t, p)) for x, b in tensors)
 
 
 def layer_micro_batches(m: ModelSpec, p: ParallelSpec, flights) -> Counter:
@@ -83,9 +85,9 @@ def activation_items(m, p, t, flights, first: int, last: int) -> list[Item]:
             n = lmb.get(kind, 0)
             if not n:
                 continue
-            for x, b in kept_tensors(m, kind, t, p):
-                items.append(Item("activations", f"{kind} layers / {x.name}", b * n,
-                                  f"{n} layer-micro-batches × {formula(x, m, t, p)}", src))
+            for name, b, f in kept_tensors(m, kind, t, p):
+                items.append(Item("activations", f"{kind} layers / {name}", b * n,
+                                  f"{n} layer-micro-batches × {f}", src))
     for held, tensors in ((first, prof.first_stage(m, t, p)), (last, prof.last_stage(m, t, p))):
         for x in tensors if held else ():
             items.append(Item("activations", x.name, tensor_bytes(x, m, t, p) * held,
