@@ -65,7 +65,8 @@ def static_candidates(led: Ledger) -> list[Candidate]:
                             runtime=replace(rt, optimizer_offload=True)))
     changes = [("tp", p.tp * 2), ("pp", p.pp * 2)] + ([("ep", p.ep * 2)] if m.moe else [])
     for name, value in changes:
-        label = f"{name} {getattr(p, name)} → {value} (dp {p.dp} → {p.dp // 2})"
+        dp = f" (dp {p.dp} → {p.dp // 2})" if p.dp % 2 == 0 else ""
+        label = f"{name} {getattr(p, name)} → {value}{dp}"
         try:
             if name == "ep":
                 new = replace(p, ep=value)

@@ -26,8 +26,9 @@ def _class_steps(cur: Candidate, target: int, mfu: int, steps: list[str]) -> Can
     for mv in led.peak.moves:
         if mv.cls in CLASSES and mv.gpu_total:
             sizes[mv.cls] = sizes.get(mv.cls, 0) + mv.gpu_total
+    floor = led.peak.rows["activations"] // 100  # classes under 1% of the row are not worth a step
     for cls in sorted(sizes, key=lambda c: -sizes[c]):
-        if cur.fits(target):
+        if cur.fits(target) or sizes[cls] < floor:
             break
         if cls in cur.train.policy.as_dict():
             continue  # the user (or an earlier step) already chose this class's policy
