@@ -142,8 +142,23 @@ def decide(x: ActTensor, m, t, p, *, section: str, copies: int, per_mb: int,
         q = None
     applied = str(TensorPolicy(quant=q, offload=pol.offload))
     gpu = 0 if pol.offload == "cpu" else stored  # pp moves are decided by the levelling
-    where = {"cpu": "offloaded to host memory", "pp": "sent to a later pipeline rank"}.get(pol.offload, "")
+    where = {"cpu": "offloaded to host memory", "pp": "movable to later pipeline ranks"}.get(pol.offload, "")
     text = base_formula + (f" → {pol.quant_fmt}: {stored} B per copy" if q else "") + (
         f" → {where}" if where else "") + note
     return TensorMove(**common, policy=applied, stored_bytes=stored, gpu_bytes=gpu,
                       bits_lost=bits, offload=pol.offload, formula=text)
+
+
+def payments(moves, micro_batches: int) -> dict[str, int]:
+    """What a rank's storage decisions cost, in integers: bytes saved at the peak, host bytes at
+    the peak and moved per micro-batch / per step (each direction), bytes marked for later ranks,
+    recompute FLOPs per micro-batch / per step, and the most mantissa bits any tensor lost."""
+    host_mb = sum(mv.host_bytes_per_micro_batch for mv in moves)
+    flops_mb = sum(mv.recompute_flops_per_micro_batch for mv in moves)
+    return {"saved_bytes": sum(mv.saved_bytes for mv in moves),
+            "host_bytes": sum(mv.host_bytes for mv in moves),
+            "host_bytes_per_micro_batch": host_mb, "host_bytes_per_step": host_mb * micro_batches,
+            "movable_bytes": sum(mv.movable_bytes for mv in moves),
+            "recompute_flops_per_micro_batch": flops_mb,
+            "recompute_flops_per_step": flops_mb * micro_batches,
+            "max_bits_lost": max((mv.bits_lost for mv in moves), default=0)}

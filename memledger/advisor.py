@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from . import comm
-from .advisor_moves import Candidate, cheapest_currency, currency_candidates, evaluate, static_candidates
-from .bandwidth import OffloadVerdict, cpu_offload_verdicts, remote_offload_verdicts
+from .advisor_moves import Candidate, currency_candidates, evaluate, static_candidates
+from .bandwidth import (MicroBatchAlternative, OffloadVerdict, cpu_offload_verdicts,
+                        remote_offload_verdicts, smaller_micro_batch)
 from .flops import DEFAULT_MFU_PCT, seconds
 from .ledger import Ledger
 from .levelling import Transfer
@@ -69,6 +70,7 @@ class ActivationAnswer:
     largest_tensor_bytes: int  # at the peak on the rank
     by_class: tuple[tuple[str, int], ...]  # GPU bytes at the peak, largest first
     currencies: tuple[Currency, ...]
+    smaller_micro_batch: MicroBatchAlternative | None  # fits without offload; None if none does
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class StaircaseAnswer:
     steepness: float  # first rank's activations ÷ last rank's
     spread_bytes: int  # max − min activations
     levelled_peak_bytes: tuple[int, ...]
+    levelled_activation_bytes: tuple[int, ...]  # activations held per rank after levelling
     transfers: tuple[Transfer, ...]
     bytes_per_step: int
     verdicts: tuple[OffloadVerdict, ...]
@@ -176,7 +179,8 @@ def _activations(led: Ledger, target: int, mfu: int) -> ActivationAnswer:
         activation_bytes=r.rows["activations"], largest_layer=layer,
         largest_layer_bytes=per_layer.get(layer, 0), largest_tensor=top.tensor if top else "",
         largest_tensor_class=top.cls if top else "", largest_tensor_bytes=top.gpu_total if top else 0,
-        by_class=tuple(sorted(by_class.items(), key=lambda kv: -kv[1])), currencies=cur)
+        by_class=tuple(sorted(by_class.items(), key=lambda kv: -kv[1])), currencies=cur,
+        smaller_micro_batch=smaller_micro_batch(led, target))
 
 
 def all_remote(policy):
@@ -195,18 +199,19 @@ def _staircase(led: Ledger, target: int, mfu: int) -> tuple[StaircaseAnswer, Can
     steep = acts[0] / acts[-1] if acts[-1] else float("inf")
     fits = max(peaks) <= target
     if led.parallel.pp == 1:
-        return StaircaseAnswer(acts, peaks, 1.0, 0, peaks, (), 0, (), fits, fits), None
+        return StaircaseAnswer(acts, peaks, 1.0, 0, peaks, acts, (), 0, (), fits, fits), None
     c = evaluate("level the staircase (remote offload to later ranks)", led,
                  train=replace(led.train, policy=all_remote(led.train.policy)))
     if c.ledger is None:
-        return StaircaseAnswer(acts, peaks, steep, max(acts) - min(acts), peaks, (), 0, (), fits,
-                               fits), None
+        return StaircaseAnswer(acts, peaks, steep, max(acts) - min(acts), peaks, acts, (), 0, (),
+                               fits, fits), None
     new = c.ledger
     transfers = tuple(sorted({x for r in new.ranks for x in r.transfers}, key=lambda x: (x.src, x.dst)))
     verdicts = tuple(remote_offload_verdicts(new, led.hardware, mfu)) if led.hardware else ()
     return StaircaseAnswer(
         activation_bytes=acts, peak_bytes=peaks, steepness=steep, spread_bytes=max(acts) - min(acts),
-        levelled_peak_bytes=tuple(r.peak_total_bytes for r in new.ranks), transfers=transfers,
+        levelled_peak_bytes=tuple(r.peak_total_bytes for r in new.ranks),
+        levelled_activation_bytes=tuple(r.rows["activations"] for r in new.ranks), transfers=transfers,
         bytes_per_step=sum(v.bytes_per_step for v in verdicts), verdicts=verdicts,
         fits_before=fits, fits_after=c.fits(target)), c
 

@@ -11,8 +11,9 @@ against the link: PCIe for the host; for another pipeline rank NVLink when both 
 node, else the network. Pipeline neighbours sit tp·cp·dp GPUs apart (Megatron's rank order
 tp-cp-ep-dp-pp), so ranks i and j share a node when ⌊i·tp·cp·dp / g⌋ = ⌊j·tp·cp·dp / g⌋ for g
 GPUs per node. Exposed time per step = m × (max(0, out time − forward) + max(0, in time − backward)).
-Alternatives when it does not hide: recompute the same tensors (their producers' FLOPs), or a
-smaller micro-batch (memledger.advisor searches it).
+Alternatives when it does not hide: recompute the same tensors (their producers' FLOPs; a
+tensor without producer, such as a layer input, cannot be), or a smaller micro-batch that fits
+with no offload at all (`smaller_micro_batch`, same tokens per step).
 Ignores: PCIe contention between GPUs behind one switch, copy-engine setup latency, and the
 compute slow-down from sharing HBM bandwidth with the copies.
 """
@@ -20,9 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dataclasses import replace
+
+from .errors import SpecError
 from .flops import DEFAULT_MFU_PCT, rank_forward_flops, seconds
 from .remote import sent_per_micro_batch
 from .specs.hardware import Hardware
+from .specs.policy import TensorPolicy
 
 
 @dataclass(frozen=True)
@@ -129,3 +134,39 @@ def remote_offload_verdicts(led, hw: Hardware, mfu_pct: int = DEFAULT_MFU_PCT) -
         out.append(_verdict(led, rl.pp_rank, hw, mfu_pct, "pp",
                             {k: (v[0], v[1]) for k, v in links.items()}, alt))
     return out
+
+
+@dataclass(frozen=True)
+class MicroBatchAlternative:
+    """A smaller micro-batch, same tokens per step, every offload rule turned back into keep."""
+
+    micro_batch: int
+    micro_batches: int
+    peak_bytes: int
+
+
+def without_offload(policy):
+    """The policy with offload removed from every rule (quantisation and recompute stay)."""
+    rules = {}
+    for c, text in policy.rules:
+        pol = TensorPolicy.parse(text)
+        if pol.offload:
+            rules[c] = str(TensorPolicy(quant=pol.quant))
+    return policy.with_rules(rules) if rules else policy
+
+
+def smaller_micro_batch(led, target_bytes: int) -> MicroBatchAlternative | None:
+    """The largest micro-batch below the current one whose ledger fits `target_bytes` with no
+    offload (micro-batches per step raised to keep at least the same tokens per step)."""
+    from .ledger import build_ledger
+    t = led.train
+    tokens = t.micro_batch * t.micro_batches
+    for b in range(t.micro_batch - 1, 0, -1):
+        nt = replace(t, micro_batch=b, micro_batches=-(-tokens // b), policy=without_offload(t.policy))
+        try:
+            new = build_ledger(led.model, led.parallel, nt, led.runtime, led.hardware)
+        except SpecError:
+            continue
+        if new.peak.peak_total_bytes <= target_bytes:
+            return MicroBatchAlternative(b, nt.micro_batches, new.peak.peak_total_bytes)
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from . import comm
+from .act_policy import payments
 from .act_rows import activation_items, activation_moves, activation_transients
 from .items import ROWS, Item, RankLedger, sum_rows
 from .params import (embedding_groups, head_groups, layer_groups, layer_kind, mtp_groups,
@@ -62,6 +63,7 @@ class Ledger:
                 "items": [{"row": i.row, "name": i.name, "bytes": i.bytes, "formula": i.formula,
                            "source": i.source} for i in r.items],
                 "moves": [move_dict(mv) for mv in r.moves if mv.policy != "keep"],
+                "payments": payments(r.moves, self.train.micro_batches),
                 "transfers": [asdict(x) for x in r.transfers],
                 "host": asdict(r.host) if r.host else None,
             } for r in self.ranks],
@@ -219,7 +221,7 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     rt = runtime or RuntimeSpec()
     check_all(model, parallel, train)
     parts = [rank_parts(model, parallel, train, rt, r) for r in range(parallel.pp)]
-    if train.policy.uses_pp_offload and parallel.pp > 1:
+    if train.policy.uses_pp_offload:  # with pp = 1 nothing moves and no staging is kept
         ranks = remote_offload(parts, rt)
     else:
         ranks = tuple(finalize(x, rt) for x in parts)

@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from memledger import ParallelSpec, TrainSpec, build_ledger, gpu, model
-from memledger.bandwidth import compute_time, cpu_offload_verdicts, remote_offload_verdicts, same_node
+from memledger.bandwidth import (compute_time, cpu_offload_verdicts, remote_offload_verdicts, same_node,
+                                 smaller_micro_batch)
 from memledger.specs.policy import ActivationPolicy
 
 M, P = model("llama3-70b"), ParallelSpec(tp=8, pp=4, dp=2, sp=True)
@@ -65,3 +66,24 @@ def test_remote_offload_verdict_uses_nvlink_inside_a_node():
     hw = gpu("h100")
     verdicts = remote_offload_verdicts(build_ledger(m, p, t, hardware=hw), hw)
     assert verdicts and all(v.link == "NVLink" and v.link_bytes_per_s == 450 * 10**9 for v in verdicts)
+
+
+def test_the_smaller_micro_batch_alternative_fits_without_offload_at_the_same_tokens_per_step():
+    """Micro-batch 2 × 8k with fc1 offloaded; without offload, micro-batch 1 × 16 per step fits."""
+    hw = gpu("h100")
+    t = replace(T, seq=8192, micro_batch=2)
+    alt = smaller_micro_batch(build_ledger(M, P, t, hardware=hw), hw.hbm_bytes)
+    assert (alt.micro_batch, alt.micro_batches) == (1, 16)
+    direct = build_ledger(M, P, replace(t, micro_batch=1, micro_batches=16, policy=ActivationPolicy()),
+                          hardware=hw)
+    assert alt.peak_bytes == direct.peak.peak_total_bytes <= hw.hbm_bytes
+    assert smaller_micro_batch(build_ledger(M, P, T, hardware=hw), hw.hbm_bytes) is None  # already 1
+
+
+def test_ledger_json_reports_the_payments_per_micro_batch_and_per_step():
+    d = build_ledger(M, P, T, hardware=gpu("h100")).to_dict()["ranks"][0]
+    pay = d["payments"]
+    assert pay["host_bytes_per_micro_batch"] == PER_MB
+    assert pay["host_bytes_per_step"] == 8 * PER_MB
+    assert pay["host_bytes"] == 4 * PER_MB  # four micro-batches in flight on rank 0 at the peak
+    assert {m["tensor"] for m in d["moves"]} == {"mlp.fc1_out"}

@@ -65,3 +65,11 @@ def test_levelling_makes_llama3_70b_fit_an_h100():
     assert senders == {0, 1} and receivers == {2, 3}
     hosted = [i for i in after.ranks[3].items if i.name.startswith("hosted for pp rank")]
     assert hosted and all(i.row == "activations" for i in hosted)
+
+
+def test_without_pipeline_offload_pp_moves_nothing_and_costs_nothing():
+    m, t = model("llama3-8b"), TrainSpec(seq=4096)
+    p = ParallelSpec()
+    keep = build_ledger(m, p, t).ranks[0]
+    pp = build_ledger(m, p, replace(t, policy=all_remote(t.policy))).ranks[0]
+    assert pp.rows == keep.rows and pp.transfers == ()

@@ -54,6 +54,12 @@ def _g(n: int) -> str:
     return f"{gib(n):.2f} GiB"
 
 
+def _bits(c) -> str:
+    """int formats keep 7 (int8) or 3 (int4) magnitude bits relative to the block's absmax."""
+    rel = " relative to the block max" if c.policy.startswith("int") else ""
+    return f"{c.bits_lost} mantissa bits{rel}"
+
+
 def render(a) -> str:
     s, act, st, b, pl = a.static, a.activations, a.staircase, a.buffers, a.plan
     verdict = "fits" if a.fits else f"does NOT fit (over by {_g(a.peak_bytes - a.target_bytes)})"
@@ -69,15 +75,20 @@ def render(a) -> str:
             f"{act.largest_tensor} [{act.largest_tensor_class}] {_g(act.largest_tensor_bytes)}"]
     for c in act.currencies:
         price = (f"{c.recompute_flops_per_step / 1e12:.1f} TFLOP/step ≈ {c.recompute_s_per_step:.3f} s"
-                 if c.policy == "recompute" else f"{c.bits_lost} mantissa bits" if not c.link else
+                 if c.policy == "recompute" else _bits(c) if not c.link else
                  f"{c.offload_bytes_per_step / 1e9:.1f} GB/step over {c.link}, needs "
                  f"{c.required_bytes_per_s / 1e9:.1f} of {c.link_bytes_per_s / 1e9:.0f} GB/s, "
                  f"exposed {c.exposed_s_per_step:.3f} s/step")
         out.append(f"   {c.policy:<12} saves {_g(c.saved_bytes):>12}  costs {price}"
                    f"{'  → fits' if c.fits else ''}")
+    mb = act.smaller_micro_batch
+    out.append(f"   smaller micro-batch, no offload: {mb.micro_batch} × {mb.micro_batches} per step → "
+               f"{_g(mb.peak_bytes)}" if mb else "   smaller micro-batch: none fits without offload")
     out += ["", f"3. staircase: activations per rank " + ", ".join(f"{gib(x):.1f}" for x in st.activation_bytes)
             + f" GiB; first/last = {st.steepness:.2f}"]
     if st.transfers:
+        out.append("   levelled activations " + ", ".join(f"{gib(x):.1f}" for x in st.levelled_activation_bytes)
+                   + " GiB")
         out.append("   levelled peaks " + ", ".join(f"{gib(x):.1f}" for x in st.levelled_peak_bytes)
                    + f" GiB; {st.bytes_per_step / 1e9:.1f} GB/step moved; "
                    + ("fits after levelling" if st.fits_after and not st.fits_before else

@@ -119,10 +119,16 @@ def advice_sections(a) -> dict[str, list[str]]:
             f"{c.recompute_flops_per_step / 1e12:,.1f} TFLOP/step" if c.policy == "recompute" else
             f"{c.offload_bytes_per_step / 1e9:,.1f} GB/step over {c.link}, exposed "
             f"{c.exposed_s_per_step:.3f} s" if c.link else f"{c.bits_lost} mantissa bits")
-           for c in act.currencies],
+           for c in act.currencies]
+        + [f"smaller micro-batch without offload: {act.smaller_micro_batch.micro_batch} × "
+           f"{act.smaller_micro_batch.micro_batches}/step → {g(act.smaller_micro_batch.peak_bytes)}"
+           if act.smaller_micro_batch else "no smaller micro-batch fits without offload"],
         "3. Staircase": [f"first/last activations {st.steepness:.2f}×, spread {g(st.spread_bytes)}",
+                         "levelled activations per rank: "
+                         + ", ".join(f"{gib(x):.1f}" for x in st.levelled_activation_bytes) + " GiB",
                          f"levelled peak {g(max(st.levelled_peak_bytes, default=0))}; "
-                         f"{st.bytes_per_step / 1e9:,.1f} GB/step; fits after: {st.fits_after}"],
+                         f"{st.bytes_per_step / 1e9:,.1f} GB/step; fits after: {st.fits_after}"]
+        + [f"pp rank {x.src} → {x.dst}: {g(x.bytes)}" for x in st.transfers],
         "4. Buffers": [f"communication row {g(b.communication_bytes)}"]
         + ([f"all-to-all '{b.a2a_mode}': " + ", ".join(f"{k} {g(v)}" for k, v in b.a2a_bytes.items()),
             f"static shapes save {g(b.static_saving_bytes)} against the worst case"] if b.a2a_bytes else
