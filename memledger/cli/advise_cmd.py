@@ -50,6 +50,10 @@ def run(args) -> int:
     return 0
 
 
+def flops_text(flops: int) -> str:
+    return f"{flops / 1e12:,.1f} TFLOP" if flops >= 1e12 else f"{flops / 1e9:,.1f} GFLOP"
+
+
 def _g(n: int) -> str:
     return f"{gib(n):.2f} GiB"
 
@@ -74,7 +78,7 @@ def render(a) -> str:
             f"({_g(act.largest_layer_bytes)} per layer per micro-batch); largest tensor "
             f"{act.largest_tensor} [{act.largest_tensor_class}] {_g(act.largest_tensor_bytes)}"]
     for c in act.currencies:
-        price = (f"{c.recompute_flops_per_step / 1e12:.1f} TFLOP/step ≈ {c.recompute_s_per_step:.3f} s"
+        price = (f"{flops_text(c.recompute_flops_per_step)}/step ≈ {c.recompute_s_per_step:.3f} s"
                  if c.policy == "recompute" else _bits(c) if not c.link else
                  f"{c.offload_bytes_per_step / 1e9:.1f} GB/step over {c.link}, needs "
                  f"{c.required_bytes_per_s / 1e9:.1f} of {c.link_bytes_per_s / 1e9:.0f} GB/s, "

@@ -51,7 +51,7 @@ def render(led, with_items: bool = False) -> str:
     pay = payments(peak.moves, t.micro_batches)
     if pay["saved_bytes"] or peak.transfers:
         lines.append(f"storage policy ({t.policy}): saves {gib(pay['saved_bytes']):.2f} GiB on this rank; "
-                     f"recompute {pay['recompute_flops_per_step'] / 1e12:,.1f} TFLOP/step; host "
+                     f"recompute {pay['recompute_flops_per_step'] / 1e9:,.0f} GFLOP/step; host "
                      f"{gib(pay['host_bytes']):.2f} GiB, {pay['host_bytes_per_step'] / 1e9:,.1f} GB/step "
                      f"each way; to later ranks {gib(sum(x.bytes for x in peak.transfers if x.src == peak.pp_rank)):.2f} GiB")
     if with_items:

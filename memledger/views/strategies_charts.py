@@ -24,11 +24,15 @@ CAPACITY_COLOR = "#D62728"
 GIB_AXIS = "memory per GPU (GiB = 2³⁰ bytes)"
 
 
+def flops_text(flops: int) -> str:
+    return f"{flops / 1e12:,.1f} TFLOP" if flops >= 1e12 else f"{flops / 1e9:,.1f} GFLOP"
+
+
 def _price(moves, hw, mfu: int, m: int) -> str:
     flops = sum(mv.recompute_flops_per_micro_batch for mv in moves) * m
     if flops:
         t = f" ≈ {seconds(flops, hw, mfu):.3f} s" if hw else ""
-        return f"{flops / 1e12:,.1f} TFLOP/step{t}"
+        return f"{flops_text(flops)}/step{t}"
     bits = max((mv.bits_lost for mv in moves), default=0)
     host = sum(mv.host_bytes_per_micro_batch for mv in moves) * m
     movable = sum(mv.movable_bytes_per_micro_batch for mv in moves) * m
@@ -83,7 +87,7 @@ def bandwidth_table(verdicts) -> pd.DataFrame:
         "GB per micro-batch": v.bytes_per_micro_batch / 1e9, "GB per step": v.bytes_per_step / 1e9,
         "needs GB/s (fwd)": v.required_out_bytes_per_s / 1e9, "link GB/s": v.link_bytes_per_s / 1e9,
         "verdict": "hidden" if v.hidden else f"exposed {v.exposed_s_per_step:.3f} s/step",
-        "recompute instead": f"{v.alt_recompute_flops_per_step / 1e12:,.1f} TFLOP ≈ "
+        "recompute instead": f"{flops_text(v.alt_recompute_flops_per_step)} ≈ "
                              f"{v.alt_recompute_s_per_step:.3f} s/step",
     } for v in verdicts])
 
@@ -116,7 +120,7 @@ def advice_sections(a) -> dict[str, list[str]]:
                            f"({g(act.largest_layer_bytes)}/layer/micro-batch); largest tensor "
                            f"{act.largest_tensor} [{act.largest_tensor_class}] {g(act.largest_tensor_bytes)}"]
         + [f"{c.policy}: saves {g(c.saved_bytes)}; " + (
-            f"{c.recompute_flops_per_step / 1e12:,.1f} TFLOP/step" if c.policy == "recompute" else
+            f"{flops_text(c.recompute_flops_per_step)}/step" if c.policy == "recompute" else
             f"{c.offload_bytes_per_step / 1e9:,.1f} GB/step over {c.link}, exposed "
             f"{c.exposed_s_per_step:.3f} s" if c.link else f"{c.bits_lost} mantissa bits")
            for c in act.currencies]
