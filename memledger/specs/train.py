@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .hashing import cache_hash
 from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
+from .policy import ActivationPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +101,7 @@ class TrainSpec:
     recompute: str = "none"
     recompute_every: int = 0  # for every-k: checkpoint every k layers; 0 = ceil(sqrt(L)) (Chen 2016)
     vocab_pad: int = 0  # pad vocab to a multiple of vocab_pad*tp; 0 = profile default (128 / 1 for hf)
+    policy: ActivationPolicy = ActivationPolicy()  # per-class storage rules on top of `recompute`
 
     def __post_init__(self):
         for f in ("micro_batch", "seq", "micro_batches"):
@@ -112,6 +114,8 @@ class TrainSpec:
         require_choice("recompute", self.recompute, RECOMPUTE)
         require_non_negative("recompute_every", self.recompute_every)
         require_non_negative("vocab_pad", self.vocab_pad)
+        require(isinstance(self.policy, ActivationPolicy), "policy",
+                f"must be an ActivationPolicy, got {type(self.policy).__name__}")
         if self.attention == "eager" and self.profile == "megatron":
             raise SpecError("attention", "profile=megatron assumes flash attention; use "
                                          "profile=hf or profile=paper for eager attention")
