@@ -29,13 +29,20 @@ CASES = {
 
 
 def clear_caches():
-    from memledger import act_rows, ledger, params, schedules
-    from memledger.activations import inventory
-    for fn in (act_rows.layer_tensors, act_rows.kept_tensors, params.layer_groups, params.mtp_groups, params.n_params,
-               params.n_active_params, schedules.stage_layers, schedules.first_stage_rank,
-               schedules.last_stage_rank, ledger.held_items, inventory.formula,
-               inventory.tensor_bytes):
-        fn.cache_clear()
+    import functools
+    import importlib
+    import pkgutil
+
+    import memledger
+    # every lru_cache in the package: a cold build recomputes everything
+    for info in pkgutil.walk_packages(memledger.__path__, "memledger."):
+        if info.name.startswith(("memledger.views", "memledger.trace", "memledger.validation",
+                                 "memledger.cli", "memledger.__main__")):
+            continue
+        mod = importlib.import_module(info.name)
+        for obj in vars(mod).values():
+            if isinstance(obj, functools._lru_cache_wrapper):
+                obj.cache_clear()
 
 
 def bench(case, repeat=50, cold=True, clock=time.perf_counter):

@@ -21,6 +21,7 @@ available, as a kept tensor or a recomputed one), and the gradient buffers of of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .activations import get_profile
 from .activations.inventory import ActTensor, divisor, routed_rows, tensor_bytes, tokens_on_rank
@@ -117,23 +118,18 @@ def chosen(x: ActTensor, t: TrainSpec, in_layer: bool) -> TensorPolicy:
     return KEEP
 
 
-def decide(x: ActTensor, m, t, p, *, section: str, copies: int, per_mb: int,
-           in_layer: bool, base_formula: str) -> TensorMove:
-    """The move for tensor x held `copies` times at the peak, created `per_mb` times per micro-batch."""
+@lru_cache(maxsize=65536)
+def _decision(x: ActTensor, m, t, p, in_layer: bool) -> tuple:
+    """Everything about x's storage that does not depend on how many copies a rank holds
+    (cached: every rank and every layer of a kind asks the same question)."""
     pol = chosen(x, t, in_layer)
     native = tensor_bytes(x, m, t, p)
+    producer = recompute_flops(x, m, t, p)
+    if pol.recompute and x.flops:
+        return ("recompute", native, 0, 0, 0, None, producer, producer, "recomputed in backward: ", "")
+    note = " (recompute asked, but it has no producer to re-run: kept)" if pol.recompute else ""
+    pol = KEEP if pol.recompute else pol
     nf = native_fmt(x, t)
-    common = dict(section=section, tensor=x.name, cls=x.cls, copies=copies, per_micro_batch=per_mb,
-                  native_bytes=native, producer_flops=recompute_flops(x, m, t, p))
-    if pol.recompute:
-        if x.flops:
-            return TensorMove(**common, policy="recompute", stored_bytes=0, gpu_bytes=0,
-                              recompute_flops=common["producer_flops"],
-                              formula=f"recomputed in backward: {base_formula}")
-        pol = KEEP
-        note = " (recompute asked, but it has no producer to re-run: kept)"
-    else:
-        note = ""
     stored, bits, q = native, 0, pol.quant
     if q and nf not in NON_FLOAT:
         stored = quantised_bytes(x, m, t, p, pol.quant_fmt)
@@ -143,10 +139,19 @@ def decide(x: ActTensor, m, t, p, *, section: str, copies: int, per_mb: int,
     applied = str(TensorPolicy(quant=q, offload=pol.offload))
     gpu = 0 if pol.offload == "cpu" else stored  # pp moves are decided by the levelling
     where = {"cpu": "offloaded to host memory", "pp": "movable to later pipeline ranks"}.get(pol.offload, "")
-    text = base_formula + (f" → {pol.quant_fmt}: {stored} B per copy" if q else "") + (
+    suffix = (f" → {pol.quant_fmt}: {stored} B per copy" if q else "") + (
         f" → {where}" if where else "") + note
-    return TensorMove(**common, policy=applied, stored_bytes=stored, gpu_bytes=gpu,
-                      bits_lost=bits, offload=pol.offload, formula=text)
+    return (applied, native, stored, gpu, bits, pol.offload, producer, 0, "", suffix)
+
+
+def decide(x: ActTensor, m, t, p, *, section: str, copies: int, per_mb: int,
+           in_layer: bool, base_formula: str) -> TensorMove:
+    """The move for tensor x held `copies` times at the peak, created `per_mb` times per micro-batch."""
+    policy, native, stored, gpu, bits, off, producer, paid, prefix, suffix = _decision(x, m, t, p, in_layer)
+    return TensorMove(section=section, tensor=x.name, cls=x.cls, policy=policy, copies=copies,
+                      per_micro_batch=per_mb, native_bytes=native, stored_bytes=stored,
+                      gpu_bytes=gpu, recompute_flops=paid, producer_flops=producer, bits_lost=bits,
+                      offload=off, formula=prefix + base_formula + suffix)
 
 
 def payments(moves, micro_batches: int) -> dict[str, int]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from .act_policy import TensorMove, decide
+from .act_policy import TensorMove, _decision, decide
 from .activations import get_profile
 from .activations.inventory import ActTensor, formula, tensor_bytes
 from .flops import layer_forward_flops_per_token
@@ -110,6 +110,14 @@ def _structural_moves(m, p, t, flights) -> list[TensorMove]:
     return out
 
 
+@lru_cache(maxsize=4096)
+def kind_decisions(m, kind: str, t, p) -> tuple:
+    """(tensor, storage decision, formula) for every tensor of one layer of `kind` — the same on
+    every rank and layer, so computed once."""
+    return tuple((x, _decision(x, m, t, p, True), formula(x, m, t, p))
+                 for x, _ in layer_tensors(m, kind, t, p))
+
+
 def activation_moves(m, p, t, flights, first: int, last: int) -> list[TensorMove]:
     """Every saved tensor of the rank and its storage decision. `first`/`last`: micro-batches of
     the first/last stage held on this rank (0 if it does not hold that stage)."""
@@ -121,10 +129,13 @@ def activation_moves(m, p, t, flights, first: int, last: int) -> list[TensorMove
         lmb, per_mb = layer_micro_batches(m, p, flights), layers_per_micro_batch(m, p, flights)
         for kind in KINDS:
             n = lmb.get(kind, 0)
-            for x, _ in layer_tensors(m, kind, t, p) if n else ():
-                moves.append(decide(x, m, t, p, section=f"{kind} layers", copies=n,
-                                    per_mb=per_mb[kind], in_layer=True,
-                                    base_formula=f"{n} layer-micro-batches × {formula(x, m, t, p)}"))
+            for x, (pol, native, stored, gpu, bits, off, producer, paid, pre, suf), f in (
+                    kind_decisions(m, kind, t, p) if n else ()):
+                moves.append(TensorMove(
+                    section=f"{kind} layers", tensor=x.name, cls=x.cls, policy=pol, copies=n,
+                    per_micro_batch=per_mb[kind], native_bytes=native, stored_bytes=stored,
+                    gpu_bytes=gpu, recompute_flops=paid, producer_flops=producer, bits_lost=bits,
+                    offload=off, formula=f"{pre}{n} layer-micro-batches × {f}{suf}"))
     for section, held, tensors in (("first stage", first, prof.first_stage(m, t, p)),
                                    ("last stage", last, prof.last_stage(m, t, p))):
         for x in tensors if held else ():
