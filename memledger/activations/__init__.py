@@ -27,14 +27,10 @@ def get_profile(name: str) -> Profile:
 
 
 def _load_builtins() -> None:
-    from . import megatron, paper
+    from . import hf, megatron, paper
     register("megatron", megatron.MegatronProfile())
     register("paper", paper.PaperProfile())
-    try:
-        from . import hf
-        register("hf", hf.HFProfile())
-    except ImportError:  # the hf profile lands with the tracing work
-        pass
+    register("hf", hf.HFProfile())
 
 
 __all__ = ["ActTensor", "Profile", "get_profile", "register", "tensor_bytes"]
