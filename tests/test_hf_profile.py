@@ -145,8 +145,8 @@ def test_full_recompute_keeps_layer_inputs(arch, precision):
 
 
 def test_cuda_and_cpu_variants_differ_only_for_mla_sdpa():
-    """Per token, CPU flash-for-CPU saves what CUDA's fused kernels save (GQA); MLA's unequal
-    head dims push CPU to the fp32 math path, which keeps more."""
+    """In bf16, per token, CPU flash-for-CPU saves what CUDA's fused kernels save (GQA); MLA's
+    unequal head dims push CPU to the fp32 math path, which keeps more."""
     for arch in ("llama", "mixtral", "qwen3moe", "dsv3"):
         cfg, m = build(arch, SMALL)
         for att in ("flash", "eager"):

@@ -21,7 +21,8 @@ eager when the micro-batch is one sequence (b > 1: the matmul keeps a copy of V 
 CPU vs CUDA (`HFProfile(device="cpu")`): CPU sdpa uses flash-for-CPU when q, k, v head dims
 match, which saves the same per-token tensors as CUDA; CUDA adds a philox seed and offset
 (16 bytes per layer). For MLA (dv != dqk) CPU has no fused kernel and falls back to the math
-path, which upcasts to fp32 and keeps q, k, v and the a·s probabilities in fp32.
+path, which upcasts to fp32 and keeps q, k, v and the a·s probabilities in fp32. Under amp,
+CUDA autocast runs `sum` in fp32 and CPU autocast does not: DeepSeek's top-k denominator.
 
 MoE (default `experts="grouped_mm"`, transformers 5.x default): every token-expert row
 (T·K rows whatever the routing, so `per="routed"` is exact) keeps the gathered input, gate‖up
@@ -194,11 +195,13 @@ class HFProfile:
                 out.append(A("moe.in", "norm_out", h, flops=4 * h))
             if not router_reads_norm:
                 out.append(A("moe.router_in_fp32", "router", h, "fp32", flops=h))
-        # Routing scores in fp32, except DeepSeek under amp (its autocast Linear yields bf16).
+        # Routing scores in fp32, except DeepSeek under amp (its autocast Linear yields bf16);
+        # CUDA autocast runs `sum` in fp32 (CPU autocast does not), hence the denominator.
         rfmt = "act" if (fam == "deepseek" and md.amp) else "fp32"
+        sfmt = "fp32" if self.device == "cuda" else rfmt
         out += [A("moe.router_probs", "router", E, rfmt, flops=2 * h * E),
                 A("moe.topk_idx", "router", K, "int64"),
-                A("moe.topk_sum", "router", 1, rfmt, flops=K),
+                A("moe.topk_sum", "router", 1, sfmt, flops=K),
                 A("moe.topk_weights", "router", K, rfmt, flops=E)]
         wfmt = "fp32" if fam == "mixtral" or (fam == "deepseek" and not md.amp) else "act"
         out += self._experts(m, md, wfmt)

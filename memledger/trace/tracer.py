@@ -4,8 +4,8 @@ How: the forward runs under `torch.autograd.graph.saved_tensors_hooks`. Each sav
 small handle holding the tensor; a weak reference to the handle tells, after the forward,
 whether the autograd node that saved it is still reachable (nodes of discarded branches, e.g.
 router logits nobody uses, die with their outputs and their saves are not counted). The tracer
-holds every saved tensor until the forward ends, so no storage address is reused while it
-deduplicates on (device, storage address, storage bytes).
+holds every saved storage (not the tensor, whose grad_fn would keep its own saves alive) until
+the forward ends, so no address is reused while it deduplicates on (device, address, bytes).
 Excluded: parameters, buffers, and any view of them (same storage). Copies of parameters
 (autocast's weight casts, `.float()` of a weight) are kept but classed `param_copy`.
 Attribution: forward pre/post hooks on every module keep a stack of qualified names; a save is
@@ -54,9 +54,15 @@ class _Handle:
 class _Save:
     key: tuple
     ref: weakref.ref
-    tensor: object  # strong reference until the trace is built (keeps addresses unique)
+    # The storage, not the tensor: a tensor would hold its grad_fn, and so its own saves, alive.
+    storage: object  # strong reference until the trace is built (keeps addresses unique)
     module: str
     kind: str  # class name of the running module
+    shape: tuple[int, ...]
+    dtype: str
+    tensor_bytes: int
+    producer: str
+    param_copy: bool
 
 
 class SavedTensorTracer:
@@ -78,15 +84,21 @@ class SavedTensorTracer:
 
     # -- hooks -----------------------------------------------------------------------------
     def _pack(self, t):
-        h = _Handle(t)
+        # Hold a detached alias (same storage and version counter): a saved *output* carries
+        # its grad_fn, which owns this handle, so holding it would make a cycle that never dies.
+        h = _Handle(t.detach())
         try:
             st = t.untyped_storage()
             key = (str(t.device), st.data_ptr(), st.nbytes())
         except (RuntimeError, NotImplementedError):  # storage-less tensor subclasses
-            key = ("nostorage", id(t), t.numel() * t.element_size())
+            st, key = None, ("nostorage", id(t), t.numel() * t.element_size())
         if key[:2] not in self._excluded:
             module, kind = self._stack[-1]
-            self._saves.append(_Save(key, weakref.ref(h), t, module, kind))
+            fn = getattr(t, "grad_fn", None)
+            self._saves.append(_Save(
+                key, weakref.ref(h), st, module, kind, tuple(int(d) for d in t.shape),
+                str(t.dtype).removeprefix("torch."), t.numel() * t.element_size(),
+                type(fn).__name__ if fn is not None else "", self._is_param_copy(t)))
         return h
 
     @staticmethod
@@ -157,20 +169,16 @@ class SavedTensorTracer:
             layers.setdefault(s.key, set()).add(layer_of(s.module))
         rows = []
         for key, s in first.items():
-            t = s.tensor
-            shape, dtype = tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch.")
-            producer = type(t.grad_fn).__name__ if t.grad_fn is not None else ""
             layer = layer_of(s.module)
-            if self._is_param_copy(t):
+            if s.param_copy:
                 cls = PARAM_COPY
             elif len(layers[key]) > 1:  # saved by several layers (RoPE cos/sin): not one layer's
                 cls, layer = SHARED, None
             else:
-                cls = classify(s.module, s.kind, shape, dtype, producer)
-            rows.append(SavedTensor(module=s.module, layer=layer, shape=shape,
-                                    dtype=dtype, storage_bytes=int(key[2]),
-                                    tensor_bytes=t.numel() * t.element_size(), cls=cls,
-                                    producer=producer, views=views[key]))
+                cls = classify(s.module, s.kind, s.shape, s.dtype, s.producer)
+            rows.append(SavedTensor(module=s.module, layer=layer, shape=s.shape, dtype=s.dtype,
+                                    storage_bytes=int(key[2]), tensor_bytes=s.tensor_bytes,
+                                    cls=cls, producer=s.producer, views=views[key]))
         return Trace(tensors=tuple(rows), tokens=self.tokens, meta=self.meta)
 
 
