@@ -202,3 +202,46 @@ def test_backward_through_the_tracer_gives_the_same_gradients():
     m(x).backward()
     assert tr.trace.total_bytes > 0
     assert all(torch.equal(a, p.grad) for a, p in zip(traced, m.parameters()))
+
+
+def test_traced_profile_reproduces_its_trace(tmp_path):
+    """A trace saved as JSON and registered as traced:<name> predicts the traced layer and
+    outside bytes (less the loss's scalar weight), and scales eager s×s tensors with seq."""
+    transformers = pytest.importorskip("transformers")
+    from memledger.activations import get_profile, tensor_bytes
+    from memledger.specs import ModelSpec, ParallelSpec, TrainSpec
+    from memledger.trace import trace_causal_lm
+    from memledger.trace.profile import register_traced
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.LlamaConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+                                   intermediate_size=48, num_hidden_layers=2, vocab_size=64)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    tr = trace_causal_lm(model.to(torch.bfloat16), batch=2, seq=24)
+    path = tmp_path / "tiny-llama.json"
+    path.write_text(tr.to_json())
+    name = register_traced(str(path))
+    assert name == "traced:tiny-llama"
+    m = ModelSpec(name="tiny", n_layers=2, hidden=32, n_heads=2, n_kv_heads=1, head_dim=16,
+                  ffn_hidden=48, vocab=64)
+    p, prof = ParallelSpec(), get_profile(name)
+
+    def total(xs, t):
+        return sum(tensor_bytes(x, m, t, p) for x in xs)
+    t = TrainSpec(micro_batch=2, seq=24, precision="bf16", profile=name, attention="eager")
+    assert total(prof.layer(m, "dense", t, p), t) == tr.layer_bytes()[1]
+    assert total(prof.first_stage(m, t, p) + prof.last_stage(m, t, p), t) == tr.outside_bytes - 4
+    t2 = TrainSpec(micro_batch=2, seq=48, precision="bf16", profile=name, attention="eager")
+    core = [x for x in prof.layer(m, "dense", t2, p) if x.cls == "attn_core"]
+    assert sorted(x.values for x in core) == [2 * 48, 2 * 48]  # fp32 scores, bf16 probs: a·s each
+    assert get_profile("hf").name == "hf"  # builtins still load after a traced registration
+
+
+def test_register_traced_rejects_a_bad_file(tmp_path):
+    from memledger.errors import SpecError
+    from memledger.trace.profile import register_traced
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    with pytest.raises(SpecError, match="not a memledger trace JSON"):
+        register_traced(str(bad))
+    with pytest.raises(SpecError, match="cannot read trace"):
+        register_traced(str(tmp_path / "missing.json"))

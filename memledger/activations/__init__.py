@@ -17,7 +17,7 @@ def register(name: str, profile: Profile) -> None:
 
 
 def get_profile(name: str) -> Profile:
-    if not _REGISTRY:
+    if "megatron" not in _REGISTRY:  # a traced profile may have been registered first
         _load_builtins()
     try:
         return _REGISTRY[name]

@@ -36,8 +36,10 @@ activation format; norm_topk_prob=True as in the released configs), else Mixtral
 
 Outside the layers: input ids (int64) and RoPE cos/sin (shared by all layers and all sequences
 of the micro-batch, so s·d each, written as ⌈d/b⌉ per token) on the first stage; final norm, head input, fp32 log-probabilities (cross-entropy upcasts the logits) and the
-int64 targets on the last. Transient: the fp32 gradient of the log-probabilities and of the
-logits (8 bytes per logit above the saved log-probs: measured on the H200).
+int64 targets on the last. Transient, one item: the fp32 gradients of the log-probabilities and
+of the logits, alive together in log_softmax's backward (8 bytes per logit above the saved
+log-probs: measured as the backward peak on the H200, bf16 and amp alike). The forward's own
+peak there (bf16 logits + their fp32 copy, 6 bytes per logit) is smaller.
 Full recompute (HF gradient checkpointing) keeps each layer's input only; the RoPE tables are
 then held by the checkpoint frames (not saved tensors; still memory, still listed).
 Selective: HF has none; we define it as dropping the classes Megatron's selective recompute
@@ -265,6 +267,6 @@ class HFProfile:
     def transients(self, m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> tuple[A, ...]:
         if not m.vocab:
             return ()
-        v = _vocab(m, t, p)
-        return (A("loss.grad_logprobs", "logits", v, "fp32", split="tp"),
-                A("loss.grad_logits", "logits", v, "fp32", split="tp"))
+        # One working set (the ledger takes the largest item): at log_softmax's backward the
+        # fp32 gradient of the log-probs and the fp32 gradient of the logits are alive together.
+        return (A("loss.logit_grads_fp32", "logits", 2 * _vocab(m, t, p), "fp32", split="tp"),)

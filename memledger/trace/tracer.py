@@ -182,6 +182,23 @@ class SavedTensorTracer:
         return Trace(tensors=tuple(rows), tokens=self.tokens, meta=self.meta)
 
 
+def trace_call(model, run, *, tokens: int = 0, meta: dict | None = None) -> Trace:
+    """Run `run()` under the tracer and return what it saved. `run` does one or more forwards
+    of `model` and returns whatever keeps their graphs alive (the losses, the outputs)."""
+    import torch
+    with SavedTensorTracer(model, tokens=tokens, meta=meta) as tr, torch.enable_grad():
+        try:
+            out = run()
+        except Exception as e:  # say which step failed; keep the original as the cause
+            raise TraceError(f"the traced forward failed: {type(e).__name__}: {e}") from e
+    trace = tr.trace
+    del out
+    if not trace.tensors:
+        raise TraceError("the forward saved nothing for backward: no parameter requires grad, "
+                         "or the model ran under torch.no_grad / inference_mode")
+    return trace
+
+
 def trace_saved(model, inputs, *, autocast_dtype=None, tokens: int | None = None,
                 meta: dict | None = None) -> Trace:
     """Run `model(**inputs)` (mapping) or `model(*inputs)` (tuple/list) once, with grad, and
@@ -190,6 +207,8 @@ def trace_saved(model, inputs, *, autocast_dtype=None, tokens: int | None = None
     import contextlib
 
     import torch
+    if not isinstance(model, torch.nn.Module):
+        raise TraceError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(inputs, dict):
         call = lambda: model(**inputs)  # noqa: E731
         ids = inputs.get("input_ids")
@@ -201,18 +220,11 @@ def trace_saved(model, inputs, *, autocast_dtype=None, tokens: int | None = None
                          f"arguments, got {type(inputs).__name__}")
     if tokens is None:
         tokens = int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
-    dev = next((p.device for p in model.parameters()), torch.device("cpu")) \
-        if isinstance(model, torch.nn.Module) else None
-    amp = (torch.autocast(dev.type, dtype=autocast_dtype) if autocast_dtype is not None
-           else contextlib.nullcontext())
-    with SavedTensorTracer(model, tokens=tokens, meta=meta) as tr, torch.enable_grad(), amp:
-        try:
-            out = call()
-        except Exception as e:  # say which step failed; keep the original as the cause
-            raise TraceError(f"the traced forward failed: {type(e).__name__}: {e}") from e
-    trace = tr.trace
-    del out
-    if not trace.tensors:
-        raise TraceError("the forward saved nothing for backward: no parameter requires grad, "
-                         "or the model ran under torch.no_grad / inference_mode")
-    return trace
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+
+    def run():
+        amp = (torch.autocast(dev.type, dtype=autocast_dtype) if autocast_dtype is not None
+               else contextlib.nullcontext())
+        with amp:
+            return call()
+    return trace_call(model, run, tokens=tokens, meta=meta)
