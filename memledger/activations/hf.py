@@ -35,8 +35,9 @@ reading an fp32 copy of its input), `qk_norm` → Qwen3-MoE (softmax, weights ca
 activation format; norm_topk_prob=True as in the released configs), else Mixtral (fp32 weights).
 
 Outside the layers: input ids (int64) and RoPE cos/sin (shared by all layers and all sequences
-of the micro-batch, so s·d each, written as ⌈d/b⌉ per token) on the first stage; final norm, head input, fp32 log-probabilities (cross-entropy upcasts the logits) and the
-int64 targets on the last. Transient, one item: the fp32 gradients of the log-probabilities and
+of the micro-batch, so s·d each, written as ⌈d/b⌉ per token) on the first stage; final norm,
+head input, fp32 log-probabilities (cross-entropy upcasts the logits) and the int64 targets on
+the last. Transient, one item: the fp32 gradients of the log-probabilities and
 of the logits, alive together in log_softmax's backward (8 bytes per logit above the saved
 log-probs: measured as the backward peak on the H200, bf16 and amp alike). The forward's own
 peak there (bf16 logits + their fp32 copy, 6 bytes per logit) is smaller.
@@ -65,14 +66,15 @@ SELECTIVE = frozenset({"attn_core", "norm_out", "mlp_act", "expert_act"})
 @dataclass(frozen=True)
 class _Mode:
     amp: bool  # fp32 weights under bf16 autocast
-    stream: str  # format of the residual stream and of outer-norm outputs
-    expert: str  # format of the routed-expert path
+    # Format of the residual stream, outer-norm outputs and (grouped_mm) routed experts:
+    # fp32 under amp, else the activation format.
+    stream: str
 
 
 def _mode(t: TrainSpec) -> _Mode:
     r = t.recipe
     amp = r.weight_fmt == "fp32" and r.act_fmt != "fp32"
-    return _Mode(amp, "fp32" if amp else "act", "fp32" if amp else "act")
+    return _Mode(amp, "fp32" if amp else "act")
 
 
 def _norm(name: str, d: int, rows: int, normed_fmt: str) -> list[A]:
@@ -82,11 +84,13 @@ def _norm(name: str, d: int, rows: int, normed_fmt: str) -> list[A]:
             A(f"{name}.normed", "norm_in", d, normed_fmt, flops=d)]
 
 
-def _linear_in(name: str, d: int, readers: int, md: _Mode, fp32_source: bool, cls="norm_out") -> list[A]:
-    """A tensor read by `readers` Linears: once, or under amp once per reader (own bf16 cast)."""
-    if md.amp and fp32_source:
-        return [A(f"{name}.cast{i}" if readers > 1 else name, cls, d, flops=d) for i in range(readers)]
-    return [A(name, cls, d, md.stream if fp32_source else "act", flops=4 * d)]
+def _linear_in(name: str, d: int, readers: int, md: _Mode) -> list[A]:
+    """An outer norm's output read by `readers` Linears: kept once, or under amp once per
+    reader (autocast casts the fp32 input anew for every Linear)."""
+    if md.amp:
+        return [A(f"{name}.cast{i}" if readers > 1 else name, "norm_out", d, flops=d)
+                for i in range(readers)]
+    return [A(name, "norm_out", d, md.stream, flops=4 * d)]
 
 
 def _eager_core(a: int, s: int, d: int, t: TrainSpec) -> list[A]:
@@ -122,7 +126,7 @@ class HFProfile:
     # -- attention ---------------------------------------------------------------------------
     def _gqa(self, m: ModelSpec, t: TrainSpec, md: _Mode) -> list[A]:
         h, a, g, dh, s = m.hidden, m.n_heads, m.n_kv_heads, m.head_dim, t.seq
-        out = _linear_in("attn.qkv_in", h, 3, md, True)
+        out = _linear_in("attn.qkv_in", h, 3, md)
         if m.qk_norm:
             out += _norm("attn.q_norm", a * dh, a, "act") + _norm("attn.k_norm", g * dh, g, "act")
         if t.attention == "eager":
@@ -141,7 +145,7 @@ class HFProfile:
     def _mla(self, m: ModelSpec, t: TrainSpec, md: _Mode) -> list[A]:
         x, h, a, s = m.mla, m.hidden, m.n_heads, t.seq
         dqk, dv, kv_up = x.qk_dim, x.v_dim, a * (x.qk_nope_dim + x.v_dim)
-        out = _linear_in("attn.down_in", h, 2, md, True)
+        out = _linear_in("attn.down_in", h, 2, md)
         if x.q_lora_rank:
             out += _norm("attn.q_norm", x.q_lora_rank, 1, "act")
             out.append(A("attn.q_up_in", "norm_out", x.q_lora_rank, flops=4 * x.q_lora_rank))
@@ -174,7 +178,7 @@ class HFProfile:
     # -- feed-forward ------------------------------------------------------------------------
     @staticmethod
     def _mlp(prefix: str, h: int, f: int, md: _Mode, with_input: bool = True) -> list[A]:
-        out = _linear_in(f"{prefix}.in", h, 2, md, True) if with_input else []
+        out = _linear_in(f"{prefix}.in", h, 2, md) if with_input else []
         return out + [A(f"{prefix}.gate_out", "mlp_fc1", f, split="tp", flops=2 * h * f),
                       A(f"{prefix}.up_out", "mlp_fc1", f, split="tp", flops=2 * h * f),
                       A(f"{prefix}.act_out", "mlp_act", f, split="tp", flops=4 * f),
@@ -189,9 +193,9 @@ class HFProfile:
         # fp32 upcast is a no-op) and the shared experts' gate/up; under amp one cast each.
         router_reads_norm = fam != "deepseek" or pure_fp32
         if md.amp:
-            out += _linear_in("moe.router_in", h, 1, md, True)
+            out += _linear_in("moe.router_in", h, 1, md)
             if shared:
-                out += _linear_in("shared.in", h, 2, md, True)
+                out += _linear_in("shared.in", h, 2, md)
         else:
             if router_reads_norm or shared:
                 out.append(A("moe.in", "norm_out", h, flops=4 * h))
@@ -212,22 +216,23 @@ class HFProfile:
         return out
 
     def _experts(self, m: ModelSpec, md: _Mode, wfmt: str) -> list[A]:
-        h, fe, X = m.hidden, m.moe.expert_ffn, md.expert
+        h, fe = m.hidden, m.moe.expert_ffn
+        # grouped_mm runs in the weights' dtype (fp32 under amp); the eager loop's Linears autocast.
+        X = md.stream if self.experts == "grouped_mm" else "act"
 
         def r(name, cls, v, fmt, split="none", flops=0):
             return A(f"experts.{name}", cls, v, fmt, split=split, per="routed", flops=flops)
 
-        body = [r("fc1_out", "expert_fc1", 2 * fe, X if self.experts == "grouped_mm" else "act",
-                  "etp", 4 * h * fe),
-                r("act_out", "expert_act", fe, X if self.experts == "grouped_mm" else "act", "etp", 4 * fe),
-                r("down_in", "expert_act", fe, X if self.experts == "grouped_mm" else "act", "etp", fe),
+        body = [r("fc1_out", "expert_fc1", 2 * fe, X, "etp", 4 * h * fe),
+                r("act_out", "expert_act", fe, X, "etp", 4 * fe),
+                r("down_in", "expert_act", fe, X, "etp", fe),
                 r("weight", "router", 1, wfmt)]
         if self.experts == "grouped_mm":
             return body + [r("in", "expert_in", h, X), r("out", "expert_out", h, X, flops=2 * fe * h),
                            r("idx", "expert_idx", 3, "int64")]
         # Eager loop: Linear under autocast keeps a bf16 cast of the fp32 input; the weighted
         # output is cast (or, when already in that format, kept) in the residual format.
-        return body + [r("in", "expert_in", h, "act"), r("out", "expert_out", h, "act", flops=2 * fe * h),
+        return body + [r("in", "expert_in", h, X), r("out", "expert_out", h, X, flops=2 * fe * h),
                        r("out_cast", "expert_out", h, md.stream, flops=h),
                        r("idx", "expert_idx", 2, "int64")]
 
@@ -257,7 +262,7 @@ class HFProfile:
             return ()
         md, v = _mode(t), _vocab(m, t, p)
         return tuple(_norm("final_norm", m.hidden, 1, md.stream)
-                     + _linear_in("head.in", m.hidden, 1, md, True)
+                     + _linear_in("head.in", m.hidden, 1, md)
                      + [A("loss.logprobs_fp32", "logits", v, "fp32", split="tp", flops=2 * m.hidden * v),
                         A("loss.target", "loss", 1, "int64", split="none")])
 
