@@ -17,7 +17,7 @@ def register(name: str, profile: Profile) -> None:
 
 
 def get_profile(name: str) -> Profile:
-    if not _REGISTRY:
+    if "megatron" not in _REGISTRY:  # a traced profile may have been registered first
         _load_builtins()
     try:
         return _REGISTRY[name]
@@ -27,14 +27,10 @@ def get_profile(name: str) -> Profile:
 
 
 def _load_builtins() -> None:
-    from . import megatron, paper
+    from . import hf, megatron, paper
     register("megatron", megatron.MegatronProfile())
     register("paper", paper.PaperProfile())
-    try:
-        from . import hf
-        register("hf", hf.HFProfile())
-    except ImportError:  # the hf profile lands with the tracing work
-        pass
+    register("hf", hf.HFProfile())
 
 
 __all__ = ["ActTensor", "Profile", "get_profile", "register", "tensor_bytes"]
