@@ -1,7 +1,8 @@
 """Activation profiles: which tensors each layer saves, per framework, and a registry.
 
 Built in: `megatron` (Megatron-Core + TE, flash attention), `paper` (Korthikanti et al. 2022),
-`hf` (Hugging Face transformers modules as traced). `traced:<name>` profiles are registered at
+`hf` (Hugging Face transformers modules as traced, CUDA kernels; `hf-cpu` the same modules on
+CPU kernels, used to validate against CPU traces). `traced:<name>` profiles are registered at
 run time from a trace JSON (see memledger.trace).
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ def _load_builtins() -> None:
     register("megatron", megatron.MegatronProfile())
     register("paper", paper.PaperProfile())
     register("hf", hf.HFProfile())
+    register("hf-cpu", hf.HFProfile(device="cpu"))  # what HF saves when the step runs on a CPU
 
 
 __all__ = ["ActTensor", "Profile", "get_profile", "register", "tensor_bytes"]

@@ -83,7 +83,7 @@ OPTIMIZERS: dict[str, Optimizer] = {
     )
 }
 
-PROFILES = ("megatron", "paper", "hf")
+PROFILES = ("megatron", "paper", "hf", "hf-cpu")
 ATTENTION_IMPLS = ("flash", "eager")
 RECOMPUTE = ("none", "selective", "full", "every-k")
 
@@ -138,6 +138,6 @@ class TrainSpec:
     def pad_multiple(self) -> int:
         if self.vocab_pad:
             return self.vocab_pad
-        return 1 if self.profile == "hf" or self.profile.startswith("traced:") else 128
+        return 1 if self.profile.startswith(("hf", "traced:")) else 128
 
 

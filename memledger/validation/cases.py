@@ -65,9 +65,10 @@ class Case:
     attention: str = "flash"  # flash (sdpa) | eager
     recompute: str = "none"  # none | full
 
-    def train(self) -> TrainSpec:
+    def train(self, device: str = "cuda") -> TrainSpec:
         return TrainSpec(micro_batch=self.micro_batch, seq=self.seq, micro_batches=self.micro_batches,
-                         precision=self.precision, optimizer=self.optimizer, profile="hf",
+                         precision=self.precision, optimizer=self.optimizer,
+                         profile="hf" if device == "cuda" else "hf-cpu",
                          attention=self.attention, recompute=self.recompute)
 
 
@@ -109,14 +110,13 @@ CPU_CASES: tuple[Case, ...] = (
 )
 
 
-def predict(case: Case, workspace_bytes: int = 0):
+def predict(case: Case, device: str = "cuda"):
     """The ledger for a case: one GPU, no context/slack (allocated bytes only), persistent grads,
     fused optimizer kernels (what the measurement runs)."""
     model = from_hf_config(case.config, name=case.name)
     parallel = ParallelSpec(schedule="gpipe")
     runtime = RuntimeSpec(cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0)
-    led = build_ledger(model, parallel, case.train(), runtime)
-    return led, workspace_bytes
+    return build_ledger(model, parallel, case.train(device), runtime)
 
 
 def cases_named(names: list[str] | None, pool=GPU_CASES + CPU_CASES) -> tuple[Case, ...]:

@@ -103,9 +103,38 @@ def _forward(model, case, batches):
     return losses
 
 
-def _saved_bytes_cpu(model, case, batches) -> int:
+def _saved_bytes(model, case, batches) -> int:
     from ..trace.saved import saved_tensor_bytes
     return saved_tensor_bytes(lambda: _forward(model, case, batches), model)
+
+
+def _measure_cuda_step(model, case, batches, stepper) -> dict:
+    """The measured step, phase by phase: forward (activations = allocated delta), backward,
+    optimizer step; each phase's peak is kept for diagnosis, peak_allocated is their maximum."""
+    import torch
+
+    def phase_start():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    phase_start()
+    before = torch.cuda.memory_allocated()
+    losses = _forward(model, case, batches)
+    torch.cuda.synchronize()
+    out = {"base_allocated": before, "activations": torch.cuda.memory_allocated() - before,
+           "forward_peak": torch.cuda.max_memory_allocated()}
+    phase_start()
+    for loss in losses:
+        loss.backward()
+    del losses
+    torch.cuda.synchronize()
+    out["backward_peak"] = torch.cuda.max_memory_allocated()
+    phase_start()
+    stepper.step()
+    torch.cuda.synchronize()
+    out["step_peak"] = torch.cuda.max_memory_allocated()
+    out["peak_allocated"] = max(out["forward_peak"], out["backward_peak"], out["step_peak"])
+    return out
 
 
 def measure(case: Case, device: str = "cuda") -> dict:
@@ -125,22 +154,10 @@ def measure(case: Case, device: str = "cuda") -> dict:
            "inputs": sum(_tensor_bytes(b) for b in batches)}
     t0 = time.perf_counter()
     if cuda:
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        losses = _forward(model, case, batches)
-        torch.cuda.synchronize()
-        out["activations"] = torch.cuda.memory_allocated() - before
-        out["forward_peak_delta"] = torch.cuda.max_memory_allocated() - before
-        for loss in losses:
-            loss.backward()
-        del losses
-        stepper.step()
-        torch.cuda.synchronize()
-        out["peak_allocated"] = torch.cuda.max_memory_allocated()
-        out["base_allocated"] = before
+        out.update(_measure_cuda_step(model, case, batches, stepper))
+        out["saved_tensor_bytes"] = _saved_bytes(model, case, batches)  # same hooks, on GPU
     else:
-        out["activations"] = _saved_bytes_cpu(model, case, batches)
+        out["activations"] = _saved_bytes(model, case, batches)
     out["step_seconds"] = time.perf_counter() - t0
     del model, stepper
     if cuda:
@@ -169,6 +186,9 @@ def environment() -> dict:
            "python": platform.python_version(), "device": "cpu"}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        env.update(device="cuda", gpu=props.name, gpu_total_bytes=props.total_memory,
-                   cuda=torch.version.cuda)
+        torch.cuda.init()
+        free, total = torch.cuda.mem_get_info()
+        env.update(device="cuda", gpu=props.name, gpu_total_bytes=total, cuda=torch.version.cuda,
+                   # driver-side use outside PyTorch's allocator: CUDA context + library handles
+                   context_bytes=total - free - torch.cuda.memory_reserved())
     return env

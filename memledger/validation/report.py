@@ -12,8 +12,9 @@ TOLERANCE = {"weights": 0.005, "gradients": 0.005, "optimizer": 0.005, "activati
              "peak_allocated": 0.10}
 
 
-def predicted_rows(case: Case, workspace_bytes: int, inputs_bytes: int) -> dict[str, int]:
-    led, _ = predict(case)
+def predicted_rows(case: Case, workspace_bytes: int, inputs_bytes: int,
+                   device: str = "cuda") -> dict[str, int]:
+    led = predict(case, device)
     r = led.ranks[0]
     return {"weights": r.rows["weights"], "gradients": r.rows["gradients"],
             "optimizer": r.rows["optimizer"], "activations": r.rows["activations"],
@@ -22,7 +23,8 @@ def predicted_rows(case: Case, workspace_bytes: int, inputs_bytes: int) -> dict[
 
 def compare(case: Case, measured: dict, env: dict, workspace_bytes: int = 0) -> list[dict]:
     """One record per row that was measured: predicted, measured, relative error, verdict."""
-    pred = predicted_rows(case, workspace_bytes, measured.get("inputs", 0))
+    device = "cuda" if env.get("device") == "cuda" else "cpu"
+    pred = predicted_rows(case, workspace_bytes, measured.get("inputs", 0), device)
     out = []
     for row, tol in TOLERANCE.items():
         if row not in measured:
