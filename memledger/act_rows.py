@@ -22,6 +22,9 @@ from .activations import get_profile
 from .activations.inventory import ActTensor, formula, tensor_bytes
 from .flops import layer_forward_flops_per_token
 from .items import Item
+from .params import layer_groups, padded_vocab
+from .sharding import shard_divisor
+from .units import format_bytes
 from .params import layer_kind
 from .schedules import stage_layers
 from .specs.model import ModelSpec
@@ -176,7 +179,34 @@ def activation_items(m, p, t, flights, first: int, last: int, moves=None) -> lis
             items.append(Item("activations", name, staging,
                               "2 × one layer's offloaded bytes (write-out + prefetch)",
                               "Megatron-Core / Kimi K2 §2.4.3 activation offloading"))
+    cast = autocast_copies(m, p, t, flights, last)
+    if cast is not None:
+        items.append(cast)
     return items
+
+
+def autocast_copies(m, p, t, flights, last: int) -> Item | None:
+    """Recipe amp (fp32 weights, torch.autocast to bf16): every matmul reads a bf16 cast of its
+    fp32 weight and saves that cast for backward — one copy per micro-batch in flight. Routed
+    experts (transformers' grouped_mm is not autocast-enabled), fp32-kept routers and the
+    embedding lookup are not cast; under full/every-k recompute the layers' casts are re-made in
+    backward and only the head's stays. Measured on an H200: 1,641,021,440 bytes for a 0.8B
+    Llama (exactly its non-embedding matrices × 2 bytes)."""
+    r = t.recipe
+    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")):
+        return None
+    n = 0
+    if t.recompute not in ("full", "every-k"):
+        for kind, copies in layer_micro_batches(m, p, flights).items():
+            n += copies * sum(-(-g.count // shard_divisor(g, p)) for g in layer_groups(m, kind)
+                              if g.matrix and not g.expert and not g.fp32)
+    if last and m.vocab:
+        n += last * -(-padded_vocab(m, p.tp, t.pad_multiple()) // p.tp) * m.hidden
+    if not n:
+        return None
+    return Item("activations", "autocast weight casts", format_bytes(r.act_fmt, n),
+                f"{n} matrix params held as {r.act_fmt} casts (per micro-batch in flight)",
+                "torch.autocast weight cast saved by each matmul (measured, H200)")
 
 
 def activation_transients(m, p, t, flights, holds_last: bool, moves=None) -> list[Item]:

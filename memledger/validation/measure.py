@@ -6,7 +6,9 @@ On CUDA: weights/gradients/optimizer states are summed from the tensors; activat
 allocated-bytes delta across the forward passes (all m micro-batches held, GPipe order);
 peak_allocated is torch.cuda.max_memory_allocated over the measured step, minus nothing.
 On CPU there is no allocator to ask: activations are the storage-deduplicated bytes of the
-tensors autograd saved (parameters excluded), and no peak is reported.
+tensors autograd saved (parameters excluded, autocast's weight casts included), and no peak is
+reported. Each case starts from a collected heap (gc + empty_cache): the first GPU run showed
+earlier cases' models surviving in reference cycles and inflating later peaks.
 Ignores: the input ids and labels (b·s int64 each, reported separately as `inputs`).
 """
 from __future__ import annotations
@@ -104,8 +106,10 @@ def _forward(model, case, batches):
 
 
 def _saved_bytes(model, case, batches) -> int:
+    """Saved-for-backward bytes, storage-deduplicated, parameters excluded but autocast's
+    weight casts included (they are per-micro-batch memory like any activation)."""
     from ..trace.saved import saved_tensor_bytes
-    return saved_tensor_bytes(lambda: _forward(model, case, batches), model)
+    return saved_tensor_bytes(lambda: _forward(model, case, batches), model, include_param_copies=True)
 
 
 def _measure_cuda_step(model, case, batches, stepper) -> dict:
@@ -139,8 +143,13 @@ def _measure_cuda_step(model, case, batches, stepper) -> dict:
 
 def measure(case: Case, device: str = "cuda") -> dict:
     """Measured bytes of one case: weights, gradients, optimizer, activations, peak_allocated."""
+    import gc
+
     import torch
     cuda = device == "cuda"
+    gc.collect()  # the previous case's model and graphs hold reference cycles
+    if cuda:
+        torch.cuda.empty_cache()
     model = build_model(case, device)
     stepper = Stepper(model, case)
     batches = _batches(case, model.config.vocab_size, device)
@@ -159,9 +168,11 @@ def measure(case: Case, device: str = "cuda") -> dict:
     else:
         out["activations"] = _saved_bytes(model, case, batches)
     out["step_seconds"] = time.perf_counter() - t0
-    del model, stepper
+    del model, stepper, batches
+    gc.collect()
     if cuda:
         torch.cuda.empty_cache()
+        out["leftover_allocated"] = torch.cuda.memory_allocated()  # should be ~0: nothing leaks
     return out
 
 
