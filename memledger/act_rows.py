@@ -224,11 +224,39 @@ def activation_transients(m, p, t, flights, holds_last: bool, moves=None) -> lis
         out.append(Item("runtime", "recompute working set (policy, one layer)", policy_set,
                         "one layer's tensors recomputed by the policy (selective classes excluded: "
                         "re-created op by op inside fused kernels)", "memledger.act_policy"))
-    if holds_last:
-        for x in get_profile(t.profile).transients(m, t, p):
-            out.append(Item("runtime", x.name, tensor_bytes(x, m, t, p),
-                            f"one micro-batch × {formula(x, m, t, p)}", SRC.get(t.profile, t.profile)))
+    forward = [autocast_cache(m, p, t, flights)]
+    for x in get_profile(t.profile).transients(m, t, p) if holds_last else ():
+        item = Item("runtime", x.name, tensor_bytes(x, m, t, p),
+                    f"one micro-batch × {formula(x, m, t, p)}", SRC.get(t.profile, t.profile))
+        (forward if x.cls == "forward" else out).append(item)
+    forward = [i for i in forward if i is not None and i.bytes]
+    if forward:  # alive together at the end of the forward pass: one working set
+        out.append(Item("runtime", "forward working set: " + " + ".join(i.name for i in forward),
+                        sum(i.bytes for i in forward), "; ".join(i.formula for i in forward),
+                        forward[-1].source))
     return out
+
+
+def autocast_cache(m, p, t, flights) -> Item | None:
+    """Under amp with full/every-k recompute the matmuls' bf16 weight casts are not saved, but
+    torch.autocast's cast cache holds every one of them until the forward's autocast region
+    ends: the rank's layer casts, once (found on the H200: forward peak 1.4 GiB over the
+    backward one for a 0.8B Llama at 4k tokens)."""
+    r = t.recipe
+    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or t.recompute not in ("full", "every-k"):
+        return None
+    kinds = {k: 1 for k, n in layer_micro_batches(m, p, flights).items() if n}
+    per_kind = layer_counts(m, p, flights)
+    n = sum(per_kind[k] * sum(-(-g.count // shard_divisor(g, p)) for g in layer_groups(m, k)
+                              if g.matrix and not g.expert and not g.fp32) for k in kinds)
+    return Item("runtime", "autocast weight-cast cache", format_bytes(r.act_fmt, n),
+                f"{n} matrix params of this rank's layers as {r.act_fmt} casts",
+                "torch.autocast cast cache (cleared when the autocast region exits)")
+
+
+def layer_counts(m, p, flights) -> Counter:
+    """Layers of each kind held on the rank (whatever the micro-batches in flight)."""
+    return layer_micro_batches(m, p, tuple((s, 1) for s, _ in flights))
 
 
 def _policy_recompute_set(t: TrainSpec, moves: list[TensorMove]) -> int:

@@ -272,6 +272,11 @@ class HFProfile:
     def transients(self, m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> tuple[A, ...]:
         if not m.vocab:
             return ()
-        # One working set (the ledger takes the largest item): at log_softmax's backward the
-        # fp32 gradient of the log-probs and the fp32 gradient of the logits are alive together.
-        return (A("loss.logit_grads_fp32", "logits", 2 * _vocab(m, t, p), "fp32", split="tp"),)
+        v = _vocab(m, t, p)
+        # Backward: at log_softmax's backward the fp32 gradient of the log-probs and the fp32
+        # gradient of the logits are alive together. Forward (class "forward", summed by the
+        # ledger into one forward-phase working set): the head's logits in the activation format
+        # and their fp32 upcast, both alive while log_softmax runs (measured on the H200).
+        return (A("loss.logit_grads_fp32", "logits", 2 * v, "fp32", split="tp"),
+                A("loss.logits", "forward", v, "act", split="tp"),
+                A("loss.logits_fp32_upcast", "forward", v, "fp32", split="tp"))

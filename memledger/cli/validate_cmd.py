@@ -16,6 +16,8 @@ def add(sub) -> None:
     p.add_argument("--cases", default=None, help="comma-separated case names (default: all for the device)")
     p.add_argument("--out", default=None, help="folder for the JSON/CSV results")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
+    p.add_argument("--rescore", metavar="JSON", default=None,
+                   help="re-predict a stored run's measurements with the current ledger (no torch)")
     p.set_defaults(run=run)
 
 
@@ -36,6 +38,8 @@ def run(args) -> int:
     if args.list:
         print("\n".join(c.name for c in GPU_CASES + CPU_CASES))
         return 0
+    if args.rescore:
+        return rescore_file(Path(args.rescore))
     device = _device(args.device)
     pool = GPU_CASES if device == "cuda" else CPU_CASES
     cases = cases_named(args.cases.split(",") if args.cases else None, pool=GPU_CASES + CPU_CASES) \
@@ -57,6 +61,20 @@ def run(args) -> int:
     print("worst |error| per row: " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in worst.items()))
     if args.out:
         write(Path(args.out), device, env, records, raw)
+    return 0 if all(r["ok"] for r in records) else 1
+
+
+def rescore_file(path: Path) -> int:
+    from ..validation.report import rescore, worst_by_row
+    try:
+        doc = json.loads(path.read_text())
+        records = rescore(doc)
+    except (OSError, ValueError, KeyError) as e:
+        raise SpecError("rescore", f"cannot read a validation result from {path}: {e}") from None
+    for r in records:
+        print(f"{r['case']:<45} {r['row']:<15} {100 * r['rel_error']:+7.2f}%  {'ok' if r['ok'] else 'MISS'}")
+    worst = worst_by_row(records)
+    print("worst |error| per row: " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in worst.items()))
     return 0 if all(r["ok"] for r in records) else 1
 
 

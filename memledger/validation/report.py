@@ -47,3 +47,18 @@ def worst_by_row(records: list[dict]) -> dict[str, float]:
     for r in records:
         worst[r["row"]] = max(worst.get(r["row"], 0.0), abs(r["rel_error"]))
     return worst
+
+
+def rescore(doc: dict) -> list[dict]:
+    """Records for stored measurements, predicted by the ledger as it is now. Measurements are
+    facts of a run; predictions are re-derived, so a stored GPU run keeps checking the model."""
+    from .cases import CPU_CASES, GPU_CASES
+    by_name = {c.name: c for c in GPU_CASES + CPU_CASES}
+    env = doc["environment"]
+    ws = env.get("cublas_workspace_bytes", 0)
+    records = []
+    for m in doc["measurements"]:
+        case = by_name.get(m["case"])
+        if case is not None:
+            records += compare(case, m, env, ws)
+    return records
