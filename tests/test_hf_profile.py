@@ -156,13 +156,17 @@ def test_cuda_and_cpu_variants_differ_only_for_mla_sdpa():
             assert (cpu == cuda) == (arch != "dsv3" or att == "eager"), (arch, att)
 
 
-def test_transient_is_two_fp32_logit_gradients_in_one_item():
-    """8 bytes per logit above the saved log-probs: the backward peak measured on an H200
-    (tests/data/hf_traces_h200.json, meta.logits_transient). One item: the ledger takes the max."""
+def test_backward_transient_is_two_fp32_logit_gradients_and_forward_is_logits_plus_upcast():
+    """Backward: 8 bytes per logit above the saved log-probs, the peak measured on an H200
+    (tests/data/hf_traces_h200.json, meta.logits_transient). Forward (class "forward", one
+    working set in the ledger): the bf16 logits and their fp32 upcast, 6 bytes per logit."""
     m = build("llama", SMALL)[1]
     t = TrainSpec(micro_batch=2, seq=64, precision="bf16", profile="hf")
-    (x,) = HFProfile().transients(m, t, P)
-    assert tensor_bytes(x, m, t, P) == 8 * 2 * 64 * 128
+    xs = HFProfile().transients(m, t, P)
+    backward = [x for x in xs if x.cls != "forward"]
+    forward = [x for x in xs if x.cls == "forward"]
+    assert [tensor_bytes(x, m, t, P) for x in backward] == [8 * 2 * 64 * 128]
+    assert sum(tensor_bytes(x, m, t, P) for x in forward) == 6 * 2 * 64 * 128
 
 
 def test_registered_as_hf():
