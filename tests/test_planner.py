@@ -7,7 +7,7 @@ import pytest
 
 from memledger import build_ledger, gpu, model, n_params
 from memledger.errors import SpecError
-from memledger.planner import Constraints, PlanSpec, plan
+from memledger.planner import Constraints, Plan, PlanSpec, plan
 from memledger.units import GIB, ceil_div
 
 N_8B = n_params(model("llama3-8b"))
@@ -152,3 +152,15 @@ def test_bad_plan_spec_names_the_field():
                  global_batch=0)
     with pytest.raises(SpecError, match="recompute"):
         Constraints(recompute="every-k")
+
+
+def test_probe_pareto_equals_the_sort_everything_front_on_a_large_random_cloud():
+    from memledger.planner.result import PROBE, _front
+    rng = np.random.default_rng(7)
+    n = 5 * PROBE
+    secs, peak = np.round(rng.random(n) * 50, 2), rng.integers(0, 10**5, n)
+    ev = type("E", (), {"peak_bytes": peak, "seconds": secs})()
+    fast = Plan.__new__(Plan)
+    fast.evaluated = ev
+    ref = _front(np.arange(n), peak, secs)
+    assert sorted(zip(peak[fast.pareto], secs[fast.pareto])) == sorted(zip(peak[ref], secs[ref]))

@@ -2,7 +2,7 @@
 
 For one block — a (world, pp, tp, cp, dp) with its widths (ep, etp) and all its pipeline shapes —
 the arrays of `coeffs` and `ranks` are combined with numpy over
-[width, candidate rank, ZeRO stage, micro-batch size, recompute mode] exactly as
+[candidate rank, width, ZeRO stage, micro-batch size, recompute mode] exactly as
 `ledger.build_rank` assembles a rank:
     peak_alloc = static + max(activations + communication + largest transient, step temporaries)
     peak_total = peak_alloc + ceil(peak_alloc · slack% / 100) + CUDA context
@@ -47,7 +47,7 @@ class Block:
     shape: tuple
 
     def decode(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        w, p, z, b, r = np.unravel_index(flat, self.shape)
+        p, w, z, b, r = np.unravel_index(flat, self.shape)
         n = len(flat)
         return {"world": np.full(n, self.world), "tp": np.full(n, self.tp),
                 "pp": np.full(n, self.pp), "vpp": self.pipes["vpp"][p], "ep": self.ep[w],
@@ -67,7 +67,7 @@ class Evaluated:
     n_evaluated: int = 0
     n_fits: int = 0
     best: dict | None = None  # the configuration with the smallest peak, fitting or not
-    seconds_eval: float = 0.0  # wall time of the vectorised combine (for the benchmark)
+    seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
 
     def columns(self, rows=None) -> dict[str, np.ndarray]:
         """Decoded axes of the kept configurations `rows` (default: all), in that order."""
@@ -97,26 +97,33 @@ def _axes(spec: PlanSpec):
 
 
 def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt) -> np.ndarray:
-    """[W, P, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape."""
-    has_d, has_m, last_t = lD > 0, lM > 0, (lml > 0)[None]
-    base = (fmb * ba.first + lml * ba.last)[None]
-    comm_b = ba.pp_buf[None, None, :] + (n_moe > 0)[None, :, None] * ba.a2a[:, None, :]
+    """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
+
+    Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
+    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat."""
+    has_d, has_m, last_t = lD > 0, lM > 0, lml > 0  # [R, B]
+    fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)  # [R, W, Z] comm that is not per-b
+    static, step = S.transpose(1, 0, 2), STEP.transpose(1, 0, 2)
+    # per (rank, b): first/last-stage tensors, pipeline buffers, the logits transient
+    base = fmb * ba.first + lml * ba.last + ba.pp_buf
     logits = last_t * ba.logits
+    a2a = (n_moe > 0)[:, None, None] * ba.a2a[None]  # [R, W, B]
+    keep = {k: v[None] for k, v in ba.keep.items()}  # [1, W, B]
     parts = []
     for rc in rcs:
         if rc == "full":
-            act = ((lD + lM) * ba.layer_input)[None]
-            worst = np.maximum(np.maximum(has_d[None] * ba.full["dense"][:, None, :],
-                                          has_m[None] * ba.full["moe"][:, None, :]), logits)
+            act = ((lD + lM) * ba.layer_input)[:, None]
+            worst = np.maximum(np.maximum(has_d[:, None] * ba.full["dense"][None],
+                                          has_m[:, None] * ba.full["moe"][None]), logits[:, None])
         else:
-            act = lD[None] * ba.keep["dense", rc][:, None, :] + lM[None] * ba.keep["moe", rc][:, None, :]
-            worst = logits
+            act = lD[:, None] * keep["dense", rc] + lM[:, None] * keep["moe", rc]
+            worst = logits[:, None]
         parts.append(act + worst)
-    fwd_bwd = np.stack(parts, -1) + (base + comm_b)[..., None]  # [W, R, B, RC]
-    fixed = CZ + const[:, None, None]  # [W, R, Z]
-    alloc = S[..., None, None] + np.maximum(fwd_bwd[:, :, None] + fixed[..., None, None],
-                                            STEP[..., None, None])
-    alloc = np.maximum.reduceat(alloc, seg, axis=1)
+    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
+    # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
+    alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
+    np.maximum(alloc, (static + step)[..., None, None], out=alloc)
+    alloc = np.maximum.reduceat(alloc, seg, axis=0)
     return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
 
 
@@ -150,9 +157,10 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, clock):
            for k in ("n_moe", "l_dense", "l_moe", "first_mb", "last_mb")}
     bubble = np.stack([tb.bubble for tb in tables])
     pipe_cols = _pipe_columns(g.pipes)
+    held_cache: dict = {}
     for tp in np.unique(g.tp).tolist():
         in_tp = np.flatnonzero(g.tp == tp)
-        helds = [h for pipe, tb in zip(g.pipes, tables) for h in rank_held(m, pipe, tp, t, tb.ranks)]
+        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache)]
         cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
         stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
                                               cols(g.etp)), zs)
@@ -167,8 +175,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, clock):
             ms_b = spec.global_batch // (dp * bs)
             mi = np.searchsorted(ms, ms_b)
             ep, etp = g.ep[sel], g.etp[sel]
-            t0 = clock()
             ba = block_arrays(m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
+            t0 = clock()
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
                            cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt)

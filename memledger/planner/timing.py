@@ -46,25 +46,24 @@ def pipe_flops(m, t, tp: int, tables, rcs) -> PipeFlops:
 
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
                   grads0, weights0, seg) -> np.ndarray:
-    """[W, P, Z, B, RC] estimated seconds per step."""
+    """[P, W, Z, B, RC] estimated seconds per step. grads0 / weights0: [W, R] unsharded rows of
+    the memory-candidate ranks (segments `seg`); bubble: [P, B]."""
     hw, m, gpn = spec.hardware, spec.model, spec.node_size
     rate = hw.bf16_flops * spec.mfu_pct / 100
     act = format_bytes(spec.base_train().recipe.act_fmt, 1)
     tokens = np.asarray(bs, np.float64) * spec.seq / cp  # on the rank, per micro-batch
-    compute = pf.stage[None, :, None, None, :] * (tokens / tp)[None, None, None, :, None] / rate
+    compute = pf.stage[:, None, None, None, :] * (tokens / tp)[:, None] / rate  # [P,1,1,B,RC]
     per_dense = (st.tp_bytes_per_layer(m, tokens, tp, act) / st.link_bw(hw, tp, gpn)
                  + st.cp_bytes_per_layer(m, tokens, tp, cp, act) / st.link_bw(hw, tp * cp, gpn))
     ep_col = np.asarray(ep)[:, None]
     per_moe = per_dense + (st.ep_bytes_per_moe_layer(m, tokens, tp, ep_col, act)
                            / st.link_bw(hw, ep_col * np.asarray(etp)[:, None], gpn))
-    layer = (pf.rank_dense[None, :, None] * per_dense[None, None, :]
-             + pf.rank_moe[None, :, None] * per_moe[:, None, :])
-    comm = np.maximum.reduceat(layer, pf.seg, axis=1)[:, :, None, :, None]
-    grads = np.maximum.reduceat(grads0, seg, axis=1)[:, :, None, None]
-    weights = np.maximum.reduceat(weights0, seg, axis=1)[:, :, None, None]
-    sync = st.dp_sync_seconds(grads, weights, dp * cp, np.asarray(zs)[None, None, :, None],
-                              np.asarray(ms_b)[None, None, None, :],
-                              st.link_bw(hw, tp * cp * dp, gpn))[..., None]
-    return st.step_seconds(compute_s=compute, comm_s=comm, bubble=bubble[None, :, None, :, None],
-                           micro_batches=np.asarray(ms_b)[None, None, None, :, None],
-                           dp_sync_s=sync)
+    layer = (pf.rank_dense[:, None, None] * per_dense[None, None, :]
+             + pf.rank_moe[:, None, None] * per_moe[None])  # [all ranks, W, B]
+    comm = np.maximum.reduceat(layer, pf.seg, axis=0)[:, :, None, :, None]
+    grads = np.maximum.reduceat(grads0.T, seg, axis=0)[:, :, None, None]  # [P, W, 1, 1]
+    weights = np.maximum.reduceat(weights0.T, seg, axis=0)[:, :, None, None]
+    sync = st.dp_sync_seconds(grads, weights, dp * cp, np.asarray(zs)[:, None],
+                              np.asarray(ms_b), st.link_bw(hw, tp * cp * dp, gpn))[..., None]
+    return st.step_seconds(compute_s=compute, comm_s=comm, bubble=bubble[:, None, None, :, None],
+                           micro_batches=np.asarray(ms_b)[:, None], dp_sync_s=sync)
