@@ -14,7 +14,9 @@ step = m · (compute + recompute + layer communication) / (1 − bubble) + data-
   (Megatron rank order: tp innermost, then cp, dp; experts etp then ep):
   TP with sequence parallel: 4 all-gathers + 4 reduce-scatters of b·s/cp·h activations;
   CP ring attention: K and V passed cp − 1 times forward, twice that backward;
-  EP: dispatch + combine all-to-alls forward and backward, T·K rows of h each.
+  EP: dispatch + combine all-to-alls forward and backward, T·K rows of h each;
+  ETP: the expert-tensor-parallel all-gather of the routed rows before the experts and the
+  reduce-scatter after, forward and backward (Megatron-Core MoE with expert TP).
 - bubble: `schedules.bubble_fraction` of the schedule; a bigger bubble is never faster.
 - data-parallel sync: ring all-reduce of the gradients, 2(d − 1)/d of the rank's gradient bytes
   (reduce-scatter + all-gather under ZeRO-1/2 moves the same); ZeRO-3 adds an all-gather of the
@@ -64,6 +66,12 @@ def ep_bytes_per_moe_layer(m: ModelSpec, tokens, tp, ep, act_bytes: int):
     """EP traffic per MoE layer per micro-batch: T = tokens/tp rows leave, K copies each."""
     k = m.moe.top_k if m.moe else 0
     return EP_ALL_TO_ALLS * ring_share(ep) * tokens / tp * k * m.hidden * act_bytes
+
+
+def etp_bytes_per_moe_layer(m: ModelSpec, tokens, tp, etp, act_bytes: int):
+    """ETP traffic per MoE layer per micro-batch: 4 collectives over the etp·T·K routed rows."""
+    k = m.moe.top_k if m.moe else 0
+    return EP_ALL_TO_ALLS * ring_share(etp) * tokens / tp * k * etp * m.hidden * act_bytes
 
 
 def dp_sync_seconds(grad_bytes, weight_bytes, d, zero, micro_batches, bw):

@@ -55,9 +55,11 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     compute = pf.stage[:, None, None, None, :] * (tokens / tp)[:, None] / rate  # [P,1,1,B,RC]
     per_dense = (st.tp_bytes_per_layer(m, tokens, tp, act) / st.link_bw(hw, tp, gpn)
                  + st.cp_bytes_per_layer(m, tokens, tp, cp, act) / st.link_bw(hw, tp * cp, gpn))
-    ep_col = np.asarray(ep)[:, None]
-    per_moe = per_dense + (st.ep_bytes_per_moe_layer(m, tokens, tp, ep_col, act)
-                           / st.link_bw(hw, ep_col * np.asarray(etp)[:, None], gpn))
+    ep_col, etp_col = np.asarray(ep)[:, None], np.asarray(etp)[:, None]
+    per_moe = (per_dense + st.ep_bytes_per_moe_layer(m, tokens, tp, ep_col, act)
+               / st.link_bw(hw, ep_col * etp_col, gpn)
+               + st.etp_bytes_per_moe_layer(m, tokens, tp, etp_col, act)
+               / st.link_bw(hw, etp_col, gpn))
     layer = (pf.rank_dense[:, None, None] * per_dense[None, None, :]
              + pf.rank_moe[:, None, None] * per_moe[None])  # [all ranks, W, B]
     comm = np.maximum.reduceat(layer, pf.seg, axis=0)[:, :, None, :, None]
