@@ -23,7 +23,10 @@ step = m · (compute + recompute + layer communication) / (1 − bubble) + data-
   weights forward and backward for every micro-batch.
 Ignores: overlap of communication with compute, latency and message sizes, congestion and
 topology beyond node / network, pipeline send/recv, optimizer-step time, MoE load imbalance,
-separate expert-data-parallel groups, kernel efficiency differences between layouts (one MFU).
+separate expert-data-parallel groups (all gradients sync over dp·cp), the communication a
+recomputed forward repeats, and kernel efficiency differences between layouts — one MFU for
+all, so a larger micro-batch is never faster here except by saving ZeRO-3 gathers, and context
+parallelism costs only its K/V traffic.
 """
 from __future__ import annotations
 

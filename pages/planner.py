@@ -86,7 +86,7 @@ def _widgets() -> dict:
     return {k: ss[f"pl_{k}"] for k in DEFAULT if k != "row"}
 
 
-@st.cache_resource(max_entries=4, show_spinner="Evaluating every configuration…")
+@st.cache_resource(max_entries=2, show_spinner="Evaluating every configuration…")
 def _plan(items: tuple):
     from memledger.planner import Constraints, PlanSpec, plan
     v = dict(items)

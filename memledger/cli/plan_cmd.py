@@ -52,6 +52,8 @@ def spec_from_args(args):
         raise SpecError("gpu", f"the planner needs a GPU preset; valid: {', '.join(GPUS)}")
     if args.micro_batches is not None:
         raise SpecError("micro_batches", "the planner derives it: global batch / (dp · micro-batch)")
+    if args.recompute_every:
+        raise SpecError("recompute_every", "the planner searches none, selective and full")
     if args.top < 0:
         raise SpecError("top", f"must be >= 0, got {args.top}")
     if args.profile.startswith("traced:"):

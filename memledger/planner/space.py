@@ -20,7 +20,6 @@ import numpy as np
 
 from ..errors import SpecError
 from ..schedules import balanced_layout
-from ..specs.model import ModelSpec
 from ..specs.parallel import ParallelSpec
 from ..validate import check_model_parallel, check_train
 from .spec import PLAN_SCHEDULES, PlanSpec

@@ -11,7 +11,6 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..planner import Plan
-from ..planner.evaluate import SCHEDULE_CODES
 from ..planner.spec import PLAN_RECOMPUTE
 from ..specs.parallel import ParallelSpec
 from ..specs.train import TrainSpec
@@ -106,4 +105,4 @@ def _text(v) -> str:
     return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
-__all__ = ["plan_scatter", "top_table", "ledger_query", "LEDGER_KEYS", "SCHEDULE_CODES"]
+__all__ = ["plan_scatter", "top_table", "ledger_query", "LEDGER_KEYS"]
