@@ -152,11 +152,27 @@ def _sum_bytes(tensors, m, tv, pv, shape) -> np.ndarray:
     return np.broadcast_to(total, shape)
 
 
-def block_arrays(m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
+@dataclass
+class ActArrays:
+    """Per (tp, cp), over every candidate etp (rows) and micro-batch size (columns): they do
+    not depend on pp or dp, so blocks of every pipeline depth share them."""
+
+    etps: np.ndarray
+    bs: np.ndarray
+    keep: dict
+    full: dict
+    layer_input: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    logits: np.ndarray
+    a2a: dict  # ep -> [b]
+
+
+def act_arrays(m, t, rt, tp, cp, etps, eps, bs) -> ActArrays:
     prof = get_profile(t.profile)
-    pv = _vp(tp, pp, cp, dp, _col(ep), _col(etp))
+    pv = _vp(tp, 1, cp, 1, 1, _col(etps))
     tv = VecTrain(t, micro_batch=np.asarray(bs, np.int64)[None, :])
-    shape = (len(ep), len(bs))
+    shape, row = (len(etps), len(bs)), (1, len(bs))
     keep, full = {}, {}
     for kind in ("dense", "moe"):
         tensors = prof.layer(m, kind, tv, pv) if (kind == "dense" or m.moe is not None) else ()
@@ -164,22 +180,34 @@ def block_arrays(m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
         keep[kind, "none"] = full[kind]
         keep[kind, "selective"] = _sum_bytes([x for x in tensors if x.cls not in prof.selective],
                                              m, tv, pv, shape)
-    row = (len(bs),)
-    logits = np.zeros(row, np.int64)
+    logits = np.zeros(len(bs), np.int64)
     for x in prof.transients(m, tv, pv):
-        logits = np.maximum(logits, np.broadcast_to(tensor_bytes(x, m, tv, pv), (1,) + row)[0])
-    a2a = np.zeros(shape, np.int64)
+        logits = np.maximum(logits, np.broadcast_to(tensor_bytes(x, m, tv, pv), row)[0])
+    a2a = {}
     if m.moe is not None:
-        for e in np.unique(ep).tolist():
-            if e > 1:
-                pe = _vp(tp, pp, cp, dp, e, 1)
-                tq = VecTrain(t, micro_batch=quiet(bs)[None, :])  # moe_items prints the rows
-                a2a[ep == e] = np.asarray(sum(i.bytes for i in comm.moe_items(m, pe, tq, rt)))[0]
-    pp_buf = sum((i.bytes for i in comm.pp_items(m, pv, tv)), np.zeros((1,) + row, np.int64))[0]
+        tq = VecTrain(t, micro_batch=quiet(bs)[None, :])  # moe_items prints the rows
+        for e in sorted(set(eps) - {1}):
+            a2a[e] = np.broadcast_to(sum(i.bytes for i in comm.moe_items(
+                m, _vp(tp, 1, cp, e, e, 1), tq, rt)), row)[0]
+    return ActArrays(np.asarray(etps), np.asarray(bs), keep, full,
+                     _sum_bytes([prof.layer_input(m, tv, pv)], m, tv, pv, row)[0],
+                     _sum_bytes(prof.first_stage(m, tv, pv), m, tv, pv, row)[0],
+                     _sum_bytes(prof.last_stage(m, tv, pv), m, tv, pv, row)[0], logits, a2a)
+
+
+def block_arrays(aa: ActArrays, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
+    """The block's slice of `aa` (its etp rows, its micro-batch sizes) plus what depends on
+    pp and dp: pipeline send/recv buffers and the per-width NCCL / gradient buffers."""
+    ie, ib = np.searchsorted(aa.etps, etp), np.searchsorted(aa.bs, bs)
+    pick = lambda a: a[ie][:, ib]  # noqa: E731
+    a2a = np.zeros((len(ep), len(bs)), np.int64)
+    for e, row in aa.a2a.items():
+        a2a[ep == e] = row[ib]
+    tv = VecTrain(t, micro_batch=np.asarray(bs, np.int64)[None, :])
+    pp_buf = sum((i.bytes for i in comm.pp_items(m, _vp(tp, pp, cp, dp, 1, 1), tv)),
+                 np.zeros((1, len(bs)), np.int64))[0]
     return BlockArrays(
-        keep=keep, full=full,
-        layer_input=_sum_bytes([prof.layer_input(m, tv, pv)], m, tv, pv, (1,) + row)[0],
-        first=_sum_bytes(prof.first_stage(m, tv, pv), m, tv, pv, (1,) + row)[0],
-        last=_sum_bytes(prof.last_stage(m, tv, pv), m, tv, pv, (1,) + row)[0],
-        logits=logits, pp_buf=pp_buf, a2a=a2a,
+        keep={k: pick(v) for k, v in aa.keep.items()}, full={k: pick(v) for k, v in aa.full.items()},
+        layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
+        logits=aa.logits[ib], pp_buf=pp_buf, a2a=a2a,
         const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)))

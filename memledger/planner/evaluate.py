@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..units import ceil_div
-from .coeffs import block_arrays, static_tables
+from .coeffs import act_arrays, block_arrays, static_tables
 from .ranks import pipe_tables, rank_held
 from .space import Group, Space, divisors
 from .spec import PLAN_RECOMPUTE, PlanSpec
@@ -134,8 +134,13 @@ def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False) -> Evaluated:
     zs, rcs = _axes(spec)
     if not zs or not rcs:
         return _finish(out)
+    cache = {"etps": sorted({e for g in space.groups for e in g.etp.tolist()}),
+             "eps": sorted({e for g in space.groups for e in g.ep.tolist()}),
+             "bs": np.unique(np.concatenate([np.zeros(0, np.int64)] + [
+                 micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
+                                                        for d in g.dp.tolist()}]))}
     for g in space.groups:
-        _evaluate_group(spec, g, zs, rcs, keep_all, out, time.perf_counter)
+        _evaluate_group(spec, g, zs, rcs, keep_all, out, time.perf_counter, cache)
     return _finish(out)
 
 
@@ -145,7 +150,7 @@ def _group_ms(spec, g: Group):
     return per_dp, np.array(ms, dtype=np.int64)
 
 
-def _evaluate_group(spec, g, zs, rcs, keep_all, out, clock):
+def _evaluate_group(spec, g, zs, rcs, keep_all, out, clock, cache):
     m, rt = spec.model, spec.runtime
     t = spec.base_train()
     per_dp, ms = _group_ms(spec, g)
@@ -175,7 +180,10 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, clock):
             ms_b = spec.global_batch // (dp * bs)
             mi = np.searchsorted(ms, ms_b)
             ep, etp = g.ep[sel], g.etp[sel]
-            ba = block_arrays(m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
+            if (tp, cp) not in cache:
+                cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
+                                           cache["bs"])
+            ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
             t0 = clock()
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
