@@ -6,11 +6,13 @@ temporaries and unsharded weight / gradient bytes of every candidate rank, over 
 (parameter group, instances) pair the ranks hold, then summed per rank
 (ranks with the same held list share one column).
 
-`block_arrays`: for one (tp, cp, dp), the per-micro-batch quantities over micro-batch sizes b
-and the block's (ep, etp): each layer kind's kept-tensor bytes per recompute mode
-(`inventory.tensor_bytes` on `VecTrain` arrays), the checkpointed layer input, first / last stage
-tensors, the largest last-stage transient, pipeline send/recv and MoE all-to-all buffers
-(`comm.pp_items`, `comm.moe_items`), and the per-width NCCL / gradient-bucket buffers.
+`act_arrays`: for one (tp, cp), over every candidate etp and micro-batch size b, each layer
+kind's kept-tensor bytes per recompute mode (`inventory.tensor_bytes` on `VecTrain` arrays), one
+layer's whole inventory (the full-recompute transient), the checkpointed layer input, first /
+last stage tensors, the largest last-stage transient and, per ep, the MoE all-to-all buffers
+(`comm.moe_items`). `block_arrays` slices them for one (pp, tp, cp, dp) block and adds what
+depends on pp and dp: pipeline send/recv (`comm.pp_items`) and the per-width NCCL / gradient
+buffers (`comm.nccl_items`, `comm.grad_bucket_items`).
 """
 from __future__ import annotations
 

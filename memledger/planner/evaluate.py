@@ -12,6 +12,7 @@ test compares every piece's sum with `build_ledger` on thousands of random confi
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,7 +130,6 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt) -> np
 
 def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False) -> Evaluated:
     """Evaluate every configuration of the space; keep those that fit (or all, for tests)."""
-    import time
     out = Evaluated()
     zs, rcs = _axes(spec)
     if not zs or not rcs:
@@ -140,7 +140,7 @@ def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False) -> Evaluated:
                  micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
                                                         for d in g.dp.tolist()}]))}
     for g in space.groups:
-        _evaluate_group(spec, g, zs, rcs, keep_all, out, time.perf_counter, cache)
+        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache)
     return _finish(out)
 
 
@@ -150,7 +150,7 @@ def _group_ms(spec, g: Group):
     return per_dp, np.array(ms, dtype=np.int64)
 
 
-def _evaluate_group(spec, g, zs, rcs, keep_all, out, clock, cache):
+def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
     m, rt = spec.model, spec.runtime
     t = spec.base_train()
     per_dp, ms = _group_ms(spec, g)
@@ -184,13 +184,13 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, clock, cache):
                 cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
                                            cache["bs"])
             ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
-            t0 = clock()
+            t0 = time.perf_counter()
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
                            cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt)
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
                                  stt.grads0[rows], stt.weights0[rows], seg)
-            out.seconds_eval += clock() - t0
+            out.seconds_eval += time.perf_counter() - t0
             _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
                      dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs))
 
