@@ -5,6 +5,7 @@ An Item is one named line of a row with its exact bytes, a one-line formula and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 ROWS = ("weights", "gradients", "optimizer", "activations", "communication", "runtime")
 ROW_LABELS = {
@@ -17,8 +18,9 @@ ROW_LABELS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(NamedTuple):
+    """Immutable; a NamedTuple because a full ledger builds thousands of them."""
+
     row: str
     name: str
     bytes: int
@@ -35,6 +37,9 @@ class RankLedger:
     layers: tuple[int, ...] = ()
     in_flight: tuple[tuple[int, int], ...] = ()  # (stage, micro-batches held at the peak)
     rows: dict = field(default_factory=dict)
+    moves: tuple = ()  # act_policy.TensorMove per saved tensor: what each policy kept and paid
+    transfers: tuple = ()  # levelling.Transfer in or out of this rank (remote offload)
+    host: object = None  # static_moves.HostSide: static rows moved to host memory
 
     def row(self, name: str) -> int:
         return self.rows[name]

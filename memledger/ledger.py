@@ -10,9 +10,11 @@ rows always sum to peak_total.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from . import comm
-from .act_rows import activation_items, activation_transients
+from .act_policy import payments
+from .act_rows import activation_items, activation_moves, activation_transients
 from .items import ROWS, Item, RankLedger, sum_rows
 from .params import (embedding_groups, head_groups, layer_groups, layer_kind, mtp_groups,
                      n_active_params, n_params, padded_vocab)
@@ -23,7 +25,9 @@ from .specs.model import ModelSpec
 from .specs.parallel import ParallelSpec
 from .specs.runtime import RuntimeSpec
 from .specs.train import TrainSpec
-from .static import ROW_FUNCS, SOURCE_ZERO, Held, local_params, zero_note
+from .remote import remote_offload
+from .static import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
+from .static_moves import HostSide, move_static, muon_gather_item, opt_partition_params
 from .units import ceil_div, format_bytes
 from .validate import check_all
 
@@ -59,12 +63,24 @@ class Ledger:
                 "peak_total_bytes": r.peak_total_bytes,
                 "items": [{"row": i.row, "name": i.name, "bytes": i.bytes, "formula": i.formula,
                            "source": i.source} for i in r.items],
+                "moves": [move_dict(mv) for mv in r.moves if mv.policy != "keep"],
+                "payments": payments(r.moves, self.train.micro_batches),
+                "transfers": [asdict(x) for x in r.transfers],
+                "host": asdict(r.host) if r.host else None,
             } for r in self.ranks],
             "most_loaded_rank": self.most_loaded_rank,
             "config": {"model": asdict(self.model), "parallel": asdict(self.parallel),
                        "train": asdict(self.train), "runtime": asdict(self.runtime),
                        "hardware": asdict(self.hardware) if self.hardware else None},
         }
+
+
+def move_dict(mv) -> dict:
+    """A TensorMove as JSON: its fields plus the derived per-peak / per-micro-batch integers."""
+    return {**asdict(mv), "saved_bytes": mv.saved_bytes, "host_bytes": mv.host_bytes,
+            "host_bytes_per_micro_batch": mv.host_bytes_per_micro_batch,
+            "movable_bytes": mv.movable_bytes,
+            "recompute_flops_per_micro_batch": mv.recompute_flops_per_micro_batch}
 
 
 def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Held]:
@@ -88,15 +104,22 @@ def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Hel
     return held
 
 
-def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec) -> list[Item]:
-    items = []
+@lru_cache(maxsize=65536)
+def held_items(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[Item, ...]:
+    """The weights, gradients and optimizer items of one held group (cached: middle pipeline
+    ranks hold the same groups)."""
+    n = ceil_div(h.group.count, shard_divisor(h.group, p))
+    out = []
     for row, fn in ROW_FUNCS.items():
-        for h in held:
-            b, f = fn(h, p, t)
-            n = ceil_div(h.group.count, shard_divisor(h.group, p))
-            items.append(Item(row, f"{h.section} / {h.group.name}", b,
-                              f"{h.instances} × {n} params{zero_note(row, h, p)}: {f}", SOURCE_ZERO))
-    return items
+        b, f = fn(h, p, t)
+        out.append(Item(row, f"{h.section} / {h.group.name}", b,
+                        f"{h.instances} × {n} params{zero_note(row, h, p)}: {f}", SOURCE_ZERO))
+    return tuple(out)
+
+
+def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec) -> list[Item]:
+    per_group = [held_items(h, p, t) for h in held]
+    return [g[k] for k in range(len(ROW_FUNCS)) for g in per_group]
 
 
 def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:
@@ -110,38 +133,94 @@ def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:
                 per_layer[h.section] = per_layer.get(h.section, 0) + ceil_div(
                     h.group.count, shard_divisor(h.group, p))
         items += comm.zero3_items(max(per_layer.values(), default=0), p, t, rt)
-    matrices = [h.group for h in held if h.group.matrix]
-    largest = max(matrices, key=lambda g: g.rows * g.cols, default=None)
-    return items + comm.muon_items(largest, p, t)
+    return items
 
 
 def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
+    """The optimizer-step phase: the step's temporaries, Muon's Newton-Schulz workspace and its
+    gather, whichever is largest (the AdamW part and the Muon part run one after the other)."""
+    muon = muon_gather_item([(h.group, h.instances) for h in held if h.group.matrix], p, t, rt)
+    if rt.optimizer_offload:
+        return Item("runtime", "optimizer-step temporaries", 0, "the step runs on the CPU",
+                    "ZeRO-Offload (arXiv 2101.06840)")
     if rt.optimizer_impl == "fused":
-        return Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
-                    "Apex/TE FusedAdam")
-    from .sharding import zero_divisor
-    n = sum(ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p)) for h in held)
-    fmt = t.opt.fixed_fmt or t.recipe.state_fmt
-    return Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
-                f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
-                "torch.optim foreach implementation")
+        base = Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
+                    "Apex/TE/torch fused AdamW")
+    else:
+        n = opt_partition_params(held, p)
+        fmt = t.opt.fixed_fmt or t.recipe.state_fmt
+        base = Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
+                    f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
+                    "torch.optim foreach implementation")
+    if t.optimizer != "muon":
+        return base
+    ns = muon_workspace(held, t)
+    if muon is not None:
+        ns = Item("runtime", f"optimizer step: {muon.name} + newton-schulz", ns.bytes + muon.bytes,
+                  f"{muon.formula}; {ns.formula}", muon.source)
+    return max(base, ns, key=lambda i: i.bytes)
 
 
-def build_rank(m, p, t, rt, r: int) -> RankLedger:
+def muon_workspace(held: list[Held], t: TrainSpec) -> Item:
+    """Newton-Schulz on the largest matrix: the momentum-mixed update (grad dtype) plus, in bf16,
+    the old and new iterate (r·c each) and the Gram matrix and its update (min(r,c)² each)."""
+    def need(g):
+        rc, mn = g.rows * g.cols, min(g.rows, g.cols)
+        return format_bytes(t.recipe.grad_fmt, rc) + format_bytes("bf16", 2 * rc + 2 * mn * mn)
+    mats = [h.group for h in held if h.group.matrix]
+    if not mats:
+        return Item("runtime", "muon newton-schulz workspace", 0, "no matrices on this rank", "")
+    g = max(mats, key=need)
+    mn = min(g.rows, g.cols)
+    return Item("runtime", "muon newton-schulz workspace", need(g),
+                f"{g.name} {g.rows}×{g.cols}: update ({t.recipe.grad_fmt}) + 2 bf16 iterates + "
+                f"2 bf16 {mn}×{mn} Gram matrices", "torch.optim.Muon (_zeropower_via_newtonschulz)")
+
+
+@dataclass(frozen=True)
+class RankParts:
+    """A rank's items before the peak is assembled (and before any remote offload)."""
+
+    r: int
+    items: tuple[Item, ...]
+    transients: tuple[Item, ...]
+    step: Item
+    moves: tuple
+    host: HostSide
+    layers: tuple[int, ...]
+    flights: tuple[tuple[int, int], ...]
+
+    def sums(self) -> tuple[int, int, int]:
+        """(static, forward/backward-phase bytes, largest transient)."""
+        rows = sum_rows(self.items)
+        static = rows["weights"] + rows["gradients"] + rows["optimizer"]
+        worst = max((i.bytes for i in self.transients), default=0)
+        return static, rows["activations"] + rows["communication"], worst
+
+
+def rank_parts(m, p, t, rt, r: int) -> RankParts:
     held = held_groups(m, p, t, r)
     flights = in_flight(p, r, t.micro_batches)
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
-    items = static_items(held, p, t)
-    items += activation_items(m, p, t, flights, first, last)
+    items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
+    moves = activation_moves(m, p, t, flights, first, last)
+    items += activation_items(m, p, t, flights, first, last, moves)
     items += comm_items(m, p, t, rt, held)
-    base = sum_rows(items)
-    static = base["weights"] + base["gradients"] + base["optimizer"]
-    fwd_bwd = base["activations"] + base["communication"]
-    transients = activation_transients(m, p, t, flights, bool(last))
-    worst = max(transients, key=lambda i: i.bytes, default=None)
-    step = step_temporaries(held, p, t, rt)
+    stages = stage_layers(m, p)
+    return RankParts(r=r, items=tuple(items),
+                     transients=tuple(activation_transients(m, p, t, flights, bool(last), moves)),
+                     step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
+                     layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights)
+
+
+def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
+    """Assemble the peak: static + max(forward/backward + largest transient, optimizer step)."""
+    items = list(parts.items)
+    static, fwd_bwd, _ = parts.sums()
+    worst = max(parts.transients, key=lambda i: i.bytes, default=None)
+    step = parts.step
     peak_alloc = static + max(fwd_bwd + (worst.bytes if worst else 0), step.bytes)
     added = peak_alloc - static - fwd_bwd
     if worst is not None and fwd_bwd + worst.bytes >= step.bytes:
@@ -154,12 +233,14 @@ def build_rank(m, p, t, rt, r: int) -> RankLedger:
                       f"{rt.allocator_slack_pct}% of peak allocated", "PyTorch caching allocator"))
     items.append(Item("runtime", "cuda context", rt.cuda_context_bytes,
                       "CUDA context + library handles", "REFERENCE.md: 0.6 GiB on H200, PyTorch 2.11"))
-    stages = stage_layers(m, p)
-    layers = tuple(i for s in p.rank_stages(r) for i in stages[s])
-    rows = sum_rows(items)
-    return RankLedger(pp_rank=r, items=tuple(items), peak_allocated_bytes=peak_alloc,
+    return RankLedger(pp_rank=parts.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
-                      layers=layers, in_flight=flights, rows=rows)
+                      layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),
+                      moves=parts.moves, transfers=tuple(transfers), host=parts.host)
+
+
+def build_rank(m, p, t, rt, r: int) -> RankLedger:
+    return finalize(rank_parts(m, p, t, rt, r), rt)
 
 
 def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
@@ -167,6 +248,10 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     """Every pipeline rank's ledger. Raises SpecError on an invalid combination."""
     rt = runtime or RuntimeSpec()
     check_all(model, parallel, train)
-    ranks = tuple(build_rank(model, parallel, train, rt, r) for r in range(parallel.pp))
+    parts = [rank_parts(model, parallel, train, rt, r) for r in range(parallel.pp)]
+    if train.policy.uses_pp_offload:  # with pp = 1 nothing moves and no staging is kept
+        ranks = remote_offload(parts, rt)
+    else:
+        ranks = tuple(finalize(x, rt) for x in parts)
     return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
                   ranks=ranks, n_params=n_params(model), n_active_params=n_active_params(model))

@@ -2,13 +2,14 @@
 
 Counts follow the Hugging Face / Megatron-Core module definitions (DESIGN.md §4):
 attention h·a·dh + 2·h·g·dh + a·dh·h (+ biases, + q/k norms), SwiGLU 3·h·f, GeLU 2·h·f,
-MoE E·3·h·fe + shared + router h·E (+E bias), MLA h·qr + qr + qr·a·(dn+dr) + h·(kvr+dr) + kvr
-+ kvr·a·(dn+dv) + a·dv·h. Each group names its sharding rule (a key of `memledger.sharding`)
+MoE E·3·h·fe + shared + router h·E, MLA h·qr + qr + qr·a·(dn+dr) + h·(kvr+dr) + kvr
++ kvr·a·(dn+dv) + a·dv·h. DeepSeek-V3's router correction bias (E values) is a buffer, not a
+parameter: see `n_router_bias`. Each group names its sharding rule (a key of `memledger.sharding`)
 and whether it is a 2-D hidden matrix (Muon, fp8, Adafactor factoring act on those).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .specs.model import ModelSpec
@@ -22,6 +23,7 @@ class ParamGroup:
     matrix: bool  # a 2-D hidden matrix (not embedding/head, not a vector)
     rows: int = 1  # shape of one matrix of the group (for factored states and gathers)
     cols: int = 1
+    fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router)
 
     @property
     def expert(self) -> bool:
@@ -41,7 +43,10 @@ def _attention(m: ModelSpec) -> list[ParamGroup]:
     if m.mla is not None:
         return _mla(m)
     qkv = (a + 2 * g) * dh
-    out = [_mat("attn.qkv", h, qkv, "tp"), _mat("attn.o", a * dh, h, "tp")]
+    # q, k, v as separate matrices (HF layout; Megatron fuses them, same count) so that
+    # per-matrix optimizers (Muon, Adafactor) see the shapes they orthogonalise/factor.
+    out = [_mat("attn.q", h, a * dh, "tp"), _mat("attn.kv", h, g * dh, "tp", 2),
+           _mat("attn.o", a * dh, h, "tp")]
     if m.qkv_bias or m.linear_bias:
         out.append(_vec("attn.qkv_bias", qkv, "tp"))
     if m.linear_bias:
@@ -69,8 +74,8 @@ def _mla(m: ModelSpec) -> list[ParamGroup]:
 
 def _mlp(m: ModelSpec, f: int, prefix: str, shard: str = "tp", n: int = 1) -> list[ParamGroup]:
     h = m.hidden
-    if m.mlp == "swiglu":
-        out = [_mat(f"{prefix}.fc1", h, 2 * f, shard, n), _mat(f"{prefix}.fc2", f, h, shard, n)]
+    if m.mlp == "swiglu":  # gate and up: two h×f matrices (Megatron fuses them, same count)
+        out = [_mat(f"{prefix}.fc1", h, f, shard, 2 * n), _mat(f"{prefix}.fc2", f, h, shard, n)]
     else:
         out = [_mat(f"{prefix}.fc1", h, f, shard, n), _mat(f"{prefix}.fc2", f, h, shard, n)]
     if m.linear_bias:
@@ -82,9 +87,9 @@ def _mlp(m: ModelSpec, f: int, prefix: str, shard: str = "tp", n: int = 1) -> li
 def _moe(m: ModelSpec, active: bool) -> list[ParamGroup]:
     x, h = m.moe, m.hidden
     n = x.top_k if active else x.n_experts
-    out = [_mat("moe.router", x.n_experts, h, "replicated")]
-    if x.router_bias:
-        out.append(_vec("moe.router_bias", x.n_experts))
+    # No group for router_bias: it is a buffer (see n_router_bias), not a trained parameter.
+    router = _mat("moe.router", x.n_experts, h, "replicated")
+    out = [replace(router, fp32=True) if x.router_fp32 else router]
     out += _mlp(m, x.expert_ffn, "moe.experts", "expert", n)
     if x.n_shared:
         out += _mlp(m, x.n_shared * x.shared_ffn_size, "moe.shared")
@@ -165,3 +170,15 @@ def n_active_params(m: ModelSpec) -> int:
 @lru_cache(maxsize=256)
 def n_mtp_params(m: ModelSpec) -> int:
     return m.n_mtp_layers * sum(g.count for g in mtp_groups(m))
+
+
+def n_router_bias(m: ModelSpec) -> int:
+    """Values of DeepSeek-V3's e_score_correction_bias: E fp32 values per MoE layer.
+
+    transformers 5.24 registers it as a buffer (nn.Buffer) and Megatron-Core as `expert_bias`:
+    it is updated by the load-balancing rule, not by gradients, so it has no gradient or
+    optimizer state and `model.parameters()` does not count it. Checkpoints do store it, so
+    published totals (DeepSeek-V3 671,026,419,200) equal n_params + n_router_bias.
+    """
+    moe = m.moe
+    return m.n_moe_layers * moe.n_experts if moe is not None and moe.router_bias else 0

@@ -79,10 +79,12 @@ def _interleaved(pp: int, v: int, r: int, m: int) -> tuple[tuple[int, int], ...]
     return tuple((c * pp + r, n) for c, n in enumerate(counts))
 
 
+@lru_cache(maxsize=4096)
 def first_stage_rank(p: ParallelSpec) -> int:
     return next(r for r in range(p.pp) if 0 in p.rank_stages(r))
 
 
+@lru_cache(maxsize=4096)
 def last_stage_rank(p: ParallelSpec) -> int:
     last = p.n_stages - 1
     return next(r for r in range(p.pp) if last in p.rank_stages(r))

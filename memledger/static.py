@@ -35,6 +35,8 @@ def local_params(h: Held, p: ParallelSpec) -> int:
 
 
 def weight_fmt(g: ParamGroup, r: Recipe) -> str:
+    if g.fp32:
+        return "fp32"
     return "fp8" if r.fp8_matrices and g.matrix else r.weight_fmt
 
 
@@ -56,18 +58,22 @@ def weights_bytes(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[int, str]:
 
 def gradients_bytes(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[int, str]:
     n = ceil_div(local_params(h, p), zero_divisor("gradients", h.group, p))
-    return format_bytes(t.recipe.grad_fmt, n), f"N_local/z × {t.recipe.grad_fmt}"
+    f = "fp32" if h.group.fp32 else t.recipe.grad_fmt
+    return format_bytes(f, n), f"N_local/z × {f}"
 
 
 def optimizer_bytes(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[int, str]:
     n = ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p))
     opt, r = t.opt, t.recipe
-    state_fmt = opt.fixed_fmt or r.state_fmt
+    state_fmt = opt.fixed_fmt or ("fp32" if h.group.fp32 else r.state_fmt)
     total = format_bytes(state_fmt, state_values(h.group, n, opt))
     parts = [f"{opt.name} states in {state_fmt}"]
-    if r.master_fmt:
+    if r.master_fmt and weight_fmt(h.group, r) != r.master_fmt:  # an fp32 weight is its own master
         total += format_bytes(r.master_fmt, n)
         parts.insert(0, f"{r.master_fmt} master")
+    if r.main_grad_fmt:
+        total += format_bytes(r.main_grad_fmt, n)
+        parts.insert(1, f"{r.main_grad_fmt} grad copy")
     return total, f"N_local/z × ({' + '.join(parts)})"
 
 
@@ -80,3 +86,12 @@ def zero_note(row: str, h: Held, p: ParallelSpec) -> str:
         return ""
     kind = "expert-dp" if h.group.expert else "dp·cp"
     return f", z = {kind} = {zero_group(h.group, p)} (ZeRO-{p.zero})"
+
+
+def flat_static_bytes(n_params: int, t: TrainSpec, zero: int, d: int) -> dict[str, int]:
+    """Static rows for n_params held in one flat group (a matrix) replicated over d data-parallel
+    ranks at ZeRO stage `zero` — the textbook ledger (seed 2's 16N, the ZeRO paper's Figure 1)."""
+    g = ParamGroup("model", n_params, "replicated", True, 1, 1)
+    p = ParallelSpec(dp=d, zero=zero)
+    h = Held("model", g, 1)
+    return {row: fn(h, p, t)[0] for row, fn in ROW_FUNCS.items()}

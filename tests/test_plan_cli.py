@@ -59,7 +59,8 @@ def test_impossible_request_prints_the_reason(capsys):
 @pytest.mark.parametrize("extra", [["--world", "x"], ["--headroom", "1.5"], ["--gpu", "v100"],
                                    ["--recompute", "every-k"], ["--zero", "7"],
                                    ["--micro-batches", "4"], ["--top", "-1"],
-                                   ["--schedule", "gpipe"]])
+                                   ["--schedule", "gpipe"], ["--policy", "qkv=fp8"],
+                                   ["--optimizer-offload"]])
 def test_bad_input_exits_2_with_one_line(capsys, extra):
     code, out, err = run(capsys, *extra)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1

@@ -2,7 +2,9 @@
 `peak_total_bytes` of the scalar ledger — checked byte for byte on seeded random samples of
 every configuration the planner evaluated (fitting or not), across dense, MoE, MLA, tied,
 vocab-less models, every precision recipe family, optimizers with odd state shapes (8-bit
-blocks, factored, Muon), both activation profiles and non-default runtime knobs."""
+blocks, factored, Muon with its step workspace), the megatron, paper and traced-HF activation
+profiles (whose inventory depends on the micro-batch), amp's autocast casts and non-default
+runtime knobs (buffer sizing rules, DeepSpeed ZeRO-3, NCCL protocols)."""
 import random
 
 import pytest
@@ -38,8 +40,28 @@ SCENARIOS = {
     "kimi-k2 fp32 adamw-bf16 on h200": dict(
         model="kimi-k2", worlds=(64,), seq=2048, global_batch=64, precision="fp32",
         optimizer="adamw-bf16", gpu="h200", constraints=Constraints(max_vpp=2, max_cp=2)),
+    "amp autocast casts": dict(model="llama3.2-1b", worlds=(8,), seq=2048, global_batch=32,
+                               precision="amp"),
+    "mixtral fp16 recipe": dict(
+        model="mixtral-8x7b", worlds=(16,), seq=2048, global_batch=32, precision="fp16",
+        constraints=Constraints(max_vpp=2)),
+    "qwen3 deepep low-latency buffers": dict(
+        model="qwen3-30b-a3b", worlds=(16,), seq=2048, global_batch=32,
+        runtime=RuntimeSpec(a2a="deepep-ll"), constraints=Constraints(max_vpp=2)),
+    "deepspeed zero-3, LL buffers, no overlap": dict(
+        model="llama3-8b", worlds=(16,), seq=4096, global_batch=32,
+        runtime=RuntimeSpec(zero3_impl="deepspeed", nccl_ll_buffer_bytes=524288,
+                            grad_buckets="deepspeed", overlap_comm=False)),
+    "muon foreach, full gather": dict(
+        model="llama3-8b", worlds=(8,), seq=2048, global_batch=16, optimizer="muon",
+        runtime=RuntimeSpec(optimizer_impl="foreach", muon_gather="full")),
+    "hf profile, eager attention": dict(model="llama3.2-1b", worlds=(8,), seq=1024,
+                                        global_batch=16, profile="hf", attention="eager"),
+    "hf-cpu profile, MLA + MoE": dict(
+        model="deepseek-v3", worlds=(64,), seq=1024, global_batch=64, profile="hf-cpu",
+        constraints=Constraints(max_vpp=2, max_cp=2)),
 }
-SAMPLES = 500
+SAMPLES = 300
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -1,7 +1,8 @@
 """Activation profiles: which tensors each layer saves, per framework, and a registry.
 
 Built in: `megatron` (Megatron-Core + TE, flash attention), `paper` (Korthikanti et al. 2022),
-`hf` (Hugging Face transformers modules as traced). `traced:<name>` profiles are registered at
+`hf` (Hugging Face transformers modules as traced, CUDA kernels; `hf-cpu` the same modules on
+CPU kernels, used to validate against CPU traces). `traced:<name>` profiles are registered at
 run time from a trace JSON (see memledger.trace).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ def register(name: str, profile: Profile) -> None:
 
 
 def get_profile(name: str) -> Profile:
-    if not _REGISTRY:
+    if "megatron" not in _REGISTRY:  # a traced profile may have been registered first
         _load_builtins()
     try:
         return _REGISTRY[name]
@@ -27,14 +28,11 @@ def get_profile(name: str) -> Profile:
 
 
 def _load_builtins() -> None:
-    from . import megatron, paper
+    from . import hf, megatron, paper
     register("megatron", megatron.MegatronProfile())
     register("paper", paper.PaperProfile())
-    try:
-        from . import hf
-        register("hf", hf.HFProfile())
-    except ImportError:  # the hf profile lands with the tracing work
-        pass
+    register("hf", hf.HFProfile())
+    register("hf-cpu", hf.HFProfile(device="cpu"))  # what HF saves when the step runs on a CPU
 
 
 __all__ = ["ActTensor", "Profile", "get_profile", "register", "tensor_bytes"]

@@ -9,6 +9,7 @@ The symbolic format "act" resolves to the recipe's activation format (bf16, or f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from ..specs.model import ModelSpec
@@ -72,6 +73,7 @@ def divisor(x: ActTensor, p: ParallelSpec) -> int:
     return 1
 
 
+@lru_cache(maxsize=65536)
 def tensor_bytes(x: ActTensor, m: ModelSpec, t: TrainSpec, p: ParallelSpec, fmt: str | None = None) -> int:
     """Bytes of one micro-batch's copy of `x` on one rank (optionally stored in `fmt`)."""
     rows = routed_rows(m, t, p) if x.per == "routed" else tokens_on_rank(t, p)
@@ -80,6 +82,7 @@ def tensor_bytes(x: ActTensor, m: ModelSpec, t: TrainSpec, p: ParallelSpec, fmt:
     return format_bytes(f, n)
 
 
+@lru_cache(maxsize=65536)
 def formula(x: ActTensor, m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> str:
     """A readable one-liner with the numbers of this configuration."""
     if x.per == "routed":

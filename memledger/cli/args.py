@@ -9,7 +9,11 @@ from ..presets import GPUS, MODELS, gpu, model
 from ..schedules import balanced_layout
 from ..specs import ParallelSpec, TrainSpec
 from ..specs.parallel import SCHEDULES
-from ..specs.runtime import A2A_SIZING, GRAD_BUCKETS, GRAD_LIFETIMES, OPTIMIZER_IMPLS, RuntimeSpec
+from ..presets.policies import POLICY_PRESETS, apply_policy
+from ..specs.policy import parse_rules
+from ..specs.runtime import (A2A_SIZING, GRAD_BUCKETS, GRAD_LIFETIMES, MUON_GATHER,
+                             NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, OPTIMIZER_IMPLS,
+                             ZERO3_IMPLS, RuntimeSpec)
 from ..specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from ..units import GIB
 
@@ -58,6 +62,11 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", choices=RECOMPUTE, default="none")
     g.add_argument("--recompute-every", type=int, default=0, help="k for every-k (0 = ceil(sqrt L))")
     g.add_argument("--gpu", choices=sorted(GPUS), default=None, help="GPU preset (capacity, links)")
+    g.add_argument("--policy", action="append", default=[], metavar="CLASS=POLICY",
+                   help="activation storage policy per tensor class (repeatable): keep, recompute, "
+                        "fp8, int8, int4, offload-cpu, offload-pp, or e.g. fp8+offload-cpu")
+    g.add_argument("--policy-preset", choices=sorted(POLICY_PRESETS), default=None,
+                   help="named policy (sets the recompute structure too); --policy rules go on top")
     r = p.add_argument_group("runtime and buffers")
     r.add_argument("--a2a", choices=A2A_SIZING, default="dynamic", help="MoE all-to-all sizing")
     r.add_argument("--capacity-factor", type=float, default=1.0)
@@ -66,6 +75,30 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default="fused")
     r.add_argument("--grad-buckets", choices=GRAD_BUCKETS, default="megatron")
     r.add_argument("--grad-lifetime", choices=GRAD_LIFETIMES, default="persistent")
+    r.add_argument("--deepep-max-tokens", type=int, default=0,
+                   help="DeepEP low-latency num_max_dispatch_tokens_per_rank (0 = tokens per rank)")
+    r.add_argument("--reduce-bucket", type=float, default=5e8, help="DeepSpeed reduce_bucket_size")
+    r.add_argument("--allgather-bucket", type=float, default=5e8,
+                   help="DeepSpeed allgather_bucket_size")
+    r.add_argument("--overlap-comm", action=argparse.BooleanOptionalAction, default=True,
+                   help="DeepSpeed overlap_comm (4.5x the buckets)")
+    r.add_argument("--zero3-impl", choices=ZERO3_IMPLS, default="fsdp")
+    r.add_argument("--zero3-prefetch-layers", type=int, default=1)
+    r.add_argument("--zero3-prefetch-bucket", type=float, default=5e7,
+                   help="DeepSpeed stage3_prefetch_bucket_size (params)")
+    r.add_argument("--zero3-max-live", type=float, default=1e9,
+                   help="DeepSpeed stage3_max_live_parameters")
+    r.add_argument("--nccl-channels", type=int, default=8)
+    r.add_argument("--nccl-all-protocols", action="store_true",
+                   help="count NCCL's LL and LL128 buffers too (512 KiB + 4.69 MiB per peer)")
+    r.add_argument("--optimizer-offload", action="store_true",
+                   help="ZeRO-Offload: optimizer states and step on the CPU")
+    r.add_argument("--grad-offload", action="store_true",
+                   help="gradient shards on the CPU, two-chunk double buffer on the GPU")
+    r.add_argument("--grad-offload-chunk", type=float, default=0,
+                   help="params per double-buffer chunk (0 = bucket size)")
+    r.add_argument("--muon-gather", choices=MUON_GATHER, default="on-demand")
+    r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -106,10 +139,19 @@ def parallel_from_args(args, m) -> ParallelSpec:
 
 
 def train_from_args(args) -> TrainSpec:
-    return TrainSpec(micro_batch=args.micro_batch, seq=args.seq, micro_batches=args.micro_batches,
-                     precision=args.precision, optimizer=args.optimizer, profile=args.profile,
-                     attention=args.attention, recompute=args.recompute,
-                     recompute_every=args.recompute_every)
+    t = TrainSpec(micro_batch=args.micro_batch, seq=args.seq, micro_batches=args.micro_batches,
+                  precision=args.precision, optimizer=args.optimizer, profile=args.profile,
+                  attention=args.attention, recompute=args.recompute,
+                  recompute_every=args.recompute_every)
+    preset = getattr(args, "policy_preset", None)
+    rules = parse_rules(getattr(args, "policy", None))
+    return apply_policy(t, preset, rules) if preset or rules else t
+
+
+def _count(field: str, value: float) -> int:
+    if value != int(value) or value < 0:
+        raise SpecError(field, f"must be a whole number >= 0, got {value}")
+    return int(value)
 
 
 def runtime_from_args(args) -> RuntimeSpec:
@@ -117,11 +159,24 @@ def runtime_from_args(args) -> RuntimeSpec:
         raise SpecError("cuda_context_gib", f"must be 0..64, got {args.cuda_context_gib}")
     if not 0 < args.capacity_factor <= 64:
         raise SpecError("capacity_factor", f"must be in (0, 64], got {args.capacity_factor}")
+    allp = args.nccl_all_protocols
     return RuntimeSpec(cuda_context_bytes=int(args.cuda_context_gib * GIB),
                        allocator_slack_pct=args.allocator_slack_pct, a2a=args.a2a,
                        capacity_factor_pct=round(args.capacity_factor * 100),
                        optimizer_impl=args.optimizer_impl, grad_buckets=args.grad_buckets,
-                       grad_lifetime=args.grad_lifetime)
+                       grad_lifetime=args.grad_lifetime, deepep_max_tokens=args.deepep_max_tokens,
+                       reduce_bucket_params=_count("reduce_bucket", args.reduce_bucket),
+                       allgather_bucket_params=_count("allgather_bucket", args.allgather_bucket),
+                       overlap_comm=args.overlap_comm, zero3_impl=args.zero3_impl,
+                       zero3_prefetch_layers=args.zero3_prefetch_layers,
+                       zero3_prefetch_params=_count("zero3_prefetch_bucket", args.zero3_prefetch_bucket),
+                       zero3_max_live_params=_count("zero3_max_live", args.zero3_max_live),
+                       nccl_channels=args.nccl_channels,
+                       nccl_ll_buffer_bytes=NCCL_LL_DEFAULT_BYTES if allp else 0,
+                       nccl_ll128_buffer_bytes=NCCL_LL128_DEFAULT_BYTES if allp else 0,
+                       optimizer_offload=args.optimizer_offload, grad_offload=args.grad_offload,
+                       grad_offload_chunk_params=_count("grad_offload_chunk", args.grad_offload_chunk),
+                       muon_gather=args.muon_gather)
 
 
 def specs_from_args(args):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from ..act_policy import payments
 from ..items import ROW_LABELS, ROWS
 from ..ledger import build_ledger
 from ..units import gib
@@ -47,6 +48,12 @@ def render(led, with_items: bool = False) -> str:
         diff = gib(cap - peak.peak_total_bytes)
         verdict = f"fits, {diff:.2f} GiB free" if diff >= 0 else f"OVER by {-diff:.2f} GiB"
         lines.append(f"{led.hardware.name} ({gib(cap):.1f} GiB): {verdict}")
+    pay = payments(peak.moves, t.micro_batches)
+    if pay["saved_bytes"] or peak.transfers:
+        lines.append(f"storage policy ({t.policy}): saves {gib(pay['saved_bytes']):.2f} GiB on this rank; "
+                     f"recompute {pay['recompute_flops_per_step'] / 1e9:,.0f} GFLOP/step; host "
+                     f"{gib(pay['host_bytes']):.2f} GiB, {pay['host_bytes_per_step'] / 1e9:,.1f} GB/step "
+                     f"each way; to later ranks {gib(sum(x.bytes for x in peak.transfers if x.src == peak.pp_rank)):.2f} GiB")
     if with_items:
         for i in peak.items:
             lines.append(f"  {i.row:<14} {i.name:<40} {gib(i.bytes):>10.4f}  {i.formula}")

@@ -27,7 +27,6 @@ def add(sub) -> None:
     g.add_argument("--global-batch", type=int, required=True, help="sequences per step")
     g.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU preset's")
     g.add_argument("--headroom", type=float, default=0.0, help="fraction of HBM kept free")
-    g.add_argument("--mfu", type=int, default=None, help="MFU %% for the step-time estimate")
     for name in FIXED:
         g.add_argument(f"--{name}", type=int, default=None, help=f"fix {name}")
     g.add_argument("--zero", type=int, default=None, help="fix the ZeRO stage")
@@ -52,6 +51,10 @@ def spec_from_args(args):
         raise SpecError("gpu", f"the planner needs a GPU preset; valid: {', '.join(GPUS)}")
     if args.micro_batches is not None:
         raise SpecError("micro_batches", "the planner derives it: global batch / (dp · micro-batch)")
+    if args.policy or args.policy_preset:
+        raise SpecError("policy", "the planner searches recompute none / selective / full with "
+                                  "every tensor kept; check a storage policy with `memledger "
+                                  "ledger --policy`")
     if args.recompute_every:
         raise SpecError("recompute_every", "the planner searches none, selective and full")
     if args.top < 0:
@@ -61,13 +64,12 @@ def spec_from_args(args):
         args.profile = register_traced(args.profile[len("traced:"):])
     fixed = {k: getattr(args, k) for k in FIXED + ("zero", "micro_batch", "recompute", "schedule")}
     bounds = {k: getattr(args, k) for k in BOUNDS}
-    extra = {"mfu_pct": args.mfu} if args.mfu is not None else {}
     return PlanSpec(model=load_model(args), hardware=gpu(args.gpu), worlds=_worlds(args.world),
                     seq=args.seq, global_batch=args.global_batch,
                     gpus_per_node=args.gpus_per_node, precision=args.precision,
                     optimizer=args.optimizer, profile=args.profile, attention=args.attention,
                     headroom=args.headroom, runtime=runtime_from_args(args),
-                    constraints=Constraints(**fixed, **bounds), **extra)
+                    mfu_pct=args.mfu, constraints=Constraints(**fixed, **bounds))
 
 
 def run(args) -> int:

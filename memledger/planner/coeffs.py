@@ -1,18 +1,15 @@
 """Coefficient arrays of the planner, each computed by the core's own functions.
 
-`static_tables`: for one (world, pp, tp), the static rows, ZeRO-3 / Muon buffers, optimizer-step
-temporaries and unsharded weight / gradient bytes of every candidate rank, over every width
+`static_tables`: for one (world, pp, tp), the static rows, ZeRO-3 buffers, optimizer-step
+temporaries (incl. Muon's gather and Newton-Schulz workspace) and unsharded weight / gradient bytes of every candidate rank, over every width
 (cp, dp, ep, etp) and ZeRO stage — `static.ROW_FUNCS` evaluated on `VecParallel` arrays for each
 (parameter group, instances) pair the ranks hold, then summed per rank
 (ranks with the same held list share one column).
 
-`act_arrays`: for one (tp, cp), over every candidate etp and micro-batch size b, each layer
-kind's kept-tensor bytes per recompute mode (`inventory.tensor_bytes` on `VecTrain` arrays), one
-layer's whole inventory (the full-recompute transient), the checkpointed layer input, first /
-last stage tensors, the largest last-stage transient and, per ep, the MoE all-to-all buffers
-(`comm.moe_items`). `block_arrays` slices them for one (pp, tp, cp, dp) block and adds what
-depends on pp and dp: pipeline send/recv (`comm.pp_items`) and the per-width NCCL / gradient
-buffers (`comm.nccl_items`, `comm.grad_bucket_items`).
+`block_arrays`: for one (pp, tp, cp, dp) block, its slice of the activation arrays
+(`planner.acts`, shared by every pipeline depth) plus what depends on pp and dp: pipeline
+send/recv (`comm.pp_items`) and the per-width NCCL / gradient buffers (`comm.nccl_items`,
+`comm.grad_bucket_items`).
 """
 from __future__ import annotations
 
@@ -21,8 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import comm
-from ..activations import get_profile
-from ..activations.inventory import tensor_bytes
 from ..ledger import step_temporaries
 from ..sharding import ZERO_SHARDED, shard_divisor
 from ..static import ROW_FUNCS, Held
@@ -40,7 +35,7 @@ def _col(a) -> np.ndarray:
 @dataclass
 class StaticTables:
     static: np.ndarray  # [W, R, z] weights + gradients + optimizer
-    comm_z: np.ndarray  # [W, R, z] ZeRO-3 gather/reduce-scatter + Muon gather
+    comm_z: np.ndarray  # [W, R, z] ZeRO-3 gather/reduce-scatter buffers
     step: np.ndarray  # [W, R, z] optimizer-step temporaries
     weights0: np.ndarray  # [W, R] unsharded weights row (time model)
     grads0: np.ndarray  # [W, R] unsharded gradients row (time model)
@@ -106,17 +101,28 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
     p1 = _vp(tp, pp, cp, dp, ep, etp)
     for j, held in enumerate(unique):
         largest = _largest_layer_params(held, p1)
-        matrices = [h.group for h in held if h.group.matrix]
-        big = max(matrices, key=lambda g: g.rows * g.cols, default=None)
         for k, z in enumerate(zs):
-            pz = _vp(tp, pp, cp, dp, ep, etp, zero=z)
-            comm_z[:, j, k] = sum(i.bytes for i in comm.muon_items(big, pz, t))
-            pq = _vp(tp, pp, quiet(cp), quiet(dp), quiet(ep), quiet(etp), zero=z)  # it prints n
-            step[:, j, k] = np.broadcast_to(step_temporaries(held, pq, t, rt).bytes, (n_w, 1))[:, 0]
+            step[:, j, k] = over_widths(lambda p: step_temporaries(held, p, t, rt).bytes,
+                                        widths, z)
             if z == 3:
-                comm_z[:, j, k] += _zero3_bytes(largest, t, rt)
+                comm_z[:, j, k] = _zero3_bytes(largest, t, rt)
     return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
                         rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse])
+
+
+def over_widths(fn, widths, zero: int = 0) -> np.ndarray:
+    """fn(parallel) for every width at once on `VecParallel` arrays (quiet: the core prints
+    numbers into its formulas); where the core branches on a per-width value (numpy's "truth
+    value of an array is ambiguous"), one width at a time — slower, the same numbers."""
+    tp, pp, cp, dp, ep, etp = widths
+    n = len(cp)
+    try:
+        out = fn(_vp(tp, pp, quiet(cp), quiet(dp), quiet(ep), quiet(etp), zero=zero))
+        return np.broadcast_to(np.asarray(out, dtype=np.int64), (n, 1))[:, 0].copy()
+    except ValueError:
+        cols = [np.broadcast_to(a, (n, 1))[:, 0].tolist() for a in (cp, dp, ep, etp)]
+        return np.array([fn(_vp(tp, pp, c, d, e, x, zero=zero)) for c, d, e, x in zip(*cols)],
+                        dtype=np.int64)
 
 
 def _zero3_bytes(largest: np.ndarray, t, rt) -> np.ndarray:
@@ -145,59 +151,10 @@ class BlockArrays:
     pp_buf: np.ndarray  # [b]
     a2a: np.ndarray  # [W, b] MoE dispatch + combine (0 where ep = 1)
     const: np.ndarray  # [W] NCCL + gradient buckets
+    autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
 
 
-def _sum_bytes(tensors, m, tv, pv, shape) -> np.ndarray:
-    total = np.zeros(shape, np.int64)
-    for x in tensors:
-        total = total + tensor_bytes(x, m, tv, pv)
-    return np.broadcast_to(total, shape)
-
-
-@dataclass
-class ActArrays:
-    """Per (tp, cp), over every candidate etp (rows) and micro-batch size (columns): they do
-    not depend on pp or dp, so blocks of every pipeline depth share them."""
-
-    etps: np.ndarray
-    bs: np.ndarray
-    keep: dict
-    full: dict
-    layer_input: np.ndarray
-    first: np.ndarray
-    last: np.ndarray
-    logits: np.ndarray
-    a2a: dict  # ep -> [b]
-
-
-def act_arrays(m, t, rt, tp, cp, etps, eps, bs) -> ActArrays:
-    prof = get_profile(t.profile)
-    pv = _vp(tp, 1, cp, 1, 1, _col(etps))
-    tv = VecTrain(t, micro_batch=np.asarray(bs, np.int64)[None, :])
-    shape, row = (len(etps), len(bs)), (1, len(bs))
-    keep, full = {}, {}
-    for kind in ("dense", "moe"):
-        tensors = prof.layer(m, kind, tv, pv) if (kind == "dense" or m.moe is not None) else ()
-        full[kind] = _sum_bytes(tensors, m, tv, pv, shape)
-        keep[kind, "none"] = full[kind]
-        keep[kind, "selective"] = _sum_bytes([x for x in tensors if x.cls not in prof.selective],
-                                             m, tv, pv, shape)
-    logits = np.zeros(len(bs), np.int64)
-    for x in prof.transients(m, tv, pv):
-        logits = np.maximum(logits, np.broadcast_to(tensor_bytes(x, m, tv, pv), row)[0])
-    a2a = {}
-    if m.moe is not None:
-        tq = VecTrain(t, micro_batch=quiet(bs)[None, :])  # moe_items prints the rows
-        for e in sorted(set(eps) - {1}):
-            a2a[e] = np.broadcast_to(sum(i.bytes for i in comm.moe_items(
-                m, _vp(tp, 1, cp, e, e, 1), tq, rt)), row)[0]
-    return ActArrays(np.asarray(etps), np.asarray(bs), keep, full,
-                     _sum_bytes([prof.layer_input(m, tv, pv)], m, tv, pv, row)[0],
-                     _sum_bytes(prof.first_stage(m, tv, pv), m, tv, pv, row)[0],
-                     _sum_bytes(prof.last_stage(m, tv, pv), m, tv, pv, row)[0], logits, a2a)
-
-
-def block_arrays(aa: ActArrays, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
+def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
     """The block's slice of `aa` (its etp rows, its micro-batch sizes) plus what depends on
     pp and dp: pipeline send/recv buffers and the per-width NCCL / gradient buffers."""
     ie, ib = np.searchsorted(aa.etps, etp), np.searchsorted(aa.bs, bs)
@@ -211,5 +168,5 @@ def block_arrays(aa: ActArrays, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockA
     return BlockArrays(
         keep={k: pick(v) for k, v in aa.keep.items()}, full={k: pick(v) for k, v in aa.full.items()},
         layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
-        logits=aa.logits[ib], pp_buf=pp_buf, a2a=a2a,
+        logits=aa.logits[ib], pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast,
         const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)))

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..units import ceil_div
-from .coeffs import act_arrays, block_arrays, static_tables
+from .acts import act_arrays
+from .coeffs import block_arrays, static_tables
 from .ranks import pipe_tables, rank_held
 from .space import Group, Space, divisors
 from .spec import PLAN_RECOMPUTE, PlanSpec
@@ -119,7 +120,8 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt) -> np
         else:
             act = lD[:, None] * keep["dense", rc] + lM[:, None] * keep["moe", rc]
             worst = logits[:, None]
-        parts.append(act + worst)
+        cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
+        parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
     fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
     alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]

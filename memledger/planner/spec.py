@@ -96,6 +96,10 @@ class PlanSpec:
         require(isinstance(self.mfu_pct, int) and 0 < self.mfu_pct <= 100, "mfu_pct",
                 f"must be an integer percentage 1..100, got {self.mfu_pct!r}")
         self.base_train()  # validates precision, optimizer, profile, attention
+        for knob in ("optimizer_offload", "grad_offload"):
+            require(not getattr(self.runtime, knob), knob,
+                    "the planner does not model ZeRO-Offload; check such a layout with "
+                    "`memledger ledger`")
 
     @property
     def node_size(self) -> int:

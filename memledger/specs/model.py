@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .hashing import cache_hash
 from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class MLASpec:
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2). q_lora_rank 0 = no q compression."""
@@ -36,6 +38,7 @@ class MLASpec:
         return self.qk_nope_dim + self.qk_rope_dim
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class MoESpec:
     """Routed experts (E, top-K, FFN size fe), shared experts, and which layers are dense."""
@@ -49,6 +52,7 @@ class MoESpec:
     dense_layers: tuple[int, ...] = ()  # further dense layer indices (mlp_only_layers etc.)
     router_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (E values)
     shared_gate: bool = False  # Qwen2-MoE shared_expert_gate: Linear(h, 1)
+    router_fp32: bool = False  # router weight kept in fp32 (HF DeepSeek-V3 _keep_in_fp32_modules)
 
     def __post_init__(self):
         require_positive("n_experts", self.n_experts)
@@ -67,6 +71,7 @@ class MoESpec:
         return self.shared_ffn or self.expert_ffn
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     name: str

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .hashing import cache_hash
 from ..errors import SpecError, require, require_choice, require_positive
 
 SCHEDULES: dict[str, str] = {
@@ -24,6 +25,7 @@ V_SHAPED = frozenset({"zb-v", "dualpipev"})
 ZERO_STAGES = (0, 1, 2, 3)
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class ParallelSpec:
     tp: int = 1

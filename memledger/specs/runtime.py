@@ -1,34 +1,61 @@
-"""RuntimeSpec: framework knobs that size the communication-buffer and runtime rows.
+"""RuntimeSpec: framework knobs that size the communication-buffer and runtime rows, and the
+moves of the static rows (ZeRO-Offload, gradient offload, Muon's gather).
 
 Defaults follow Megatron-Core (gradient buckets are views of the contiguous grad buffer, fused
-Adam) and PyTorch/NCCL defaults (NCCL_BUFFSIZE 4 MiB). The CUDA context default is the 0.6 GiB
-measured on an H200 with PyTorch 2.11 (REFERENCE.md).
+Adam) and PyTorch/NCCL defaults (NCCL_BUFFSIZE 4 MiB for the Simple protocol; the LL and LL128
+buffers are off by default here and their NCCL defaults are `NCCL_LL_DEFAULT_BYTES` /
+`NCCL_LL128_DEFAULT_BYTES`). DeepSpeed defaults: reduce/allgather buckets 5e8 elements,
+stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9 (DeepSpeed config docs).
+The CUDA context default is the 0.6 GiB measured on an H200 with PyTorch 2.11 (REFERENCE.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import require, require_choice, require_non_negative, require_positive
+from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
+from .hashing import cache_hash
 
-A2A_SIZING = ("dynamic", "capacity", "worst-case")
+A2A_SIZING = ("dynamic", "capacity", "worst-case", "deepep-ll")
 GRAD_BUCKETS = ("megatron", "deepspeed")
 OPTIMIZER_IMPLS = ("fused", "foreach")
 GRAD_LIFETIMES = ("persistent", "on-demand")
+ZERO3_IMPLS = ("fsdp", "deepspeed")
+MUON_GATHER = ("on-demand", "full")
+
+# NCCL src/init.cc: DEFAULT_LL_BUFFSIZE = 8 lines × 512 threads × 8 steps × 16 B,
+# DEFAULT_LL128_BUFFSIZE = 120 elems × 640 threads × 8 steps × 8 B, DEFAULT_BUFFSIZE = 4 MiB.
+NCCL_SIMPLE_DEFAULT_BYTES = 4 * 1024**2
+NCCL_LL_DEFAULT_BYTES = 8 * 512 * 8 * 16
+NCCL_LL128_DEFAULT_BYTES = 120 * 640 * 8 * 8
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class RuntimeSpec:
     cuda_context_bytes: int = 644_245_094  # 0.6 GiB
     allocator_slack_pct: int = 5  # reserved-but-unallocated, % of peak allocated
     a2a: str = "dynamic"  # MoE dispatch/combine sizing
     capacity_factor_pct: int = 100  # for a2a="capacity": C = 1.0
+    deepep_max_tokens: int = 0  # DeepEP LL num_max_dispatch_tokens_per_rank; 0 = tokens per rank
     grad_buckets: str = "megatron"
     bucket_params: int = 40_000_000  # Megatron DDP default bucket size (elements)
-    zero3_prefetch_layers: int = 1
+    overlap_comm: bool = True  # DeepSpeed ZeRO overlap_comm (4.5x the buckets)
+    reduce_bucket_params: int = 500_000_000  # DeepSpeed reduce_bucket_size
+    allgather_bucket_params: int = 500_000_000  # DeepSpeed allgather_bucket_size
+    zero3_impl: str = "fsdp"
+    zero3_prefetch_layers: int = 1  # FSDP: units prefetched beyond the current one
+    zero3_prefetch_params: int = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size
+    zero3_max_live_params: int = 1_000_000_000  # DeepSpeed stage3_max_live_parameters
     nccl_channels: int = 8
-    nccl_buffer_bytes: int = 4 * 1024**2  # NCCL_BUFFSIZE default
+    nccl_buffer_bytes: int = NCCL_SIMPLE_DEFAULT_BYTES  # NCCL_BUFFSIZE (Simple protocol)
+    nccl_ll_buffer_bytes: int = 0  # NCCL_LL_BUFFSIZE; NCCL default NCCL_LL_DEFAULT_BYTES
+    nccl_ll128_buffer_bytes: int = 0  # NCCL_LL128_BUFFSIZE; NCCL default NCCL_LL128_DEFAULT_BYTES
     optimizer_impl: str = "fused"
     grad_lifetime: str = "persistent"  # Megatron/DDP buffers; "on-demand": set_to_none grads
+    optimizer_offload: bool = False  # ZeRO-Offload: master + states and the step on the CPU
+    grad_offload: bool = False  # gradient shards on the CPU, a two-chunk double buffer on the GPU
+    grad_offload_chunk_params: int = 0  # chunk of the double buffer; 0 = bucket_params
+    muon_gather: str = "on-demand"  # Muon: gather one matrix at a time, or all at once
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -36,10 +63,24 @@ class RuntimeSpec:
                 "allocator_slack_pct", f"must be an integer 0..100, got {self.allocator_slack_pct!r}")
         require_choice("a2a", self.a2a, A2A_SIZING)
         require_positive("capacity_factor_pct", self.capacity_factor_pct)
+        require_non_negative("deepep_max_tokens", self.deepep_max_tokens)
         require_choice("grad_buckets", self.grad_buckets, GRAD_BUCKETS)
-        require_positive("bucket_params", self.bucket_params)
+        for f in ("bucket_params", "reduce_bucket_params", "allgather_bucket_params",
+                  "zero3_max_live_params"):
+            require_positive(f, getattr(self, f))
+        require_choice("zero3_impl", self.zero3_impl, ZERO3_IMPLS)
         require_non_negative("zero3_prefetch_layers", self.zero3_prefetch_layers)
-        require_non_negative("nccl_channels", self.nccl_channels)
-        require_non_negative("nccl_buffer_bytes", self.nccl_buffer_bytes)
+        require_non_negative("zero3_prefetch_params", self.zero3_prefetch_params)
+        for f in ("nccl_channels", "nccl_buffer_bytes", "nccl_ll_buffer_bytes",
+                  "nccl_ll128_buffer_bytes", "grad_offload_chunk_params"):
+            require_non_negative(f, getattr(self, f))
         require_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         require_choice("grad_lifetime", self.grad_lifetime, GRAD_LIFETIMES)
+        require_choice("muon_gather", self.muon_gather, MUON_GATHER)
+        if self.grad_offload and not self.optimizer_offload:
+            raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
+                                            "optimizer step must run where the gradients are (CPU)")
+
+    @property
+    def grad_chunk_params(self) -> int:
+        return self.grad_offload_chunk_params or self.bucket_params

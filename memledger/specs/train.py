@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .hashing import cache_hash
 from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
+from .policy import ActivationPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +24,7 @@ class Recipe:
     state_fmt: str  # format of optimizer moments (unless the optimizer fixes its own)
     act_fmt: str  # format of saved activations
     fp8_matrices: bool = False  # linear weights stored in fp8 (+ a transposed fp8 copy)
+    main_grad_fmt: str | None = None  # extra high-precision grad copy kept by the optimizer
     description: str = ""
 
 
@@ -34,6 +37,10 @@ RECIPES: dict[str, Recipe] = {
         Recipe(name="megatron", weight_fmt="bf16", grad_fmt="fp32", master_fmt="fp32",
                state_fmt="fp32", act_fmt="bf16",
                description="Megatron bf16 with fp32 main-grads: 18 bytes/param, 6 + 12/d distributed"),
+        Recipe(name="fp16", weight_fmt="fp16", grad_fmt="fp16", master_fmt="fp32",
+               state_fmt="fp32", act_fmt="fp16", main_grad_fmt="fp32",
+               description="Megatron fp16 with loss scaling: fp32 master and fp32 grad copy: "
+                           "20 bytes/param, 4 + 16/d distributed"),
         Recipe(name="bf16", weight_fmt="bf16", grad_fmt="bf16", master_fmt=None,
                state_fmt="bf16", act_fmt="bf16",
                description="pure bf16: weights, grads and optimizer states in bf16"),
@@ -76,11 +83,12 @@ OPTIMIZERS: dict[str, Optimizer] = {
     )
 }
 
-PROFILES = ("megatron", "paper", "hf")
+PROFILES = ("megatron", "paper", "hf", "hf-cpu")
 ATTENTION_IMPLS = ("flash", "eager")
 RECOMPUTE = ("none", "selective", "full", "every-k")
 
 
+@cache_hash
 @dataclass(frozen=True, kw_only=True)
 class TrainSpec:
     micro_batch: int = 1
@@ -93,6 +101,7 @@ class TrainSpec:
     recompute: str = "none"
     recompute_every: int = 0  # for every-k: checkpoint every k layers; 0 = ceil(sqrt(L)) (Chen 2016)
     vocab_pad: int = 0  # pad vocab to a multiple of vocab_pad*tp; 0 = profile default (128 / 1 for hf)
+    policy: ActivationPolicy = ActivationPolicy()  # per-class storage rules on top of `recompute`
 
     def __post_init__(self):
         for f in ("micro_batch", "seq", "micro_batches"):
@@ -105,6 +114,8 @@ class TrainSpec:
         require_choice("recompute", self.recompute, RECOMPUTE)
         require_non_negative("recompute_every", self.recompute_every)
         require_non_negative("vocab_pad", self.vocab_pad)
+        require(isinstance(self.policy, ActivationPolicy), "policy",
+                f"must be an ActivationPolicy, got {type(self.policy).__name__}")
         if self.attention == "eager" and self.profile == "megatron":
             raise SpecError("attention", "profile=megatron assumes flash attention; use "
                                          "profile=hf or profile=paper for eager attention")
@@ -127,6 +138,6 @@ class TrainSpec:
     def pad_multiple(self) -> int:
         if self.vocab_pad:
             return self.vocab_pad
-        return 1 if self.profile == "hf" or self.profile.startswith("traced:") else 128
+        return 1 if self.profile.startswith(("hf", "traced:")) else 128
 
 

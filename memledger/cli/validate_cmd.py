@@ -1,0 +1,71 @@
+"""`memledger validate`: run real training steps and compare with the ledger (needs torch and
+transformers: `pip install memledger[trace]`). Writes <out>/validation-<device>.json and .csv."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+from ..errors import SpecError
+
+
+def add(sub) -> None:
+    p = sub.add_parser("validate", help="measure real training steps and compare with the ledger")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--cases", default=None, help="comma-separated case names (default: all for the device)")
+    p.add_argument("--out", default=None, help="folder for the JSON/CSV results")
+    p.add_argument("--list", action="store_true", help="list the case names and exit")
+    p.set_defaults(run=run)
+
+
+def _device(choice: str) -> str:
+    try:
+        import torch
+    except ImportError:
+        raise SpecError("device", "validate needs torch and transformers: pip install 'memledger[trace]'") from None
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise SpecError("device", "cuda requested but torch sees no GPU")
+    return choice
+
+
+def run(args) -> int:
+    from ..validation.cases import CPU_CASES, GPU_CASES, cases_named
+    if args.list:
+        print("\n".join(c.name for c in GPU_CASES + CPU_CASES))
+        return 0
+    device = _device(args.device)
+    pool = GPU_CASES if device == "cuda" else CPU_CASES
+    cases = cases_named(args.cases.split(",") if args.cases else None, pool=GPU_CASES + CPU_CASES) \
+        if args.cases else pool
+    from ..validation.measure import environment, measure, workspace_bytes
+    from ..validation.report import compare, worst_by_row
+    env = environment()
+    ws = workspace_bytes() if device == "cuda" else 0
+    env["cublas_workspace_bytes"] = ws
+    records, raw = [], []
+    for case in cases:
+        m = measure(case, device)
+        raw.append({"case": case.name, **m})
+        rows = compare(case, m, env, ws)
+        records += rows
+        print(f"{case.name:<45} " + "  ".join(f"{r['row']}={100 * r['rel_error']:+.2f}%" for r in rows),
+              flush=True)
+    worst = worst_by_row(records)
+    print("worst |error| per row: " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in worst.items()))
+    if args.out:
+        write(Path(args.out), device, env, records, raw)
+    return 0 if all(r["ok"] for r in records) else 1
+
+
+def write(folder: Path, device: str, env: dict, records: list[dict], raw: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"environment": env, "records": records, "measurements": raw}
+    (folder / f"validation-{device}.json").write_text(json.dumps(doc, indent=1))
+    with open(folder / f"validation-{device}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+    print(f"wrote {folder}/validation-{device}.json and .csv", file=sys.stderr)

@@ -1,0 +1,171 @@
+"""The `hf` profile predicts, byte for byte, what transformers 5.x saves for backward.
+
+Each case builds a tiny model from a config (random init, nothing downloaded), traces one
+training forward (labels included) on CPU, and compares the saved bytes of every layer and of
+everything outside the layers with `tensor_bytes` over the profile's inventory
+(`HFProfile(device="cpu")`: CPU sdpa kernels; the CUDA variant differs only for MLA, see
+memledger/activations/hf.py). Exact up to the constants the profile documents as ignored:
+4·E bytes of int32 expert offsets per MoE layer, the loss's 4-byte fp32 weight, and 8 bytes of
+padded labels when the batch is a single sequence.
+"""
+from __future__ import annotations
+
+import pytest
+
+from memledger.activations import tensor_bytes
+from memledger.activations.hf import HFProfile
+from memledger.params import layer_kind
+from memledger.specs import MLASpec, ModelSpec, MoESpec, ParallelSpec, TrainSpec
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from memledger.trace import trace_causal_lm  # noqa: E402
+
+pytestmark = pytest.mark.torch
+transformers.logging.set_verbosity_error()
+P = ParallelSpec()
+
+
+def build(arch: str, d: dict):
+    """The transformers config and the ModelSpec of one architecture, from the same dims."""
+    h, a, g, dh, L, V = d["h"], d["heads"], d["kv"], d["dh"], d["layers"], d["vocab"]
+    common = dict(hidden_size=h, num_attention_heads=a, num_key_value_heads=g, head_dim=dh,
+                  num_hidden_layers=L, vocab_size=V, intermediate_size=d["ffn"])
+    spec = dict(name=arch, n_layers=L, hidden=h, n_heads=a, n_kv_heads=g, head_dim=dh,
+                ffn_hidden=d["ffn"], vocab=V)
+    if arch == "llama":
+        return transformers.LlamaConfig(**common), ModelSpec(**spec)
+    E, K, fe = d.get("E", 4), d.get("K", 2), d.get("fe", 32)
+    if arch == "mixtral":
+        cfg = transformers.MixtralConfig(**common, num_local_experts=E, num_experts_per_tok=K,
+                                         experts_implementation=d.get("experts"))
+        return cfg, ModelSpec(**spec, moe=MoESpec(n_experts=E, top_k=K, expert_ffn=d["ffn"]))
+    if arch == "qwen3moe":
+        dense = tuple(d.get("dense", ()))
+        cfg = transformers.Qwen3MoeConfig(**common, num_experts=E, num_experts_per_tok=K,
+                                          moe_intermediate_size=fe, norm_topk_prob=True,
+                                          mlp_only_layers=list(dense),
+                                          experts_implementation=d.get("experts"))
+        return cfg, ModelSpec(**spec, qk_norm=True,
+                              moe=MoESpec(n_experts=E, top_k=K, expert_ffn=fe, dense_layers=dense))
+    assert arch == "dsv3"
+    qr, kvr, dr, dn, dv = d["qr"], d["kvr"], d["dr"], d["dn"], d["dv"]
+    del common["head_dim"]  # DeepSeek-V3 derives its rotary dim from qk_rope_head_dim
+    cfg = transformers.DeepseekV3Config(
+        **{**common, "num_key_value_heads": a}, n_routed_experts=E, num_experts_per_tok=K,
+        moe_intermediate_size=fe, n_group=2, topk_group=1, first_k_dense_replace=1,
+        n_shared_experts=1, q_lora_rank=qr or None, kv_lora_rank=kvr, qk_rope_head_dim=dr,
+        qk_nope_head_dim=dn, v_head_dim=dv, experts_implementation=d.get("experts"))
+    mla = MLASpec(q_lora_rank=qr, kv_lora_rank=kvr, qk_rope_dim=dr, qk_nope_dim=dn, v_dim=dv)
+    moe = MoESpec(n_experts=E, top_k=K, expert_ffn=fe, n_shared=1, first_k_dense=1, router_bias=True)
+    return cfg, ModelSpec(**{**spec, "n_kv_heads": a}, mla=mla, moe=moe)
+
+
+SMALL = dict(h=64, heads=4, kv=2, dh=16, ffn=96, layers=2, vocab=128, b=1, s=40,
+             qr=32, kvr=32, dr=16, dn=32, dv=32)
+LARGE = dict(h=128, heads=4, kv=2, dh=32, ffn=160, layers=3, vocab=200, b=2, s=72, E=6, fe=48,
+             qr=48, kvr=40, dr=16, dn=24, dv=32)
+PRECISION = {"bf16": "bf16", "amp": "amp", "fp32": "fp32"}
+
+
+def run(arch, d, attention="flash", precision="bf16", gc=False, experts="grouped_mm"):
+    cfg, m = build(arch, d)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        cfg, attn_implementation="eager" if attention == "eager" else "sdpa")
+    if precision == "bf16":
+        model.to(torch.bfloat16)
+    if gc:  # transformers 5.x name; the older gradient_checkpointing_enable is deprecated
+        model.activation_checkpointing_enable()
+    if m.moe is not None:
+        assert model.config._experts_implementation == experts, "config did not take"
+    tr = trace_causal_lm(model, d["b"], d["s"],
+                         autocast_dtype=torch.bfloat16 if precision == "amp" else None)
+    t = TrainSpec(micro_batch=d["b"], seq=d["s"], precision=PRECISION[precision], profile="hf",
+                  attention=attention, recompute="full" if gc else "none")
+    return tr, m, t, HFProfile(device="cpu", experts=experts)
+
+
+def predicted(prof, m, t):
+    def total(xs):
+        return sum(tensor_bytes(x, m, t, P) for x in xs)
+    layers = {i: total(prof.layer(m, layer_kind(m, i), t, P)) + (4 * m.moe.n_experts if m.is_moe_layer(i) else 0)
+              for i in range(m.n_layers)}
+    outside = total(prof.first_stage(m, t, P) + prof.last_stage(m, t, P)) + 4 + (8 if t.micro_batch == 1 else 0)
+    return layers, outside
+
+
+CASES = [(arch, size, att, prec) for arch in ("llama", "mixtral", "qwen3moe", "dsv3")
+         for size in ("small", "large") for att in ("flash", "eager") for prec in ("bf16", "amp")]
+
+
+@pytest.mark.parametrize("arch,size,attention,precision", CASES)
+def test_profile_matches_trace(arch, size, attention, precision):
+    d = SMALL if size == "small" else LARGE
+    tr, m, t, prof = run(arch, d, attention, precision)
+    layers, outside = predicted(prof, m, t)
+    assert tr.layer_bytes() == layers
+    assert tr.outside_bytes == outside
+
+
+@pytest.mark.parametrize("arch,d", [
+    ("llama", {**SMALL, "s": 33}),  # fp32 weights and activations: norm keeps its input itself
+    ("dsv3", {**LARGE, "qr": 0}),  # MLA without q compression (q_proj reads the layer input)
+    ("qwen3moe", {**LARGE, "dense": (1,)}),  # mlp_only_layers: a dense layer inside a MoE model
+])
+def test_profile_variants(arch, d):
+    prec = "fp32" if arch == "llama" else "bf16"
+    for attention in ("flash", "eager"):
+        tr, m, t, prof = run(arch, d, attention, prec)
+        assert (tr.layer_bytes(), tr.outside_bytes) == predicted(prof, m, t)
+
+
+@pytest.mark.parametrize("arch,precision", [("mixtral", "bf16"), ("mixtral", "amp"),
+                                            ("qwen3moe", "bf16"), ("dsv3", "amp")])
+def test_eager_expert_loop(arch, precision):
+    """experts_implementation="eager": rows per expert vary with routing, their sum is T·K."""
+    tr, m, t, prof = run(arch, {**SMALL, "experts": "eager"}, "flash", precision, experts="eager")
+    layers, outside = predicted(prof, m, t)
+    moe_layers = [i for i in range(m.n_layers) if m.is_moe_layer(i)]
+    for i in moe_layers:  # the eager loop keeps no per-expert offsets: drop that constant
+        layers[i] -= 4 * m.moe.n_experts
+    assert (tr.layer_bytes(), tr.outside_bytes) == (layers, outside)
+
+
+@pytest.mark.parametrize("arch,precision", [("llama", "bf16"), ("dsv3", "amp"), ("mixtral", "bf16")])
+def test_full_recompute_keeps_layer_inputs(arch, precision):
+    """HF gradient checkpointing: each layer saves only its input; outside is unchanged except
+    that the RoPE tables are held by the checkpoint frames instead of saved tensors."""
+    tr, m, t, prof = run(arch, SMALL, "flash", precision, gc=True)
+    per_layer = tensor_bytes(prof.layer_input(m, t, P), m, t, P)
+    assert tr.layer_bytes() == {i: per_layer for i in range(m.n_layers)}
+    _, outside = predicted(prof, m, t)
+    rope = sum(tensor_bytes(x, m, t, P) for x in prof.first_stage(m, t, P) if x.cls == "rope")
+    assert tr.outside_bytes == outside - rope
+
+
+def test_cuda_and_cpu_variants_differ_only_for_mla_sdpa():
+    """In bf16, per token, CPU flash-for-CPU saves what CUDA's fused kernels save (GQA); MLA's
+    unequal head dims push CPU to the fp32 math path, which keeps more."""
+    for arch in ("llama", "mixtral", "qwen3moe", "dsv3"):
+        cfg, m = build(arch, SMALL)
+        for att in ("flash", "eager"):
+            t = TrainSpec(seq=40, precision="bf16", profile="hf", attention=att)
+            cpu = sum(tensor_bytes(x, m, t, P) for x in HFProfile(device="cpu").layer(m, "moe" if m.moe else "dense", t, P))
+            cuda = sum(tensor_bytes(x, m, t, P) for x in HFProfile().layer(m, "moe" if m.moe else "dense", t, P))
+            assert (cpu == cuda) == (arch != "dsv3" or att == "eager"), (arch, att)
+
+
+def test_transient_is_two_fp32_logit_gradients_in_one_item():
+    """8 bytes per logit above the saved log-probs: the backward peak measured on an H200
+    (tests/data/hf_traces_h200.json, meta.logits_transient). One item: the ledger takes the max."""
+    m = build("llama", SMALL)[1]
+    t = TrainSpec(micro_batch=2, seq=64, precision="bf16", profile="hf")
+    (x,) = HFProfile().transients(m, t, P)
+    assert tensor_bytes(x, m, t, P) == 8 * 2 * 64 * 128
+
+
+def test_registered_as_hf():
+    from memledger.activations import get_profile
+    assert isinstance(get_profile("hf"), HFProfile)
+    assert get_profile("hf").device == "cuda"

@@ -1,0 +1,27 @@
+"""The recompute modes keep the numbers they had before storage policies existed.
+
+tests/data/recompute_golden.json was written by the ledger at commit 187cb45 (main, just before
+the policy work was merged) for 8 configurations × 4 recompute modes; every row and peak must
+match exactly.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from memledger import ParallelSpec, TrainSpec, build_ledger, model
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "recompute_golden.json").read_text())
+
+
+def _case_id(c):
+    return f"{c['model']}-{c['train']['recompute']}-{'-'.join(f'{k}{v}' for k, v in c['parallel'].items() if k in ('tp', 'pp', 'vpp', 'ep'))}"
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[_case_id(c) for c in GOLDEN])
+def test_recompute_modes_unchanged_since_main(case):
+    pk = {k: (tuple(v) if isinstance(v, list) else v) for k, v in case["parallel"].items()}
+    led = build_ledger(model(case["model"]), ParallelSpec(**pk), TrainSpec(**case["train"]))
+    got = [{"rows": r.rows, "peak_allocated_bytes": r.peak_allocated_bytes,
+            "peak_total_bytes": r.peak_total_bytes} for r in led.ranks]
+    assert got == case["ranks"]

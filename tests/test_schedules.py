@@ -1,0 +1,68 @@
+"""In-flight micro-batches per schedule (DESIGN.md §6) and stage placement."""
+import pytest
+
+from memledger import ParallelSpec, TrainSpec, build_ledger, model
+from memledger.schedules import balanced_layout, in_flight
+
+
+def held(schedule, pp, r, m, vpp=1):
+    return sum(n for _, n in in_flight(ParallelSpec(pp=pp, vpp=vpp, schedule=schedule), r, m))
+
+
+@pytest.mark.parametrize("r, want", [(0, 4), (1, 3), (2, 2), (3, 1)])
+def test_1f1b_rank_r_holds_p_minus_r(r, want):
+    assert held("1f1b", 4, r, 16) == want
+
+
+def test_1f1b_is_capped_by_micro_batches():
+    assert held("1f1b", 8, 0, 3) == 3
+
+
+def test_gpipe_holds_all_micro_batches():
+    assert held("gpipe", 4, 3, 16) == 16
+
+
+def test_interleaved_rank0_holds_l_times_1_plus_p_minus_1_over_pv_layers():
+    """Korthikanti et al. 2022: interleaving multiplies the first stage's memory by 1+(p-1)/(pv)."""
+    p, v = 8, 3
+    chunks = held("interleaved", p, 0, 64, vpp=v)  # chunk-micro-batches of L/(p·v) layers
+    assert chunks / (p * v) == 1 + (p - 1) / (p * v)
+
+
+def test_interleaved_fills_chunks_in_megatron_forward_order():
+    # rank 0, p=4, v=2: warm-up 2·3 + 4 = 10 forwards + 1: chunk0 gets 4 + 3, chunk1 gets 4
+    assert in_flight(ParallelSpec(pp=4, vpp=2, schedule="interleaved"), 0, 64) == ((0, 7), (4, 4))
+
+
+def test_zb_v_is_flat_at_1f1b_peak():
+    counts = [held("zb-v", 4, r, 16) for r in range(4)]
+    assert counts == [8, 8, 8, 8]  # 2 chunks × p micro-batches of L/(2p) layers = L layers
+
+
+def test_dualpipe_holds_p_plus_1_and_two_stages_of_weights():
+    p = ParallelSpec(pp=4, schedule="dualpipe", dp=1)
+    assert all(held("dualpipe", 4, r, 16) == 5 for r in range(4))
+    m = model("llama3-8b")
+    base = build_ledger(m, ParallelSpec(pp=4), TrainSpec())
+    dual = build_ledger(m, p, TrainSpec())
+    # rank 1 holds stages 1 and 2 (mirror): twice the layers of 1F1B's rank 1
+    assert dual.ranks[1].rows["weights"] == 2 * base.ranks[1].rows["weights"]
+
+
+def test_v_schedules_put_embedding_and_head_on_rank0():
+    led = build_ledger(model("llama3-8b"), ParallelSpec(pp=4, schedule="zb-v"), TrainSpec())
+    names = {i.name for i in led.ranks[0].items}
+    assert "embedding / embedding" in names and "head / head" in names
+
+
+def test_balanced_layout_gives_remainder_to_middle_stages():
+    assert balanced_layout(61, 16) == (3,) + (4,) * 13 + (3, 3)
+    assert sum(balanced_layout(61, 16)) == 61
+
+
+def test_tied_embeddings_keep_two_copies_across_pipeline_stages():
+    m = model("llama3.2-1b")
+    one = build_ledger(m, ParallelSpec(), TrainSpec())
+    two = build_ledger(m, ParallelSpec(pp=2), TrainSpec())
+    emb = 128256 * 2048 * 2
+    assert sum(r.rows["weights"] for r in two.ranks) == one.ranks[0].rows["weights"] + emb

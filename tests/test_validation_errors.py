@@ -1,0 +1,73 @@
+"""Every invalid combination raises a SpecError naming the field, the value and what is valid."""
+import pytest
+
+from memledger import ParallelSpec, SpecError, TrainSpec, build_ledger, model
+from memledger.specs.runtime import RuntimeSpec
+
+
+def err(fn):
+    with pytest.raises(SpecError) as e:
+        fn()
+    return e.value
+
+
+def ledger(name, **par):
+    train = par.pop("train", TrainSpec())
+    return lambda: build_ledger(model(name), ParallelSpec(**par), train)
+
+
+@pytest.mark.parametrize("make, field, fragments", [
+    (ledger("llama3-8b", tp=3), "tp", ["tp=3", "n_heads=32", "valid: 1, 2, 4, 8, 16, 32"]),
+    (ledger("llama3-8b", tp=16, sp=True), "tp", ["tp=16", "n_kv_heads=8"]),
+    (ledger("mixtral-8x7b", ep=3, dp=3), "ep", ["ep=3", "n_experts=8"]),
+    (ledger("llama3-8b", pp=5), "pp", ["n_layers=32", "layout"]),
+    (ledger("llama3-8b", pp=4, vpp=3, schedule="interleaved"), "pp", ["12 pipeline stages", "n_layers=32"]),
+    (ledger("llama3-8b", ep=2, dp=2), "ep", ["no experts"]),
+    (ledger("mixtral-8x7b", tp=2, ep=2), "sp", ["sequence parallel"]),
+    (ledger("llama3-8b", cp=2, train=TrainSpec(seq=4098)), "seq", ["seq=4098", "2·cp=4"]),
+    (ledger("llama3-8b", pp=2, layout=(10, 10)), "layout", ["sum to 20", "n_layers=32"]),
+])
+def test_invalid_combinations_name_the_field(make, field, fragments):
+    e = err(make)
+    assert e.field == field
+    for f in fragments:
+        assert f in str(e), (f, str(e))
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"tp": 0}, "tp"), ({"pp": -1}, "pp"), ({"dp": 0}, "dp"), ({"zero": 4}, "zero"),
+    ({"schedule": "magic"}, "schedule"), ({"vpp": 2}, "vpp"),
+    ({"schedule": "interleaved", "pp": 4}, "vpp"), ({"ep": 4, "dp": 2}, "ep"),
+    ({"layout": (1, 2), "pp": 4}, "layout"), ({"schedule": "dualpipe", "pp": 3}, "pp"),
+    ({"tp": "2"}, "tp"), ({"tp": True}, "tp"),
+])
+def test_parallel_spec_rejects(kw, field):
+    assert err(lambda: ParallelSpec(**kw)).field == field
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"micro_batch": 0}, "micro_batch"), ({"seq": -5}, "seq"), ({"micro_batches": 0}, "micro_batches"),
+    ({"precision": "fp4"}, "precision"), ({"optimizer": "adam"}, "optimizer"),
+    ({"profile": "nope"}, "profile"), ({"recompute": "some"}, "recompute"),
+    ({"attention": "eager"}, "attention"),
+])
+def test_train_spec_rejects(kw, field):
+    e = err(lambda: TrainSpec(**kw))
+    assert e.field == field
+    if "precision" in kw:
+        assert "mixed16" in str(e) and "megatron" in str(e)
+
+
+def test_world_size_mismatch_names_world():
+    e = err(lambda: ParallelSpec.from_world(100, tp=8))
+    assert e.field == "world" and "100" in str(e) and "tp*pp*cp=8" in str(e)
+
+
+def test_runtime_spec_rejects_bad_slack():
+    assert err(lambda: RuntimeSpec(allocator_slack_pct=150)).field == "allocator_slack_pct"
+
+
+def test_unknown_presets_list_the_valid_ones():
+    from memledger import gpu
+    assert "llama3-8b" in str(err(lambda: model("llama-9")))
+    assert "h100" in str(err(lambda: gpu("h1000")))
