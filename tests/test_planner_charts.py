@@ -40,14 +40,29 @@ def test_top_table_rows_are_the_fastest_in_order():
     assert list(table["tp"]) == [r["tp"] for r in rows]
 
 
-def test_ledger_query_omits_defaults_and_keeps_model_and_gpu():
-    result = plan(PlanSpec(model=model("deepseek-v3"), hardware=gpu("h200"), worlds=(256,),
-                           seq=4096, global_batch=256, precision="megatron"))
+def deepseek_plan():
+    return plan(PlanSpec(model=model("deepseek-v3"), hardware=gpu("h200"), worlds=(256,),
+                         seq=4096, global_batch=256))
+
+
+def test_ledger_query_names_every_setting_of_the_row():
+    result = deepseek_plan()
     row = result.rows(result.top(1))[0]
     q = ledger_query(result, row, "deepseek-v3", "h200")
     assert q["model"] == "deepseek-v3" and q["gpu"] == "h200"
-    assert set(q) <= set(LEDGER_KEYS) | {"layout"}
-    assert "precision" not in q and "optimizer" not in q and "seq" not in q  # defaults
-    assert q["pp"] == str(row["pp"]) and q["m"] == str(row["micro_batches"])
-    if row["layout"] == "balanced":
-        assert q["layout"] == "balanced"
+    assert set(q) <= set(LEDGER_KEYS)
+    try:
+        import memledger.views.state  # noqa: F401  (the dashboard omits its defaults)
+    except ImportError:
+        assert set(q) == set(LEDGER_KEYS)
+        assert q["pp"] == str(row["pp"]) and q["m"] == str(row["micro_batches"])
+        assert q["layout"] == "balanced" and q["sp"] == ("1" if row["sp"] else "0")
+
+
+def test_ledger_query_opens_the_same_specs_on_the_dashboard():
+    state = pytest.importorskip("memledger.views.state")  # lands with the dashboard branch
+    result = deepseek_plan()
+    for row in result.rows(result.top(5)) + result.rows(result.pareto[:5]):
+        cfg, issues = state.parse_params(ledger_query(result, row, "deepseek-v3", "h200"))
+        assert not issues
+        assert state.to_specs(cfg, result.spec.model) == result.specs(row)

@@ -7,8 +7,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from memledger import gpu, model
-from memledger.planner import PlanSpec, plan
-from memledger.views.planner_charts import LEDGER_KEYS
+from memledger.planner import Constraints, PlanSpec, plan
+from memledger.views.planner_charts import ledger_query
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "planner.py")
 
@@ -35,10 +35,7 @@ def test_renders_with_defaults_a_chart_a_top_20_table_and_a_ledger_link():
                              seq=8192, global_batch=64))
     best = expected.rows(expected.top(1))[0]
     assert table["peak GiB"].iloc[0] == pytest.approx(best["peak_bytes"] / 2**30)
-    q = link(at)
-    assert set(q) <= set(LEDGER_KEYS) | {"layout"}
-    assert q == {"model": "llama3-8b", "gpu": "h100", "dp": "8", "zero": "2", "seq": "8192",
-                 "m": "8"}
+    assert link(at) == ledger_query(expected, best, "llama3-8b", "h100")  # the top row's link
     assert dict(at.query_params) == {}  # all defaults: nothing in the URL
 
 
@@ -63,11 +60,12 @@ def test_query_params_set_every_input_and_round_trip():
     assert len(table) == 5 and set(table["recompute"]) == {"full"}
     assert table["vpp"].max() <= 2
     assert {k: at.query_params[k] for k in query} == query
-    q = link(at)  # the third row's configuration
-    third = table.iloc[2]
-    assert q["model"] == "mixtral-8x7b" and q["recompute"] == "full"
-    assert int(q.get("ep", 1)) == third["ep"] and int(q.get("pp", 1)) == third["pp"]
-    assert int(q.get("mb", 1)) == third["micro_batch"] and int(q["m"]) == third["micro_batches"]
+    expected = plan(PlanSpec(model=model("mixtral-8x7b"), hardware=gpu("h200"), worlds=(16,),
+                             seq=4096, global_batch=32,
+                             constraints=Constraints(recompute="full", max_vpp=2)))
+    third = expected.rows(expected.top(5))[2]
+    assert table["peak GiB"].iloc[2] == pytest.approx(third["peak_bytes"] / 2**30)
+    assert link(at) == ledger_query(expected, third, "mixtral-8x7b", "h200")
 
 
 @pytest.mark.parametrize("query,field", [({"seq": "abc"}, "seq"), ({"model": "gpt5"}, "model"),

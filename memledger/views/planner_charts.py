@@ -12,17 +12,12 @@ import plotly.graph_objects as go
 
 from ..planner import Plan
 from ..planner.spec import PLAN_RECOMPUTE
-from ..specs.parallel import ParallelSpec
-from ..specs.train import TrainSpec
 from ..units import GIB
 
-LEDGER_KEYS = ("model", "gpu", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
-               "schedule", "mb", "seq", "m", "precision", "optimizer", "profile", "recompute")
-_DEFAULTS = {**{k: getattr(ParallelSpec(), k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp",
-                                                        "dp", "zero", "sp", "schedule")},
-             "mb": TrainSpec().micro_batch, "seq": TrainSpec().seq, "m": TrainSpec().micro_batches,
-             **{k: getattr(TrainSpec(), k) for k in ("precision", "optimizer", "profile",
-                                                     "recompute")}}
+# The share-link keys the dashboard reads (memledger.views.state.KEYS on branch dashboard).
+LEDGER_KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
+               "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
+               "attention", "recompute")
 RECOMPUTE_COLOURS = {"none": "#1f77b4", "selective": "#ff7f0e", "full": "#2ca02c"}
 
 
@@ -87,22 +82,27 @@ def top_table(result: Plan, k: int) -> pd.DataFrame:
 
 
 def ledger_query(result: Plan, row: dict, model_key: str, gpu_key: str) -> dict[str, str]:
-    """Query parameters that open `row` on the Ledger page; defaults omitted. A stage layout
-    that needed balancing adds layout=balanced."""
+    """Query parameters that open `row` on the Ledger page. With the dashboard's URL state
+    (`memledger.views.state`) they are its own encoding, defaults left out; without it every
+    key is written. layout=balanced reproduces the planner's stage split either way (for a
+    layer count the stages divide, balanced is the even split)."""
     spec = result.spec
-    values = {"model": model_key, "gpu": gpu_key, **{k: row[k] for k in (
-        "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp", "schedule", "recompute")},
-        "mb": row["micro_batch"], "m": row["micro_batches"], "seq": spec.seq,
-        "precision": spec.precision, "optimizer": spec.optimizer, "profile": spec.profile}
-    out = {k: _text(values[k]) for k in LEDGER_KEYS
-           if k in ("model", "gpu") or values[k] != _DEFAULTS[k]}
-    if row.get("layout") == "balanced":
-        out["layout"] = "balanced"
-    return out
+    values = {"model": model_key, "gpu": gpu_key, "world": row["world"],
+              **{k: row[k] for k in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
+                                     "schedule", "recompute")},
+              "layout": "balanced", "mb": row["micro_batch"], "m": row["micro_batches"],
+              "seq": spec.seq, "precision": spec.precision, "optimizer": spec.optimizer,
+              "profile": spec.profile, "attention": spec.attention}
+    try:
+        from . import state  # the dashboard's URL state
+    except ImportError:
+        return {k: _text(values[k]) for k in LEDGER_KEYS}
+    return state.to_params(state.Config(**{k: v for k, v in values.items()
+                                           if k in state.CONFIG_KEYS}))
 
 
 def _text(v) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return ("1" if v else "0") if isinstance(v, bool) else str(v)
 
 
 __all__ = ["plan_scatter", "top_table", "ledger_query", "LEDGER_KEYS"]
