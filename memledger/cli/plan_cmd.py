@@ -1,0 +1,102 @@
+"""`memledger plan`: every layout of a model on a GPU budget that fits, fastest first.
+
+Same flag names as `memledger ledger` where they apply; the parallel flags (--tp, --pp, ...,
+--zero, --micro-batch, --recompute, --schedule) fix that axis instead of setting it, and
+--world takes one or more world sizes (repeat it or give a comma list)."""
+from __future__ import annotations
+
+import json
+
+from ..errors import SpecError
+from ..presets import GPUS, gpu
+from ..units import gib
+from .args import add_model_args, add_train_args, load_model, runtime_from_args
+
+FIXED = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp")
+BOUNDS = ("max_tp", "max_etp", "max_cp", "max_vpp", "max_micro_batch")
+
+
+def add(sub) -> None:
+    p = sub.add_parser("plan", help="every layout that fits, ranked by estimated step time")
+    add_model_args(p)
+    add_train_args(p)
+    p.set_defaults(micro_batch=None, recompute=None, micro_batches=None)
+    g = p.add_argument_group("search space")
+    g.add_argument("--world", action="append", required=True,
+                   help="world size(s): repeat the flag or give a comma list")
+    g.add_argument("--global-batch", type=int, required=True, help="sequences per step")
+    g.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU preset's")
+    g.add_argument("--headroom", type=float, default=0.0, help="fraction of HBM kept free")
+    for name in FIXED:
+        g.add_argument(f"--{name}", type=int, default=None, help=f"fix {name}")
+    g.add_argument("--zero", type=int, default=None, help="fix the ZeRO stage")
+    g.add_argument("--schedule", default=None, help="fix the schedule: 1f1b, interleaved, dualpipe")
+    for name in BOUNDS:
+        g.add_argument("--" + name.replace("_", "-"), type=int, default=None)
+    p.add_argument("--top", type=int, default=20, help="configurations to list (0 = all)")
+    p.add_argument("--json", action="store_true", help="one JSON object, bytes as integers")
+    p.set_defaults(run=run)
+
+
+def _worlds(values: list[str]) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for v in values for x in v.split(",") if x.strip())
+    except ValueError:
+        raise SpecError("world", f"expected integers or comma lists, got {values}") from None
+
+
+def spec_from_args(args):
+    from ..planner import Constraints, PlanSpec
+    if args.gpu is None:
+        raise SpecError("gpu", f"the planner needs a GPU preset; valid: {', '.join(GPUS)}")
+    if args.micro_batches is not None:
+        raise SpecError("micro_batches", "the planner derives it: global batch / (dp · micro-batch)")
+    if args.policy or args.policy_preset:
+        raise SpecError("policy", "the planner searches recompute none / selective / full with "
+                                  "every tensor kept; check a storage policy with `memledger "
+                                  "ledger --policy`")
+    if args.recompute_every:
+        raise SpecError("recompute_every", "the planner searches none, selective and full")
+    if args.top < 0:
+        raise SpecError("top", f"must be >= 0, got {args.top}")
+    if args.profile.startswith("traced:"):
+        from ..trace.profile import register_traced  # lands with the tracing work
+        args.profile = register_traced(args.profile[len("traced:"):])
+    fixed = {k: getattr(args, k) for k in FIXED + ("zero", "micro_batch", "recompute", "schedule")}
+    bounds = {k: getattr(args, k) for k in BOUNDS}
+    return PlanSpec(model=load_model(args), hardware=gpu(args.gpu), worlds=_worlds(args.world),
+                    seq=args.seq, global_batch=args.global_batch,
+                    gpus_per_node=args.gpus_per_node, precision=args.precision,
+                    optimizer=args.optimizer, profile=args.profile, attention=args.attention,
+                    headroom=args.headroom, runtime=runtime_from_args(args),
+                    mfu_pct=args.mfu, constraints=Constraints(**fixed, **bounds))
+
+
+def run(args) -> int:
+    from ..planner import plan
+    result = plan(spec_from_args(args))
+    if args.json:
+        print(json.dumps(result.to_dict(args.top)))
+    else:
+        print(render(result, args.top))
+    return 0
+
+
+def render(result, top: int) -> str:
+    from ..planner import describe
+    s, c = result.spec, result.counts()
+    lines = [f"{s.model.name} on {'/'.join(map(str, s.worlds))} × {s.hardware.name} "
+             f"({s.node_size} per node) | seq {s.seq} | global batch {s.global_batch} | "
+             f"{s.precision}/{s.optimizer} | limit {gib(s.limit_bytes):.2f} GiB per GPU",
+             f"layouts: {c['structural']} ({c['invalid']} invalid) | configurations: "
+             f"{c['evaluated']} evaluated, {c['over_capacity']} over capacity, {c['fits']} fit "
+             f"| {result.wall_s:.2f} s"]
+    if result.reason:
+        return "\n".join(lines + [result.reason])
+    lines.append(f"{'#':>4}  {'est. s/step':>11}  {'peak GiB':>9}  {'free GiB':>9}  layout")
+    for i, r in enumerate(result.rows(result.top(top)), 1):
+        lines.append(f"{i:>4}  {r['seconds']:>11.3f}  {gib(r['peak_bytes']):>9.2f}  "
+                     f"{gib(r['free_bytes']):>9.2f}  {describe(r)}")
+    lines.append(f"Pareto front (peak vs time): {len(result.pareto)} configurations; "
+                 f"GiB = 2^30 bytes; times are estimates (memledger.steptime)")
+    return "\n".join(lines)

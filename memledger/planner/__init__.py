@@ -1,0 +1,30 @@
+"""The planner: every parallel layout of a model on a GPU budget that fits, ranked by an
+estimated step time (DESIGN.md §10).
+
+    plan(PlanSpec(model=..., hardware=..., worlds=(2048,), seq=4096, global_batch=15360))
+
+enumerates the structural layouts through the core's validity checks (`space`), evaluates the
+most-loaded-rank peak of every (layout, ZeRO stage, micro-batch size, recompute mode) with numpy
+— byte for byte `build_ledger(...).peak.peak_total_bytes` (`evaluate`) — estimates its step
+time (`memledger.steptime`), and returns a `Plan` (`result`).
+"""
+from __future__ import annotations
+
+import time
+
+from .evaluate import evaluate
+from .result import Plan, describe
+from .space import enumerate_space
+from .spec import Constraints, PlanSpec
+
+__all__ = ["Constraints", "Plan", "PlanSpec", "describe", "plan"]
+
+
+def plan(spec: PlanSpec, keep_all: bool = False) -> Plan:
+    """Search the space of `spec`. keep_all=True keeps over-capacity configurations too (tests)."""
+    t0 = time.perf_counter()
+    space = enumerate_space(spec)
+    ev = evaluate(spec, space, keep_all=keep_all)
+    return Plan(spec=spec, evaluated=ev, n_structural=space.n_structural,
+                n_invalid=space.n_invalid, invalid_reasons=dict(space.reasons),
+                invalid_examples=dict(space.examples), wall_s=time.perf_counter() - t0)

@@ -1,0 +1,132 @@
+"""Per-micro-batch activation quantities of the planner, from the core's own rules.
+
+For one (tp, cp), over every candidate etp (rows) and micro-batch size b (columns): each layer
+kind's bytes kept per layer-micro-batch under recompute none / selective — each tensor's GPU
+bytes as `act_policy` decides them (selective drops the profile's selective classes that have a
+producer to re-run) — one layer's whole inventory (the full-recompute transient), the
+checkpointed layer input, the first / last stage tensors, the largest last-stage transient, the
+MoE all-to-all buffers per ep (`comm.moe_items`), and the autocast weight casts of the `amp`
+recipe (`act_rows.autocast_copies`, probed with unit counts: it is linear in them).
+Everything is evaluated on `VecTrain` / `VecParallel` arrays; a profile whose inventory branches
+on the micro-batch (the `hf` profiles) is evaluated one (etp, b) at a time instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .. import comm
+from ..act_policy import _decision
+from ..act_rows import autocast_copies
+from ..activations import get_profile
+from ..activations.inventory import tensor_bytes
+from ..errors import SpecError
+from ..params import layer_kind
+from ..specs.parallel import ParallelSpec
+from .vec import VecParallel, VecTrain, quiet
+
+decision = _decision.__wrapped__  # the storage rule without its cache (arrays are not hashable)
+KINDS = ("dense", "moe")
+
+
+@dataclass
+class ActArrays:
+    etps: np.ndarray
+    bs: np.ndarray
+    keep: dict  # (kind, "none" | "selective") -> [etp, b] kept bytes per layer-micro-batch
+    full: dict  # kind -> [etp, b] one layer's whole inventory
+    layer_input: np.ndarray  # [b] checkpoint kept per layer-micro-batch under full recompute
+    first: np.ndarray  # [b] first-stage tensors per micro-batch
+    last: np.ndarray  # [b]
+    logits: np.ndarray  # [b] largest last-stage transient
+    a2a: dict  # ep -> [b] MoE dispatch + combine buffers
+    autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
+
+
+def _vp(tp, cp, etp) -> VecParallel:
+    return VecParallel(tp=tp, cp=cp, etp=etp, sp=tp > 1)
+
+
+def _gpu(x, m, tv, pv, in_layer: bool):
+    """GPU bytes of one copy of x as the core's storage rule keeps it."""
+    return decision(x, m, tv, pv, in_layer)[3]
+
+
+def _columns(m, t, tp, cp, etp, b) -> dict:
+    """Every quantity for one etp (column vector) and b (row vector) — or arrays of them."""
+    prof = get_profile(t.profile)
+    pv = _vp(tp, cp, etp)
+    out = {}
+    for rc in ("none", "selective"):
+        tv = VecTrain(t, micro_batch=b, recompute=rc)
+        for kind in KINDS:
+            tensors = prof.layer(m, kind, tv, pv) if kind == "dense" or m.moe else ()
+            out["keep", kind, rc] = sum((_gpu(x, m, tv, pv, True) for x in tensors), 0)
+            if rc == "none":
+                out["full", kind] = sum((tensor_bytes(x, m, tv, pv) for x in tensors), 0)
+    tv = VecTrain(t, micro_batch=b, recompute="none")
+    out["layer_input"] = _gpu(prof.layer_input(m, tv, pv), m, tv, pv, False)
+    out["first"] = sum((_gpu(x, m, tv, pv, False) for x in prof.first_stage(m, tv, pv)), 0)
+    out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)), 0)
+    out["logits"] = 0
+    for x in prof.transients(m, tv, pv):
+        out["logits"] = np.maximum(out["logits"], tensor_bytes(x, m, tv, pv))
+    return out
+
+
+def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs) -> ActArrays:
+    etps, bs = np.asarray(etps, np.int64), np.asarray(bs, np.int64)
+    shape = (len(etps), len(bs))
+    try:
+        cols = _columns(m, t, tp, cp, etps[:, None], bs[None, :])
+        cols = {k: np.broadcast_to(v, shape) for k, v in cols.items()}
+    except (ValueError, TypeError):  # the inventory branches on b or etp: one pair at a time
+        cells = [[_columns(m, t, tp, cp, int(e), int(b)) for b in bs] for e in etps]
+        cols = {k: np.array([[c[k] for c in row] for row in cells], np.int64) for k in cells[0][0]}
+    return ActArrays(
+        etps, bs, keep={(k, rc): cols["keep", k, rc] for k in KINDS for rc in ("none", "selective")},
+        full={k: cols["full", k] for k in KINDS}, layer_input=cols["layer_input"][0],
+        first=cols["first"][0], last=cols["last"][0], logits=cols["logits"][0],
+        a2a={e: _a2a(m, t, rt, tp, cp, e, bs) for e in sorted(set(eps) - {1}) if m.moe},
+        autocast=autocast_coefficients(m, t, tp))
+
+
+def _a2a(m, t, rt, tp, cp, ep, bs) -> np.ndarray:
+    p = VecParallel(tp=tp, cp=cp, ep=ep, sp=tp > 1)
+    try:  # moe_items prints the rows into its note: quiet arrays
+        tv = VecTrain(t, micro_batch=quiet(bs)[None, :])
+        return np.broadcast_to(sum(i.bytes for i in comm.moe_items(m, p, tv, rt)),
+                               (1, len(bs)))[0].astype(np.int64)
+    except ValueError:  # a sizing rule that branches on the token count (DeepEP)
+        return np.array([sum(i.bytes for i in comm.moe_items(
+            m, p, VecTrain(t, micro_batch=int(b)), rt)) for b in bs], np.int64)
+
+
+def autocast_coefficients(m, t, tp: int) -> dict:
+    """recompute -> bytes of `autocast_copies` per dense layer-micro-batch, per MoE one and per
+    last-stage micro-batch: the core's function on a layout whose middle stage is one layer of
+    the kind, with one micro-batch in flight (and on the last stage alone)."""
+    out = {}
+    for rc in ("none", "selective", "full"):
+        tr = replace(t, recompute=rc)
+        per = []
+        for kind in KINDS:
+            i = next((i for i in range(m.n_layers) if layer_kind(m, i) == kind), None)
+            if i is None:
+                per.append(0)
+                continue
+            p = ParallelSpec(tp=tp, sp=tp > 1, pp=3, layout=(i, 1, m.n_layers - i - 1))
+            one, two = (_bytes(autocast_copies(m, p, tr, ((1, n),), 0)) for n in (1, 2))
+            if two != 2 * one:
+                raise SpecError("precision", f"the planner assumes autocast casts scale with "
+                                             f"the copies in flight ({one} vs {two})")
+            per.append(one)
+        p = ParallelSpec(tp=tp, sp=tp > 1)
+        per.append(_bytes(autocast_copies(m, p, tr, (), 1)))
+        out[rc] = tuple(per)
+    return out
+
+
+def _bytes(item) -> int:
+    return item.bytes if item is not None else 0

@@ -1,0 +1,172 @@
+"""Coefficient arrays of the planner, each computed by the core's own functions.
+
+`static_tables`: for one (world, pp, tp), the static rows, ZeRO-3 buffers, optimizer-step
+temporaries (incl. Muon's gather and Newton-Schulz workspace) and unsharded weight / gradient bytes of every candidate rank, over every width
+(cp, dp, ep, etp) and ZeRO stage — `static.ROW_FUNCS` evaluated on `VecParallel` arrays for each
+(parameter group, instances) pair the ranks hold, then summed per rank
+(ranks with the same held list share one column).
+
+`block_arrays`: for one (pp, tp, cp, dp) block, its slice of the activation arrays
+(`planner.acts`, shared by every pipeline depth) plus what depends on pp and dp: pipeline
+send/recv (`comm.pp_items`) and the per-width NCCL / gradient buffers (`comm.nccl_items`,
+`comm.grad_bucket_items`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import comm
+from ..ledger import step_temporaries
+from ..sharding import ZERO_SHARDED, shard_divisor
+from ..static import ROW_FUNCS, Held
+from ..units import ceil_div
+from .vec import VecParallel, VecTrain, quiet
+
+def _vp(tp, pp, cp, dp, ep, etp, zero=0) -> VecParallel:
+    return VecParallel(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, sp=tp > 1, zero=zero)
+
+
+def _col(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.int64)[:, None]
+
+
+@dataclass
+class StaticTables:
+    static: np.ndarray  # [W, R, z] weights + gradients + optimizer
+    comm_z: np.ndarray  # [W, R, z] ZeRO-3 gather/reduce-scatter buffers
+    step: np.ndarray  # [W, R, z] optimizer-step temporaries
+    weights0: np.ndarray  # [W, R] unsharded weights row (time model)
+    grads0: np.ndarray  # [W, R] unsharded gradients row (time model)
+
+
+def _pairs(helds):
+    """Distinct (group, instances) pairs, and for each held list its pairs' columns."""
+    index, entries, starts = {}, [], []
+    for held in helds:
+        starts.append(len(entries))
+        entries += [index.setdefault((h.group, h.instances), len(index)) for h in held]
+    return index, np.array(entries, dtype=np.int64), np.array(starts, dtype=np.int64)
+
+
+def _row_tables(index, widths, t, zs):
+    """{(row, zero): [W, pairs]} bytes of every (group, instances) pair."""
+    tp, pp, cp, dp, ep, etp = widths
+    by_group: dict = {}
+    for (g, inst), col in index.items():
+        by_group.setdefault(g, []).append((inst, col))
+    out = {}
+    for row, fn in ROW_FUNCS.items():
+        # the stages that shard this row share one table (zero_divisor is 1 or the zero group)
+        for sharded in {row in ZERO_SHARDED[z] for z in zs}:
+            z = next(z for z in zs if (row in ZERO_SHARDED[z]) == sharded)
+            p = _vp(tp, pp, cp, dp, ep, etp, zero=z)
+            table = np.zeros((len(cp), len(index)), dtype=np.int64)
+            for g, lst in by_group.items():
+                inst = np.array([i for i, _ in lst], dtype=np.int64)[None, :]
+                table[:, [c for _, c in lst]] = fn(Held("", g, inst), p, t)[0]
+            for zz in zs:
+                if (row in ZERO_SHARDED[zz]) == sharded:
+                    out[row, zz] = table
+    return out
+
+
+def _largest_layer_params(held, p) -> np.ndarray:
+    """comm_items' ZeRO-3 unit: the largest per-layer parameter count among held sections."""
+    per_layer: dict = {}
+    for h in held:
+        if h.section.endswith("layers"):
+            per_layer[h.section] = per_layer.get(h.section, 0) + ceil_div(
+                h.group.count, shard_divisor(h.group, p))
+    return np.maximum.reduce([np.broadcast_to(v, (len(p.cp), 1)) for v in per_layer.values()]
+                             or [np.zeros((len(p.cp), 1), np.int64)])[:, 0]
+
+
+def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
+    """Tables for the held lists `helds` (one per candidate rank) over the widths."""
+    tp, pp, cp, dp, ep, etp = widths
+    keys = [tuple((h.section, h.group, h.instances) for h in held) for held in helds]
+    first: dict = {}
+    inverse = np.array([first.setdefault(k, len(first)) for k in keys], dtype=np.int64)
+    unique = [helds[keys.index(k)] for k in first]
+    index, entries, starts = _pairs(unique)
+    rows = {k: np.add.reduceat(v[:, entries], starts, axis=1)
+            for k, v in _row_tables(index, widths, t, zs).items()}
+    n_w, n_u, n_z = len(cp), len(unique), len(zs)
+    static = np.stack([sum(rows[row, z] for row in ROW_FUNCS) for z in zs], -1)
+    unsharded = [z for z in zs if not ZERO_SHARDED[z]]
+    z0 = unsharded[0] if unsharded else zs[0]
+    comm_z, step = np.zeros((n_w, n_u, n_z), np.int64), np.zeros((n_w, n_u, n_z), np.int64)
+    p1 = _vp(tp, pp, cp, dp, ep, etp)
+    for j, held in enumerate(unique):
+        largest = _largest_layer_params(held, p1)
+        for k, z in enumerate(zs):
+            step[:, j, k] = over_widths(lambda p: step_temporaries(held, p, t, rt).bytes,
+                                        widths, z)
+            if z == 3:
+                comm_z[:, j, k] = _zero3_bytes(largest, t, rt)
+    return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
+                        rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse])
+
+
+def over_widths(fn, widths, zero: int = 0) -> np.ndarray:
+    """fn(parallel) for every width at once on `VecParallel` arrays (quiet: the core prints
+    numbers into its formulas); where the core branches on a per-width value (numpy's "truth
+    value of an array is ambiguous"), one width at a time — slower, the same numbers."""
+    tp, pp, cp, dp, ep, etp = widths
+    n = len(cp)
+    try:
+        out = fn(_vp(tp, pp, quiet(cp), quiet(dp), quiet(ep), quiet(etp), zero=zero))
+        return np.broadcast_to(np.asarray(out, dtype=np.int64), (n, 1))[:, 0].copy()
+    except ValueError:
+        cols = [np.broadcast_to(a, (n, 1))[:, 0].tolist() for a in (cp, dp, ep, etp)]
+        return np.array([fn(_vp(tp, pp, c, d, e, x, zero=zero)) for c, d, e, x in zip(*cols)],
+                        dtype=np.int64)
+
+
+def _zero3_bytes(largest: np.ndarray, t, rt) -> np.ndarray:
+    values, inverse = np.unique(largest, return_inverse=True)
+    per = [sum(i.bytes for i in comm.zero3_items(int(v), None, t, rt)) for v in values]
+    return np.array(per, dtype=np.int64)[inverse]
+
+
+def width_buffers(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
+    """Gradient buckets + NCCL channel buffers per width (scalar calls: they branch on sizes)."""
+    out = np.empty(len(ep), np.int64)
+    for i, (e, x) in enumerate(zip(ep.tolist(), etp.tolist())):
+        p = _vp(tp, pp, cp, dp, e, x)
+        out[i] = sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
+    return out
+
+
+@dataclass
+class BlockArrays:
+    keep: dict  # (kind, recompute) -> [W, b] kept bytes per layer per micro-batch
+    full: dict  # kind -> [W, b] one layer's whole inventory (full-recompute transient)
+    layer_input: np.ndarray  # [b]
+    first: np.ndarray  # [b] first-stage tensors per micro-batch
+    last: np.ndarray  # [b]
+    logits: np.ndarray  # [b] largest last-stage transient
+    pp_buf: np.ndarray  # [b]
+    a2a: np.ndarray  # [W, b] MoE dispatch + combine (0 where ep = 1)
+    const: np.ndarray  # [W] NCCL + gradient buckets
+    autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
+
+
+def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
+    """The block's slice of `aa` (its etp rows, its micro-batch sizes) plus what depends on
+    pp and dp: pipeline send/recv buffers and the per-width NCCL / gradient buffers."""
+    ie, ib = np.searchsorted(aa.etps, etp), np.searchsorted(aa.bs, bs)
+    pick = lambda a: a[ie][:, ib]  # noqa: E731
+    a2a = np.zeros((len(ep), len(bs)), np.int64)
+    for e, row in aa.a2a.items():
+        a2a[ep == e] = row[ib]
+    tv = VecTrain(t, micro_batch=np.asarray(bs, np.int64)[None, :])
+    pp_buf = sum((i.bytes for i in comm.pp_items(m, _vp(tp, pp, cp, dp, 1, 1), tv)),
+                 np.zeros((1, len(bs)), np.int64))[0]
+    return BlockArrays(
+        keep={k: pick(v) for k, v in aa.keep.items()}, full={k: pick(v) for k, v in aa.full.items()},
+        layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
+        logits=aa.logits[ib], pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast,
+        const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)))

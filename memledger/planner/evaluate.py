@@ -1,0 +1,235 @@
+"""The vectorised evaluator: per-rank peak of every configuration, byte for byte the ledger's.
+
+For one block — a (world, pp, tp, cp, dp) with its widths (ep, etp) and all its pipeline shapes —
+the arrays of `coeffs` and `ranks` are combined with numpy over
+[candidate rank, width, ZeRO stage, micro-batch size, recompute mode] exactly as
+`ledger.build_rank` assembles a rank:
+    peak_alloc = static + max(activations + communication + largest transient, step temporaries)
+    peak_total = peak_alloc + ceil(peak_alloc · slack% / 100) + CUDA context
+then the most loaded rank of each pipeline shape is a segmented max. m (micro-batches per step)
+= global batch / (dp · b). Keep that assembly in step with `ledger.build_rank`; the equality
+test compares every piece's sum with `build_ledger` on thousands of random configurations.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..units import ceil_div
+from .acts import act_arrays
+from .coeffs import block_arrays, static_tables
+from .ranks import pipe_tables, rank_held
+from .space import Group, Space, divisors
+from .spec import PLAN_RECOMPUTE, PlanSpec
+from .timing import block_seconds, pipe_flops
+
+COLUMNS = ("world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "schedule", "balanced", "zero",
+           "micro_batch", "micro_batches", "recompute")
+SCHEDULE_CODES = ("1f1b", "interleaved", "dualpipe")
+
+
+@dataclass
+class Block:
+    """The axes of one evaluated block; a configuration is a flat index into its grid."""
+
+    world: int
+    pp: int
+    tp: int
+    cp: int
+    dp: int
+    ep: np.ndarray  # [W]
+    etp: np.ndarray
+    pipes: dict  # vpp, schedule (code), balanced: [P]
+    zs: np.ndarray  # [Z]
+    bs: np.ndarray  # [B] micro-batch sizes
+    ms: np.ndarray  # [B] micro-batches per step
+    rcs: np.ndarray  # [RC] recompute codes
+    shape: tuple
+
+    def decode(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        p, w, z, b, r = np.unravel_index(flat, self.shape)
+        n = len(flat)
+        return {"world": np.full(n, self.world), "tp": np.full(n, self.tp),
+                "pp": np.full(n, self.pp), "vpp": self.pipes["vpp"][p], "ep": self.ep[w],
+                "etp": self.etp[w], "cp": np.full(n, self.cp), "dp": np.full(n, self.dp),
+                "schedule": self.pipes["schedule"][p], "balanced": self.pipes["balanced"][p],
+                "zero": self.zs[z], "micro_batch": self.bs[b], "micro_batches": self.ms[b],
+                "recompute": self.rcs[r]}
+
+
+@dataclass
+class Evaluated:
+    blocks: list[Block] = field(default_factory=list)
+    block_id: np.ndarray | list = field(default_factory=list)  # per kept configuration
+    flat: np.ndarray | list = field(default_factory=list)
+    peak_bytes: np.ndarray | list = field(default_factory=list)
+    seconds: np.ndarray | list = field(default_factory=list)
+    n_evaluated: int = 0
+    n_fits: int = 0
+    best: dict | None = None  # the configuration with the smallest peak, fitting or not
+    seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
+
+    def columns(self, rows=None) -> dict[str, np.ndarray]:
+        """Decoded axes of the kept configurations `rows` (default: all), in that order."""
+        rows = np.arange(len(self.flat)) if rows is None else np.asarray(rows, dtype=np.int64)
+        out = {c: np.zeros(len(rows), bool if c == "balanced" else np.int64) for c in COLUMNS}
+        ids = self.block_id[rows]
+        for b in np.unique(ids).tolist():
+            at = np.flatnonzero(ids == b)
+            for k, v in self.blocks[b].decode(self.flat[rows[at]]).items():
+                out[k][at] = v
+        return out
+
+
+def micro_batch_sizes(spec: PlanSpec, dp: int) -> np.ndarray:
+    c = spec.constraints
+    per_replica = spec.global_batch // dp
+    out = [b for b in divisors(per_replica) if c.allows("micro_batch", b)
+           and (c.max_micro_batch is None or b <= c.max_micro_batch)]
+    return np.array(out, dtype=np.int64)
+
+
+def _axes(spec: PlanSpec):
+    c = spec.constraints
+    zs = [z for z in range(4) if c.allows("zero", z)]
+    rcs = [r for r in PLAN_RECOMPUTE if c.allows("recompute", r)]
+    return zs, rcs
+
+
+def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt) -> np.ndarray:
+    """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
+
+    Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
+    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat."""
+    has_d, has_m, last_t = lD > 0, lM > 0, lml > 0  # [R, B]
+    fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)  # [R, W, Z] comm that is not per-b
+    static, step = S.transpose(1, 0, 2), STEP.transpose(1, 0, 2)
+    # per (rank, b): first/last-stage tensors, pipeline buffers, the logits transient
+    base = fmb * ba.first + lml * ba.last + ba.pp_buf
+    logits = last_t * ba.logits
+    a2a = (n_moe > 0)[:, None, None] * ba.a2a[None]  # [R, W, B]
+    keep = {k: v[None] for k, v in ba.keep.items()}  # [1, W, B]
+    parts = []
+    for rc in rcs:
+        if rc == "full":
+            act = ((lD + lM) * ba.layer_input)[:, None]
+            worst = np.maximum(np.maximum(has_d[:, None] * ba.full["dense"][None],
+                                          has_m[:, None] * ba.full["moe"][None]), logits[:, None])
+        else:
+            act = lD[:, None] * keep["dense", rc] + lM[:, None] * keep["moe", rc]
+            worst = logits[:, None]
+        cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
+        parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
+    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
+    # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
+    alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
+    np.maximum(alloc, (static + step)[..., None, None], out=alloc)
+    alloc = np.maximum.reduceat(alloc, seg, axis=0)
+    return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
+
+
+def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False) -> Evaluated:
+    """Evaluate every configuration of the space; keep those that fit (or all, for tests)."""
+    out = Evaluated()
+    zs, rcs = _axes(spec)
+    if not zs or not rcs:
+        return _finish(out)
+    cache = {"etps": sorted({e for g in space.groups for e in g.etp.tolist()}),
+             "eps": sorted({e for g in space.groups for e in g.ep.tolist()}),
+             "bs": np.unique(np.concatenate([np.zeros(0, np.int64)] + [
+                 micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
+                                                        for d in g.dp.tolist()}]))}
+    for g in space.groups:
+        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache)
+    return _finish(out)
+
+
+def _group_ms(spec, g: Group):
+    per_dp = {dp: micro_batch_sizes(spec, dp) for dp in np.unique(g.dp).tolist()}
+    ms = sorted({spec.global_batch // (dp * b) for dp, bs in per_dp.items() for b in bs.tolist()})
+    return per_dp, np.array(ms, dtype=np.int64)
+
+
+def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
+    m, rt = spec.model, spec.runtime
+    t = spec.base_train()
+    per_dp, ms = _group_ms(spec, g)
+    if not len(ms):
+        return
+    tables = [pipe_tables(m, pipe, ms) for pipe in g.pipes]
+    seg = np.cumsum([0] + [len(tb.ranks) for tb in tables[:-1]])
+    cat = {k: np.concatenate([getattr(tb, k) for tb in tables])
+           for k in ("n_moe", "l_dense", "l_moe", "first_mb", "last_mb")}
+    bubble = np.stack([tb.bubble for tb in tables])
+    pipe_cols = _pipe_columns(g.pipes)
+    held_cache: dict = {}
+    for tp in np.unique(g.tp).tolist():
+        in_tp = np.flatnonzero(g.tp == tp)
+        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache)]
+        cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
+        stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
+                                              cols(g.etp)), zs)
+        pf = pipe_flops(m, t, tp, tables, rcs)
+        for cp in np.unique(g.cp[in_tp]).tolist():
+            sel = in_tp[g.cp[in_tp] == cp]
+            rows = np.searchsorted(in_tp, sel)
+            dp = int(g.dp[sel[0]])
+            bs = per_dp[dp]
+            if not len(bs):
+                continue
+            ms_b = spec.global_batch // (dp * bs)
+            mi = np.searchsorted(ms, ms_b)
+            ep, etp = g.ep[sel], g.etp[sel]
+            if (tp, cp) not in cache:
+                cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
+                                           cache["bs"])
+            ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
+            t0 = time.perf_counter()
+            peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
+                           cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
+                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt)
+            secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
+                                 stt.grads0[rows], stt.weights0[rows], seg)
+            out.seconds_eval += time.perf_counter() - t0
+            _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
+                     dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs))
+
+
+def _pipe_columns(pipes):
+    return {"vpp": np.array([p.vpp for p in pipes]),
+            "schedule": np.array([SCHEDULE_CODES.index(p.schedule) for p in pipes]),
+            "balanced": np.array([p.layout is not None for p in pipes])}
+
+
+def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, ax):
+    block = Block(g.world, g.pp, ax["tp"], ax["cp"], ax["dp"], ax["ep"], ax["etp"], pipe_cols,
+                  np.asarray(ax["zs"]), ax["bs"], ax["ms_b"],
+                  np.array([PLAN_RECOMPUTE.index(x) for x in ax["rcs"]]), peak.shape)
+    out.n_evaluated += peak.size
+    flat_peak = peak.reshape(-1)
+    fits = flat_peak <= spec.limit_bytes
+    n_fits = int(np.count_nonzero(fits))
+    out.n_fits += n_fits
+    i_min = int(np.argmin(flat_peak))
+    if out.best is None or flat_peak[i_min] < out.best["peak_bytes"]:
+        row = {k: v[0].item() for k, v in block.decode(np.array([i_min])).items()}
+        out.best = {**row, "peak_bytes": int(flat_peak[i_min]),
+                    "seconds": float(secs.reshape(-1)[i_min])}
+    kept = np.arange(peak.size) if keep_all else np.flatnonzero(fits)
+    if not len(kept):
+        return
+    out.blocks.append(block)
+    out.block_id.append(np.full(len(kept), len(out.blocks) - 1, np.int32))
+    out.flat.append(kept)
+    out.peak_bytes.append(flat_peak[kept])
+    out.seconds.append(np.ascontiguousarray(secs).reshape(-1)[kept])
+
+
+def _finish(out: Evaluated) -> Evaluated:
+    for k, dtype in (("block_id", np.int32), ("flat", np.int64), ("peak_bytes", np.int64),
+                     ("seconds", np.float64)):
+        parts = getattr(out, k)
+        setattr(out, k, np.concatenate(parts) if parts else np.zeros(0, dtype))
+    return out

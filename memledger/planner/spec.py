@@ -1,0 +1,129 @@
+"""PlanSpec: the question the planner answers — which layouts of this model fit these GPUs.
+
+A frozen, validated request: model, GPU preset, GPUs per node, one or more world sizes, sequence
+length, global batch in sequences, precision / optimizer / activation profile, the runtime knobs
+of the ledger, a headroom fraction kept free on every GPU, and `Constraints` (fixed values for
+any axis, upper bounds for the open ones). Every choice the search makes is a field here, so a
+plan can be reproduced from its spec alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import SpecError, require, require_choice, require_positive
+from ..flops import DEFAULT_MFU_PCT
+from ..specs.hardware import Hardware
+from ..specs.model import ModelSpec
+from ..specs.parallel import ZERO_STAGES
+from ..specs.runtime import RuntimeSpec
+from ..specs.train import TrainSpec
+
+PLAN_SCHEDULES = ("1f1b", "interleaved", "dualpipe")  # dualpipe is searched for MoE models only
+PLAN_RECOMPUTE = ("none", "selective", "full")
+AXES = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constraints:
+    """Fixed values (None = search it) and upper bounds for the searched axes.
+
+    max_tp / max_etp default to the GPUs per node: a tensor-parallel group (dense or expert)
+    that spans nodes puts per-layer all-reduces on the network, which no practical layout does.
+    max_cp, max_vpp and max_micro_batch are unbounded unless given.
+    """
+
+    tp: int | None = None
+    pp: int | None = None
+    vpp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    cp: int | None = None
+    dp: int | None = None
+    zero: int | None = None
+    micro_batch: int | None = None
+    recompute: str | None = None
+    schedule: str | None = None
+    max_tp: int | None = None
+    max_etp: int | None = None
+    max_cp: int | None = None
+    max_vpp: int | None = None
+    max_micro_batch: int | None = None
+
+    def __post_init__(self):
+        for f in AXES + ("micro_batch", "max_tp", "max_etp", "max_cp", "max_vpp", "max_micro_batch"):
+            if getattr(self, f) is not None:
+                require_positive(f, getattr(self, f))
+        if self.zero is not None and self.zero not in ZERO_STAGES:
+            raise SpecError("zero", f"ZeRO stage must be one of 0, 1, 2, 3, got {self.zero!r}")
+        if self.recompute is not None:
+            require_choice("recompute", self.recompute, PLAN_RECOMPUTE)
+        if self.schedule is not None:
+            require_choice("schedule", self.schedule, PLAN_SCHEDULES)
+
+    def allows(self, axis: str, value) -> bool:
+        fixed = getattr(self, axis)
+        return fixed is None or fixed == value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanSpec:
+    model: ModelSpec
+    hardware: Hardware
+    worlds: tuple[int, ...]
+    seq: int
+    global_batch: int  # sequences per optimizer step, over all data-parallel replicas
+    gpus_per_node: int | None = None  # None: the hardware preset's
+    precision: str = "megatron"
+    optimizer: str = "adamw"
+    profile: str = "megatron"
+    attention: str = "flash"
+    headroom: float = 0.0  # fraction of HBM kept free
+    mfu_pct: int = DEFAULT_MFU_PCT
+    runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    constraints: Constraints = field(default_factory=Constraints)
+
+    def __post_init__(self):
+        require(isinstance(self.worlds, tuple) and len(self.worlds) > 0, "world",
+                f"needs at least one world size, got {self.worlds!r}")
+        for w in self.worlds:
+            require_positive("world", w)
+        require_positive("seq", self.seq)
+        require_positive("global_batch", self.global_batch)
+        if self.gpus_per_node is not None:
+            require_positive("gpus_per_node", self.gpus_per_node)
+        require(isinstance(self.headroom, (int, float)) and 0 <= self.headroom < 1, "headroom",
+                f"must be a fraction in [0, 1), got {self.headroom!r}")
+        require(isinstance(self.mfu_pct, int) and 0 < self.mfu_pct <= 100, "mfu_pct",
+                f"must be an integer percentage 1..100, got {self.mfu_pct!r}")
+        self.base_train()  # validates precision, optimizer, profile, attention
+        for knob in ("optimizer_offload", "grad_offload"):
+            require(not getattr(self.runtime, knob), knob,
+                    "the planner does not model ZeRO-Offload; check such a layout with "
+                    "`memledger ledger`")
+
+    @property
+    def node_size(self) -> int:
+        return self.gpus_per_node or self.hardware.gpus_per_node
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.hardware.hbm_bytes
+
+    @property
+    def limit_bytes(self) -> int:
+        """Largest peak that fits: capacity × (1 − headroom), rounded down to a byte."""
+        return int(self.hardware.hbm_bytes * (1 - self.headroom))
+
+    @property
+    def max_tp(self) -> int:
+        return self.constraints.max_tp or self.node_size
+
+    @property
+    def max_etp(self) -> int:
+        return self.constraints.max_etp or self.node_size
+
+    def base_train(self, micro_batch: int = 1, micro_batches: int = 1,
+                   recompute: str = "none") -> TrainSpec:
+        return TrainSpec(micro_batch=micro_batch, seq=self.seq, micro_batches=micro_batches,
+                         precision=self.precision, optimizer=self.optimizer, profile=self.profile,
+                         attention=self.attention, recompute=recompute)

@@ -1,0 +1,67 @@
+"""ParallelSpec / TrainSpec stand-ins whose numeric fields are numpy arrays.
+
+The core's byte functions (`static.weights_bytes`, `inventory.tensor_bytes`, `comm.pp_items`,
+...) are integer arithmetic — `ceil_div`, `format_bytes`, products — which numpy int64 arrays
+satisfy element-wise. Handing them these stand-ins evaluates the core's own formulas over a
+whole array of configurations at once, instead of re-writing them. The stand-ins borrow
+ParallelSpec's and TrainSpec's properties (world, dense_dp, expert_dp, recipe, pad_multiple, ...)
+so derived quantities are the core's too. Fields the core branches on (sp, zero, schedule, pp)
+stay Python scalars; a core function that starts branching on an array field raises numpy's
+"truth value is ambiguous" error rather than returning a wrong number, and the byte-for-byte
+equality test (tests/test_planner_equality.py) guards the rest.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+
+from ..specs.parallel import ParallelSpec
+from ..specs.train import TrainSpec
+
+
+class VecParallel:
+    world = ParallelSpec.world
+    chunks = ParallelSpec.chunks
+    n_stages = ParallelSpec.n_stages
+    rank_stages = ParallelSpec.rank_stages
+    dense_dp = ParallelSpec.dense_dp
+    expert_dp = ParallelSpec.expert_dp
+    seq_split = ParallelSpec.seq_split
+
+    def __init__(self, *, tp=1, pp=1, vpp=1, ep=1, etp=1, cp=1, dp=1, sp=False, zero=0,
+                 schedule="1f1b", layout=None):
+        self.tp, self.pp, self.vpp, self.ep, self.etp = tp, pp, vpp, ep, etp
+        self.cp, self.dp, self.sp, self.zero = cp, dp, sp, zero
+        self.schedule, self.layout = schedule, layout
+
+
+class VecTrain:
+    recipe = TrainSpec.recipe
+    opt = TrainSpec.opt
+    tokens_per_micro_batch = TrainSpec.tokens_per_micro_batch
+    checkpoint_every = TrainSpec.checkpoint_every
+    pad_multiple = TrainSpec.pad_multiple
+
+    def __init__(self, base: TrainSpec, **override):
+        for f in fields(base):
+            setattr(self, f.name, getattr(base, f.name))
+        for k, v in override.items():
+            setattr(self, k, v)
+
+
+class Quiet(np.ndarray):
+    """An int64 array that formats as '…': the core writes its numbers into formula strings,
+    and printing every element of every array would cost more than the arithmetic."""
+
+    def __format__(self, spec):
+        return "…"
+
+    def __str__(self):
+        return "…"
+
+    __repr__ = __str__
+
+
+def quiet(a) -> Quiet:
+    return np.asarray(a, dtype=np.int64).view(Quiet)

@@ -1,0 +1,108 @@
+"""Views of a Plan: the time-vs-peak scatter with the capacity line, the top-K table, and the
+query string that opens one configuration on the Ledger page.
+
+Only views live here (plotly for the chart, pandas for the table); every number comes from
+`memledger.planner.Plan`. GiB = 2^30 bytes, labelled on every axis and column.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..planner import Plan
+from ..planner.spec import PLAN_RECOMPUTE
+from ..units import GIB
+
+# The share-link keys the dashboard reads (memledger.views.state.KEYS on branch dashboard).
+LEDGER_KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
+               "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
+               "attention", "recompute")
+RECOMPUTE_COLOURS = {"none": "#1f77b4", "selective": "#ff7f0e", "full": "#2ca02c"}
+
+
+def _sample(result: Plan, max_points: int) -> np.ndarray:
+    """The Pareto front and the fastest configurations, then an even sample of the rest."""
+    n = len(result.evaluated.seconds)
+    keep = np.union1d(result.pareto, result.top(min(n, 200)))
+    if n <= max_points:
+        return np.arange(n)
+    rest = np.setdiff1d(np.arange(n), keep)
+    step = max(1, len(rest) // max(1, max_points - len(keep)))
+    return np.union1d(keep, rest[::step])
+
+
+def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 20000) -> go.Figure:
+    """Estimated step time vs per-rank peak of the fitting configurations, coloured by recompute
+    mode, with the Pareto front, the GPU capacity (and the headroom limit) as vertical lines."""
+    ev, spec = result.evaluated, result.spec
+    idx = _sample(result, max_points)
+    rc = ev.columns(idx)["recompute"]
+    fig = go.Figure()
+    for code, name in enumerate(PLAN_RECOMPUTE):
+        sel = idx[rc == code]
+        fig.add_trace(go.Scattergl(x=ev.peak_bytes[sel] / GIB, y=ev.seconds[sel], mode="markers",
+                                   name=f"recompute {name}", marker=dict(
+                                       size=5, opacity=0.6, color=RECOMPUTE_COLOURS[name])))
+    front = result.pareto
+    fig.add_trace(go.Scatter(x=ev.peak_bytes[front] / GIB, y=ev.seconds[front],
+                             mode="lines+markers", name="Pareto front",
+                             line=dict(color="black", width=1), marker=dict(size=6)))
+    if selected is not None:
+        fig.add_trace(go.Scatter(x=[selected["peak_bytes"] / GIB], y=[selected["seconds"]],
+                                 mode="markers", name="selected",
+                                 marker=dict(size=14, symbol="star", color="crimson")))
+    cap = spec.capacity_bytes / GIB
+    fig.add_vline(x=cap, line=dict(color="crimson", dash="dash"),
+                  annotation_text=f"{spec.hardware.name} {cap:.1f} GiB")
+    if spec.limit_bytes < spec.capacity_bytes:
+        fig.add_vline(x=spec.limit_bytes / GIB, line=dict(color="orange", dash="dot"),
+                      annotation_text=f"headroom {spec.headroom:.0%}",
+                      annotation_position="bottom right")
+    shown = f" ({len(idx):,} of {len(ev.seconds):,} shown)" if len(idx) < len(ev.seconds) else ""
+    fig.update_layout(title=f"{spec.model.name}: fitting configurations{shown}",
+                      xaxis_title="per-rank peak (GiB, most loaded rank)",
+                      yaxis_title="estimated step time (s)", legend_title_text="",
+                      margin=dict(l=60, r=20, t=60, b=50))
+    return fig
+
+
+def top_table(result: Plan, k: int) -> pd.DataFrame:
+    """The k fastest fitting configurations, one row each, GiB columns labelled."""
+    rows = result.rows(result.top(k))
+    cols = ["world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "schedule", "layout",
+            "micro_batch", "micro_batches", "recompute"]
+    table = pd.DataFrame({
+        "est. s/step": [r["seconds"] for r in rows],
+        "peak GiB": [r["peak_bytes"] / GIB for r in rows],
+        "free GiB": [r["free_bytes"] / GIB for r in rows],
+        **{c: [r[c] for r in rows] for c in cols}})
+    table.index = pd.RangeIndex(1, len(rows) + 1, name="#")
+    return table
+
+
+def ledger_query(result: Plan, row: dict, model_key: str, gpu_key: str) -> dict[str, str]:
+    """Query parameters that open `row` on the Ledger page. With the dashboard's URL state
+    (`memledger.views.state`) they are its own encoding, defaults left out; without it every
+    key is written. layout=balanced reproduces the planner's stage split either way (for a
+    layer count the stages divide, balanced is the even split)."""
+    spec = result.spec
+    values = {"model": model_key, "gpu": gpu_key, "world": row["world"],
+              **{k: row[k] for k in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
+                                     "schedule", "recompute")},
+              "layout": "balanced", "mb": row["micro_batch"], "m": row["micro_batches"],
+              "seq": spec.seq, "precision": spec.precision, "optimizer": spec.optimizer,
+              "profile": spec.profile, "attention": spec.attention}
+    try:
+        from . import state  # the dashboard's URL state
+    except ImportError:
+        return {k: _text(values[k]) for k in LEDGER_KEYS}
+    return state.to_params(state.Config(**{k: v for k, v in values.items()
+                                           if k in state.CONFIG_KEYS}))
+
+
+def _text(v) -> str:
+    return ("1" if v else "0") if isinstance(v, bool) else str(v)
+
+
+__all__ = ["plan_scatter", "top_table", "ledger_query", "LEDGER_KEYS"]

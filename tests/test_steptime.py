@@ -1,0 +1,79 @@
+"""The step-time model ranks layouts; it must be monotone in the obvious ways."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memledger import MODELS, ParallelSpec, TrainSpec, gpu, model
+from memledger.activations import get_profile
+from memledger.flops import layer_forward_flops_per_token
+from memledger.planner import Constraints, PlanSpec, plan
+from memledger.steptime import link_bw, selective_flops_per_token, step_seconds
+
+pos = st.floats(min_value=1e-6, max_value=1e3)
+frac = st.floats(min_value=0.0, max_value=0.95)
+
+
+@given(pos, pos, pos, frac, frac, st.integers(1, 512), pos)
+def test_a_bigger_bubble_or_more_compute_is_never_faster(compute, extra, comm, b1, b2, m, sync):
+    lo, hi = sorted((b1, b2))
+    base = dict(comm_s=comm, micro_batches=m, dp_sync_s=sync)
+    assert step_seconds(compute_s=compute, bubble=lo, **base) <= step_seconds(
+        compute_s=compute, bubble=hi, **base)
+    assert step_seconds(compute_s=compute, bubble=lo, **base) <= step_seconds(
+        compute_s=compute + extra, bubble=lo, **base)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("profile", ["megatron", "paper"])
+def test_selective_recompute_costs_at_most_a_full_forward(name, profile):
+    m = model(name)
+    prof = get_profile(profile)
+    t, p = TrainSpec(seq=4096, profile=profile), ParallelSpec()
+    for kind in ("dense", "moe") if m.moe else ("dense",):
+        sel = selective_flops_per_token(m, prof.layer(m, kind, t, p), prof.selective)
+        assert 0 < sel <= layer_forward_flops_per_token(m, kind, t.seq)
+
+
+def test_more_recompute_is_never_faster_in_the_plan():
+    spec = PlanSpec(model=model("mixtral-8x7b"), hardware=gpu("h200"), worlds=(16,), seq=4096,
+                    global_batch=32, constraints=Constraints(max_vpp=2))
+    result = plan(spec, keep_all=True)
+    c = result.evaluated.columns()
+    keys = np.stack([c[k] for k in ("world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp",
+                                    "schedule", "zero", "micro_batch")], 1)
+    _, group = np.unique(keys, axis=0, return_inverse=True)
+    secs = np.full((group.max() + 1, 3), np.nan)
+    secs[group.ravel(), c["recompute"]] = result.evaluated.seconds  # none, selective, full
+    assert np.all(secs[:, 0] <= secs[:, 1]) and np.all(secs[:, 1] < secs[:, 2])
+
+
+def test_larger_pipeline_bubble_is_slower_for_the_same_work():
+    """Same layout, 1F1B: fewer micro-batches of the same total tokens → bigger bubble
+    (p−1)/(m+p−1) → slower (ZeRO-1: no per-micro-batch weight gathers)."""
+    spec = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(8,), seq=4096,
+                    global_batch=64, constraints=Constraints(tp=1, pp=8, schedule="1f1b", zero=1,
+                                                             recompute="full"))
+    result = plan(spec, keep_all=True)
+    rows = sorted(result.rows(range(result.n_evaluated)), key=lambda r: r["micro_batches"])
+    secs = [r["seconds"] for r in rows]
+    assert len(rows) >= 4 and secs == sorted(secs, reverse=True)
+
+
+def test_groups_inside_a_node_use_nvlink_and_larger_ones_the_network():
+    hw = gpu("h100")
+    assert link_bw(hw, 8, 8) == hw.nvlink_bw and link_bw(hw, 16, 8) == hw.network_bw
+    assert link_bw(gpu("mi300x"), 2, 8) == gpu("mi300x").pcie_bw  # no NVLink: PCIe
+
+
+def test_tensor_parallel_across_nodes_would_be_slower_than_inside():
+    """With 4 GPUs per node, tp=8 spans two nodes: same FLOPs, slower link."""
+    kw = dict(model=model("llama3-70b"), hardware=gpu("h100"), worlds=(64,), seq=4096,
+              global_batch=64, constraints=Constraints(tp=8, pp=4, cp=1, zero=1,
+                                                       recompute="none", micro_batch=1,
+                                                       schedule="1f1b"))
+    inside = plan(PlanSpec(gpus_per_node=8, **kw), keep_all=True)
+    across = plan(PlanSpec(gpus_per_node=4, constraints=Constraints(
+        **{**kw.pop("constraints").__dict__, "max_tp": 8}), **kw), keep_all=True)
+    assert inside.n_evaluated == across.n_evaluated == 1
+    assert across.evaluated.seconds[0] > inside.evaluated.seconds[0]
