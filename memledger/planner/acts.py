@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import comm
 from ..act_policy import _decision
-from ..act_rows import autocast_copies
+from ..act_rows import autocast_cache, autocast_copies
 from ..activations import get_profile
 from ..activations.inventory import tensor_bytes
 from ..errors import SpecError
@@ -39,9 +39,11 @@ class ActArrays:
     layer_input: np.ndarray  # [b] checkpoint kept per layer-micro-batch under full recompute
     first: np.ndarray  # [b] first-stage tensors per micro-batch
     last: np.ndarray  # [b]
-    logits: np.ndarray  # [b] largest last-stage transient
+    logits: np.ndarray  # [b] largest last-stage backward transient
+    logits_fwd: np.ndarray  # [b] last-stage forward working set (logits + their upcast)
     a2a: dict  # ep -> [b] MoE dispatch + combine buffers
     autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
+    cast_cache: tuple  # (per dense, per MoE layer held): amp's cast cache under full recompute
 
 
 def _vp(tp, cp, etp) -> VecParallel:
@@ -69,9 +71,12 @@ def _columns(m, t, tp, cp, etp, b) -> dict:
     out["layer_input"] = _gpu(prof.layer_input(m, tv, pv), m, tv, pv, False)
     out["first"] = sum((_gpu(x, m, tv, pv, False) for x in prof.first_stage(m, tv, pv)), 0)
     out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)), 0)
-    out["logits"] = 0
+    out["logits"], out["logits_fwd"] = 0, 0
     for x in prof.transients(m, tv, pv):
-        out["logits"] = np.maximum(out["logits"], tensor_bytes(x, m, tv, pv))
+        if x.cls == "forward":  # summed into the forward working set (act_rows)
+            out["logits_fwd"] = out["logits_fwd"] + tensor_bytes(x, m, tv, pv)
+        else:
+            out["logits"] = np.maximum(out["logits"], tensor_bytes(x, m, tv, pv))
     return out
 
 
@@ -88,8 +93,9 @@ def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs) -> ActArrays:
         etps, bs, keep={(k, rc): cols["keep", k, rc] for k in KINDS for rc in ("none", "selective")},
         full={k: cols["full", k] for k in KINDS}, layer_input=cols["layer_input"][0],
         first=cols["first"][0], last=cols["last"][0], logits=cols["logits"][0],
+        logits_fwd=np.asarray(cols["logits_fwd"])[0] if np.ndim(cols["logits_fwd"]) else cols["logits_fwd"],
         a2a={e: _a2a(m, t, rt, tp, cp, e, bs) for e in sorted(set(eps) - {1}) if m.moe},
-        autocast=autocast_coefficients(m, t, tp))
+        autocast=autocast_coefficients(m, t, tp), cast_cache=cast_cache_coefficients(m, t, tp))
 
 
 def _a2a(m, t, rt, tp, cp, ep, bs) -> np.ndarray:
@@ -126,6 +132,21 @@ def autocast_coefficients(m, t, tp: int) -> dict:
         per.append(_bytes(autocast_copies(m, p, tr, (), 1)))
         out[rc] = tuple(per)
     return out
+
+
+def cast_cache_coefficients(m, t, tp: int) -> tuple:
+    """Bytes of `act_rows.autocast_cache` per dense and per MoE layer held, under full
+    recompute (the only recompute mode the planner searches that has one)."""
+    tr = replace(t, recompute="full")
+    per = []
+    for kind in KINDS:
+        i = next((i for i in range(m.n_layers) if layer_kind(m, i) == kind), None)
+        if i is None:
+            per.append(0)
+            continue
+        p = ParallelSpec(tp=tp, sp=tp > 1, pp=3, layout=(i, 1, m.n_layers - i - 1))
+        per.append(_bytes(autocast_cache(m, p, tr, ((1, 1),))))
+    return tuple(per)
 
 
 def _bytes(item) -> int:

@@ -148,10 +148,12 @@ class BlockArrays:
     first: np.ndarray  # [b] first-stage tensors per micro-batch
     last: np.ndarray  # [b]
     logits: np.ndarray  # [b] largest last-stage transient
+    logits_fwd: np.ndarray  # [b] last-stage forward working set
     pp_buf: np.ndarray  # [b]
     a2a: np.ndarray  # [W, b] MoE dispatch + combine (0 where ep = 1)
     const: np.ndarray  # [W] NCCL + gradient buckets
     autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
+    cast_cache: tuple  # (per dense, per MoE layer held) under full recompute
 
 
 def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
@@ -168,5 +170,6 @@ def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
     return BlockArrays(
         keep={k: pick(v) for k, v in aa.keep.items()}, full={k: pick(v) for k, v in aa.full.items()},
         layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
-        logits=aa.logits[ib], pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast,
+        logits=aa.logits[ib], logits_fwd=np.broadcast_to(aa.logits_fwd, aa.logits.shape)[ib],
+        pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast, cast_cache=aa.cast_cache,
         const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)))

@@ -98,7 +98,7 @@ def _axes(spec: PlanSpec):
     return zs, rcs
 
 
-def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt) -> np.ndarray:
+def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None) -> np.ndarray:
     """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
 
     Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
@@ -108,15 +108,18 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt) -> np
     static, step = S.transpose(1, 0, 2), STEP.transpose(1, 0, 2)
     # per (rank, b): first/last-stage tensors, pipeline buffers, the logits transient
     base = fmb * ba.first + lml * ba.last + ba.pp_buf
-    logits = last_t * ba.logits
+    logits = np.maximum(last_t * ba.logits, last_t * ba.logits_fwd)  # backward vs forward set
     a2a = (n_moe > 0)[:, None, None] * ba.a2a[None]  # [R, W, B]
     keep = {k: v[None] for k, v in ba.keep.items()}  # [1, W, B]
     parts = []
     for rc in rcs:
         if rc == "full":
             act = ((lD + lM) * ba.layer_input)[:, None]
+            cache_d, cache_m = ba.cast_cache  # amp: the forward's cast cache joins the logits
+            fwd = last_t * ba.logits_fwd + (n_dense * cache_d + n_moe * cache_m)[:, None]
             worst = np.maximum(np.maximum(has_d[:, None] * ba.full["dense"][None],
-                                          has_m[:, None] * ba.full["moe"][None]), logits[:, None])
+                                          has_m[:, None] * ba.full["moe"][None]),
+                               np.maximum(last_t * ba.logits, fwd)[:, None])
         else:
             act = lD[:, None] * keep["dense", rc] + lM[:, None] * keep["moe", rc]
             worst = logits[:, None]
@@ -161,7 +164,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
     tables = [pipe_tables(m, pipe, ms) for pipe in g.pipes]
     seg = np.cumsum([0] + [len(tb.ranks) for tb in tables[:-1]])
     cat = {k: np.concatenate([getattr(tb, k) for tb in tables])
-           for k in ("n_moe", "l_dense", "l_moe", "first_mb", "last_mb")}
+           for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb")}
     bubble = np.stack([tb.bubble for tb in tables])
     pipe_cols = _pipe_columns(g.pipes)
     held_cache: dict = {}
@@ -189,7 +192,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
             t0 = time.perf_counter()
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
-                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt)
+                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"])
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
                                  stt.grads0[rows], stt.weights0[rows], seg)
             out.seconds_eval += time.perf_counter() - t0
