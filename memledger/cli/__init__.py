@@ -7,7 +7,7 @@ import sys
 from ..errors import SpecError
 from .args import Parser
 
-COMMANDS = ["ledger", "advise", "validate"]  # module names under memledger.cli, each with add() and run()
+COMMANDS = ["ledger", "advise", "validate", "trace"]  # module names under memledger.cli, each with add() and run()
 
 
 def build_parser() -> Parser:
