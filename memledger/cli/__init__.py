@@ -7,7 +7,7 @@ import sys
 from ..errors import SpecError
 from .args import Parser
 
-COMMANDS = ["ledger", "advise", "validate", "plan"]  # module names under memledger.cli, each with add() and run()
+COMMANDS = ["ledger", "advise", "plan", "trace", "validate"]  # modules under memledger.cli: add(), run()
 
 
 def build_parser() -> Parser:

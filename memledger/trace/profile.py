@@ -8,12 +8,15 @@ rows count per token at the traced top-k; a tensor whose last two dims are the t
 length (eager attention's s×s) scales with `train.seq`. Splits follow the class (attention and
 MLP tensors ÷tp, expert fc1/act ÷etp, indices and routed rows not split, the rest by SP), a
 guess for a model traced on one device.
+A fitted profile (`memledger trace`, per-token formulas at full size) is read by
+memledger.trace.fitted; `register_traced` accepts both formats.
 Ignores: tensors with fewer elements than tokens (per-layer constants: expert offsets, rng
 state, the loss weight); the layer input under full recompute is m.hidden in the activation
 format; no transients (a forward trace cannot see backward's working set).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,10 +43,14 @@ class _Row:
     seq_scaled: bool  # s×s: values grow with train.seq
 
 
+def split_of(cls: str) -> str:
+    return "tp" if cls in _TP else "etp" if cls in _ETP else "none" if cls in _NONE else "sp"
+
+
 def _row(x: SavedTensor, name: str, seq: int) -> _Row:
     fmt = _FMT.get(x.dtype, "uint8")  # unknown dtypes are sized in bytes
     elements = x.storage_bytes // format_bytes(fmt, 1)
-    split = "tp" if x.cls in _TP else "etp" if x.cls in _ETP else "none" if x.cls in _NONE else "sp"
+    split = split_of(x.cls)
     seq_scaled = bool(seq) and len(x.shape) >= 2 and x.shape[-1] == x.shape[-2] == seq
     return _Row(name, x.cls, elements, fmt, split, seq_scaled)
 
@@ -115,15 +122,24 @@ class TracedProfile:
 
 
 def register_traced(path: str) -> str:
-    """Read a trace JSON (Trace.to_json), register it as `traced:<file stem>`, return that name."""
+    """Read a trace JSON (Trace.to_json) or a fitted profile (`memledger trace --out`, see
+    memledger.trace.fitted), register it as `traced:<file stem>`, return that name."""
     from ..activations import register
+    from .fitted import FORMAT, FittedProfile
     f = Path(path)
+    name = f"traced:{f.stem}"
     try:
-        trace = Trace.from_json(f.read_text())
+        text = f.read_text()
+        doc = json.loads(text)
+        if isinstance(doc, dict) and doc.get("format") == FORMAT:
+            profile = FittedProfile.from_doc(doc, name)
+        else:
+            profile = TracedProfile.from_trace(Trace.from_json(text), name)
     except OSError as e:
         raise SpecError("profile", f"cannot read trace {path!r}: {e.strerror or e}") from None
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        if isinstance(e, SpecError):
+            raise
         raise SpecError("profile", f"{path!r} is not a memledger trace JSON: {e}") from None
-    name = f"traced:{f.stem}"
-    register(name, TracedProfile.from_trace(trace, name))
+    register(name, profile)
     return name
