@@ -10,17 +10,9 @@ from pathlib import Path
 import streamlit as st
 
 from memledger.views import export
+from memledger.views.navigation import available
 
 HERE = Path(__file__).parent
-# (file, title, icon, url path); the first is the default page.
-PAGES = (
-    ("pages/ledger.py", "Ledger", ":material/account_balance_wallet:", "ledger"),
-    ("pages/staircase.py", "Pipeline staircase", ":material/stairs:", "staircase"),
-    ("pages/where_memory_goes.py", "Where memory goes", ":material/donut_small:", "where"),
-    ("pages/strategies.py", "Strategies", ":material/alt_route:", "strategies"),
-    ("pages/planner.py", "Planner", ":material/grid_view:", "planner"),
-    ("pages/validation.py", "Validation", ":material/fact_check:", "validation"),
-)
 
 
 @st.cache_resource
@@ -32,8 +24,8 @@ def _start_exports() -> bool:
 
 st.set_page_config(page_title="memledger: GPU memory ledger", page_icon=":material/memory:",
                    layout="wide", initial_sidebar_state="auto")
-pages = [st.Page(str(HERE / f), title=t, icon=i, url_path=u, default=n == 0)
-         for n, (f, t, i, u) in enumerate(PAGES) if (HERE / f).exists()]
+pages = [st.Page(str(HERE / p.file), title=p.title, icon=p.icon, url_path=p.url_path,
+                 default=n == 0) for n, p in enumerate(available(HERE))]
 current = st.navigation(pages, position="top")
 # Less empty space above the first line (Streamlit's default suits prose, not dashboards).
 st.html("<style>[data-testid='stMainBlockContainer']{padding-top:3.2rem;padding-bottom:2rem}</style>")

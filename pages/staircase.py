@@ -2,16 +2,16 @@
 import streamlit as st
 
 from memledger.specs.parallel import SCHEDULES
-from memledger.views import charts, tables, ui
+from memledger.views import charts, sidebar, tables, ui
 from memledger.views.compute import ledger_for, schedule_ledgers
-from memledger.views.sidebar import sidebar
 from memledger.views.state import PageParam, hardware
+from memledger.views.sync import resolve
 
 DEFAULT_COMPARE = ("1f1b", "interleaved", "zb-v", "dualpipev")
 SPECS = (PageParam("compare", False),
          PageParam("schedules", DEFAULT_COMPARE, choices=tuple(SCHEDULES), multi=True))
 
-res = sidebar("staircase", SPECS)
+res = resolve("staircase", SPECS)
 ui.issues(res)
 led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
 
@@ -37,11 +37,13 @@ else:
     fig = charts.staircase(led, hw)
 ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led)
 
-with st.expander("Per rank: layers, micro-batches in flight, activations",
-                 icon=":material/table_rows:"):
-    st.dataframe(tables.staircase_frame(led), hide_index=True, width="stretch",
-                 column_config={c: st.column_config.NumberColumn(format="%.2f")
-                                for c in ("activations (GiB)", "static rows (GiB)",
-                                          "peak total (GiB)")})
+per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",
+                       icon=":material/table_rows:", key="ranks_open", on_change="rerun")
+if per_rank.open:
+    per_rank.dataframe(tables.staircase_frame(led), hide_index=True, width="stretch",
+                       column_config={c: st.column_config.NumberColumn(format="%.2f")
+                                      for c in ("activations (GiB)", "static rows (GiB)",
+                                                "peak total (GiB)")})
 
+sidebar.draw(res)
 ui.finish(res, SPECS, {"compare": compare, "schedules": chosen}, share=share)

@@ -3,15 +3,15 @@ checkpoint curve."""
 import streamlit as st
 
 from memledger.textbook import SEED_EXAMPLES, technique_columns
-from memledger.views import seed_charts, tables, ui
+from memledger.views import seed_charts, sidebar, tables, ui
 from memledger.views.compute import sizing
-from memledger.views.sidebar import sidebar
 from memledger.views.state import PageParam, hardware
+from memledger.views.sync import resolve
 
 SIZES = ("model",) + tuple(SEED_EXAMPLES)
 SPECS = (PageParam("size", "model", choices=SIZES),)
 
-res = sidebar("where", SPECS, sections=("model", "train"))
+res = resolve("where", SPECS)
 ui.issues(res)
 hw = hardware(res.cfg)
 
@@ -49,4 +49,5 @@ st.dataframe(tables.seed_numbers_frame(examples), hide_index=True, width="stretc
              column_config={"static 16N (GiB)": st.column_config.NumberColumn(format="%.1f"),
                             "parameters N": st.column_config.NumberColumn(format="%,d")})
 
+sidebar.draw(res, sections=("model", "train"))
 ui.finish(res, SPECS, {"size": size}, share=share)

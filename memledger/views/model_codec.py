@@ -31,15 +31,20 @@ def encode_model(m: ModelSpec) -> str:
 
 def _unpack(text: str) -> dict:
     data = text[len(PREFIX):]
+    damaged = SpecError("model", "the encoded model in the link is damaged")
     try:
-        raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
         d = zlib.decompressobj()
-        out = d.decompress(raw, MAX_JSON_BYTES)
-        if d.unconsumed_tail:
-            raise SpecError("model", f"encoded model is larger than {MAX_JSON_BYTES} bytes")
+        out = d.decompress(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)), MAX_JSON_BYTES)
+    except (binascii.Error, zlib.error, ValueError):
+        raise damaged from None
+    if d.unconsumed_tail:
+        raise SpecError("model", f"encoded model is larger than {MAX_JSON_BYTES} bytes")
+    if not d.eof:  # truncated: the checksum at the end of the stream is missing
+        raise damaged
+    try:
         obj = json.loads(out)
-    except (binascii.Error, zlib.error, ValueError, UnicodeDecodeError):
-        raise SpecError("model", "the encoded model in the link is damaged") from None
+    except ValueError:  # includes UnicodeDecodeError
+        raise damaged from None
     if not isinstance(obj, dict):
         raise SpecError("model", "the encoded model is not a JSON object")
     return obj

@@ -2,7 +2,8 @@
 
 Every page calls `sidebar(page)`. Widgets only offer what `options.valid_values` allows, so a
 slider never lands on a configuration the core rejects; their values flow back through
-`sync.resolve` on the next run and out to the URL through `sync.write_url`.
+`sync.resolve` on the next run and out to the URL through `sync.write_url`. A page calls
+`resolve` first and `draw` last (or `sidebar` for both at once).
 """
 from __future__ import annotations
 
@@ -150,13 +151,22 @@ SECTIONS = {"model": ("Model & GPUs", _model_section),
             "train": ("Training", _train_section)}
 
 
-def sidebar(page_name: str, specs: tuple[PageParam, ...] = (),
-            sections: tuple[str, ...] = ("model", "parallel", "train")) -> Resolved:
-    """Resolve this run's configuration and draw the shared settings in the sidebar."""
-    res = resolve(page_name, specs)
+ALL_SECTIONS = ("model", "parallel", "train")
+
+
+def draw(res: Resolved, sections: tuple[str, ...] = ALL_SECTIONS) -> None:
+    """Draw the shared settings in the sidebar. Pages call it after their main content, so the
+    chart reaches the browser before the thirty-odd widgets do."""
     with st.sidebar:
         for s in sections:
-            title, draw = SECTIONS[s]
+            title, section = SECTIONS[s]
             st.subheader(title)
-            draw(res)
+            section(res)
+
+
+def sidebar(page_name: str, specs: tuple[PageParam, ...] = (),
+            sections: tuple[str, ...] = ALL_SECTIONS) -> Resolved:
+    """Resolve this run's configuration and draw the shared settings (in one call)."""
+    res = resolve(page_name, specs)
+    draw(res, sections)
     return res

@@ -1,0 +1,184 @@
+"""The Streamlit pages under AppTest: defaults render, every kind of widget changes the chart and
+the URL, a share link reproduces the view, and bad links give errors, not exceptions."""
+from pathlib import Path
+
+import pytest
+
+from conftest import chart_numbers, figures
+
+from memledger.units import GIB
+from memledger.views.compute import ledger_for
+from memledger.views.navigation import PAGES, available
+from memledger.views.state import parse_params, load_model
+
+LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where_memory_goes.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_ledger_renders_with_defaults(app_test):
+    at = ok(app_test(LEDGER).run())
+    assert at.error == [] and "Fits" in at.success[0].value
+    assert at.query_params == {}
+    (fig,) = figures(at)
+    assert sum(tr["x"][0] for tr in fig["data"]) == pytest.approx(
+        ledger_for(load_model("llama3-70b"), parse_params({})[0]).peak.peak_total_bytes / GIB)
+    assert [m.value for m in at.metric][:3] == ["70.6 B", "38.5 GiB", "79.6 GiB"]
+    assert at.code[0].value == "http://localhost:8501/"  # defaults: a link without parameters
+
+
+@pytest.mark.parametrize("kind,key,value,query", [
+    ("select_slider", "w_tp", 4, {"tp": "4"}),
+    ("select_slider", "w_pp", 8, {"pp": "8"}),
+    ("select_slider", "w_zero", 3, {"zero": "3"}),
+    ("number_input", "w_world", 128, {"world": "128"}),
+    ("number_input", "w_seq", 8192, {"seq": "8192"}),
+    ("toggle", "w_sp", False, {"sp": "0"}),
+    ("selectbox", "w_recompute", "full", {"recompute": "full"}),
+    ("selectbox", "w_precision", "mixed16", {"precision": "mixed16"}),
+])
+def test_each_kind_of_widget_changes_the_chart_and_the_url(app_test, kind, key, value, query):
+    at = ok(app_test(LEDGER).run())
+    before = chart_numbers(figures(at)[0])
+    getattr(at, kind)(key=key).set_value(value).run()
+    ok(at)
+    assert at.query_params == query
+    assert chart_numbers(figures(at)[0]) != before
+    assert "?" + "&".join(f"{k}={v}" for k, v in query.items()) in at.code[0].value
+
+
+def test_changing_the_gpu_moves_the_capacity_line_only(app_test):
+    at = ok(app_test(LEDGER).run())
+    before = figures(at)[0]
+    at.selectbox(key="w_gpu").set_value("h200").run()
+    after = figures(ok(at))[0]
+    assert at.query_params == {"gpu": "h200"}
+    assert chart_numbers(after)[:6] == chart_numbers(before)[:6]
+    assert after["layout"]["shapes"][0]["x0"] == pytest.approx(143771 / 1024)
+
+
+def test_a_new_model_keeps_a_valid_configuration(app_test):
+    at = ok(app_test(LEDGER).run())
+    at.selectbox(key="w_model").set_value("deepseek-v3").run()
+    ok(at)
+    assert at.query_params["model"] == "deepseek-v3"
+    assert "DeepSeek-V3" in figures(at)[0]["layout"]["title"]["text"]
+    assert at.select_slider(key="w_ep").options[-1] != "1"  # experts: ep is now offered
+    at.select_slider(key="w_ep").set_value(8).run()
+    assert ok(at).query_params == {"model": "deepseek-v3", "ep": "8"}
+
+
+def test_the_item_table_is_built_only_when_open(app_test):
+    at = ok(app_test(LEDGER).run())
+    assert len(at.dataframe) == 0 and at.expander[0].label.startswith("Every item")
+
+
+def test_the_table_rank_is_a_page_parameter_and_a_link_with_it_opens_the_table(app_test):
+    at = ok(app_test(LEDGER, "rank=1").run())
+    assert at.selectbox(key="p_rank").value == 1 and len(at.dataframe) == 1
+    at.selectbox(key="p_rank").set_value(2).run()
+    assert ok(at).query_params == {"rank": "2"}
+    assert at.dataframe[0].value["bytes"].sum() == ledger_for(
+        load_model("llama3-70b"), parse_params({})[0]).ranks[2].peak_total_bytes
+
+
+def test_a_share_link_reproduces_the_view(app_test):
+    at = ok(app_test(LEDGER).run())
+    at.selectbox(key="w_model").set_value("mixtral-8x7b").run()
+    at.select_slider(key="w_ep").set_value(8).run()
+    at.select_slider(key="w_zero").set_value(2).run()
+    at.number_input(key="w_mb").set_value(2).run()
+    ok(at)
+    link = "&".join(f"{k}={v}" for k, v in at.query_params.items())
+    fresh = ok(app_test(LEDGER, link).run())
+    assert fresh.error == []
+    assert figures(fresh)[0] == figures(at)[0]
+    assert fresh.query_params == at.query_params
+
+
+@pytest.mark.parametrize("query,bad", [
+    ("tp=banana", "tp"),
+    ("model=gpt-9", "model"),
+    ("model=llama3-8b&tp=3", "tp"),  # 32 heads: tp=3 is not a divisor
+    ("world=1000000000000", "world"),
+    ("schedule=interleaved&vpp=1", "vpp"),
+    ("model=spec:eNoDAAAAAAE", "model"),
+    ("rank=99", None),  # a stale table rank quietly shows the most loaded one
+])
+def test_a_bad_link_shows_an_error_and_falls_back(app_test, query, bad):
+    at = ok(app_test(LEDGER, query).run())
+    errors = [e.value for e in at.error if "Share link" in e.value]
+    if bad is None:
+        assert errors == []
+    else:
+        assert errors and f"`{bad}=" in errors[0]
+    assert len(figures(at)) == 1
+    cfg, issues = parse_params(at.query_params)
+    assert issues == []  # the URL was rewritten to a valid configuration
+
+
+def test_staircase_compares_schedules_side_by_side(app_test):
+    at = ok(app_test(STAIRS).run())
+    single = figures(at)[0]
+    assert len({tr.get("xaxis", "x") for tr in single["data"]}) == 1
+    at.toggle(key="p_compare").set_value(True).run()
+    fig = figures(ok(at))[0]
+    assert at.query_params == {"compare": "1"}
+    assert len({tr.get("xaxis", "x") for tr in fig["data"]}) == 4
+    at.multiselect(key="p_schedules").set_value(["gpipe", "1f1b"]).run()
+    ok(at)
+    assert at.query_params == {"compare": "1", "schedules": "gpipe,1f1b"}
+    assert len({tr.get("xaxis", "x") for tr in figures(at)[0]["data"]}) == 2
+
+
+def test_staircase_link_with_a_bad_schedule_list(app_test):
+    at = ok(app_test(STAIRS, "compare=1&schedules=1f1b,warp").run())
+    assert any("`schedules=" in e.value for e in at.error)
+
+
+def test_staircase_pp_slider_redraws_the_ranks(app_test):
+    at = ok(app_test(STAIRS).run())
+    at.select_slider(key="w_pp").set_value(8).run()
+    acts = next(tr for tr in figures(ok(at))[0]["data"] if tr["name"] == "Activations")
+    assert acts["x"] == list(range(8))
+
+
+def test_where_memory_goes_shows_the_seed_numbers(app_test):
+    at = ok(app_test(WHERE).run())
+    assert len(figures(at)) == 3
+    at.radio(key="p_size").set_value("seed-7b").run()
+    strip = figures(ok(at))[0]
+    assert at.query_params == {"size": "seed-7b"}
+    assert f"{sum(tr['x'][0] for tr in strip['data']):.1f}" == "104.3"
+    fresh = ok(app_test(WHERE, "size=seed-70b").run())
+    assert "1,043.1 GiB" in figures(fresh)[0]["layout"]["title"]["text"]
+    assert "10 checkpoints ≈ 13%" in str(figures(fresh)[2]["data"])
+
+
+def test_where_memory_goes_follows_the_sidebar(app_test):
+    at = ok(app_test(WHERE).run())
+    before = chart_numbers(figures(at)[1])
+    at.number_input(key="w_world").set_value(512).run()  # ZeRO shards over more GPUs
+    assert chart_numbers(figures(ok(at))[1]) != before
+    assert at.query_params == {"world": "512"}
+
+
+def test_app_registers_existing_pages_and_keeps_settings_across_pages(app_test):
+    at = ok(app_test("app.py").run())
+    at.select_slider(key="w_tp").set_value(4).run()
+    at.switch_page(STAIRS).run()
+    ok(at)
+    assert "tp 4" in figures(at)[0]["layout"]["title"]["subtitle"]["text"]
+    assert at.query_params.get("tp") == "4"
+
+
+def test_navigation_lists_only_pages_that_exist(tmp_path):
+    (tmp_path / "pages").mkdir()
+    for p in PAGES[:2] + PAGES[4:5]:
+        (tmp_path / p.file).write_text("")
+    assert [p.url_path for p in available(tmp_path)] == ["ledger", "staircase", "planner"]
+    assert [p.file for p in available(ROOT)][:3] == [LEDGER, STAIRS, WHERE]
