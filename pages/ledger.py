@@ -20,7 +20,7 @@ fits, sentence = summary.verdict(led, hw)
 with st.container(horizontal=True, gap="medium"):
     for m in summary.metrics(led, hw):
         st.metric(m.label, m.value, m.delta, delta_color=m.delta_color, help=m.help,
-                  delta_arrow="off", width=180)
+                  delta_arrow="off", width=160)  # two per row on a phone
 
 ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led)
 

@@ -182,3 +182,53 @@ def test_navigation_lists_only_pages_that_exist(tmp_path):
         (tmp_path / p.file).write_text("")
     assert [p.url_path for p in available(tmp_path)] == ["ledger", "staircase", "planner"]
     assert [p.file for p in available(ROOT)][:3] == [LEDGER, STAIRS, WHERE]
+
+
+def test_an_imported_hf_config_travels_in_the_link(app_test, monkeypatch):
+    import json
+    import sys
+    import types
+    from dataclasses import replace
+
+    from memledger.presets import MODELS
+
+    def from_hf_config(cfg, name=None):  # stands in for the importer branch's function
+        if "hidden_size" not in cfg:
+            raise KeyError("hidden_size")
+        return replace(MODELS["llama3-8b"], name="my-llama", n_layers=cfg["num_hidden_layers"])
+
+    monkeypatch.setitem(sys.modules, "memledger.hf_config",
+                        types.SimpleNamespace(from_hf_config=from_hf_config))
+    at = ok(app_test(LEDGER).run())
+    at.text_area(key="import_text").set_value(json.dumps({"hidden_size": 4096,
+                                                          "num_hidden_layers": 24}))
+    at.button(key="import_go").click().run()
+    ok(at)
+    assert at.query_params["model"].startswith("spec:")
+    assert "my-llama" in figures(at)[0]["layout"]["title"]["text"]
+    link = "&".join(f"{k}={v}" for k, v in at.query_params.items())
+    fresh = ok(app_test(LEDGER, link).run())
+    assert figures(fresh)[0] == figures(at)[0] and fresh.error == []
+
+    at.text_area(key="import_text").set_value('{"num_hidden_layers": 2}')
+    at.button(key="import_go").click().run()
+    assert any("Could not import" in e.value for e in ok(at).error)
+    at.text_area(key="import_text").set_value("not json")
+    at.button(key="import_go").click().run()
+    assert any("Could not import" in e.value for e in ok(at).error)
+
+
+def test_import_without_the_importer_module_says_so(app_test, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "memledger.hf_config", None)  # import raises ImportError
+    at = ok(app_test(LEDGER).run())
+    at.text_area(key="import_text").set_value('{"hidden_size": 8}')
+    at.button(key="import_go").click().run()
+    assert any("memledger.hf_config" in e.value for e in ok(at).error)
+    assert at.query_params == {}
+
+
+def test_link_errors_show_the_core_message_literally(app_test):
+    """The core writes tp*pp*cp; unescaped, Markdown would italicise 'pp'."""
+    at = ok(app_test(LEDGER, "model=llama3-8b&tp=3").run())
+    assert r"tp\*pp\*cp=12" in at.error[0].value

@@ -68,8 +68,9 @@ def house_layout(title: str, subtitle: str, height: int, bottom: int = 105) -> d
                    x=0.01, xanchor="left", font=dict(size=17)),
         font=dict(family=FONT_FAMILY, color=INK, size=13), height=height, barmode="stack",
         plot_bgcolor="white", paper_bgcolor="white", margin=dict(l=70, r=30, t=86, b=bottom),
-        legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0,
-                    xanchor="left", traceorder="normal", font=dict(size=12)),
+        legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", xref="container",
+                    x=0.01, xanchor="left", traceorder="normal", font=dict(size=12),
+                    entrywidth=0.5, entrywidthmode="fraction"),  # two per row, any width
         hoverlabel=dict(font=dict(family=FONT_FAMILY)), bargap=0.35, xaxis=axis, yaxis=dict(axis),
     )
 
@@ -144,7 +145,7 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
                   xanchor="right" if cap > 0.6 * span else "left"),
              dict(x=total, xref="x", y=0, yref="y", showarrow=False, xanchor="left", xshift=6,
                   text=f"<b>{total:.1f} GiB</b>", font=dict(size=14))]
-    layout = merge(house_layout(title, describe(led), height=350, bottom=110), dict(
+    layout = merge(house_layout(title, describe(led), height=370, bottom=130), dict(
         uniformtext=dict(minsize=11, mode="hide"), shapes=shapes, annotations=notes,
         xaxis=dict(title=dict(text=GIB_AXIS), range=[0, span]),
         yaxis=dict(showticklabels=True, ticks="")))
@@ -183,7 +184,7 @@ def staircase(led: Ledger, hw: Hardware) -> go.Figure:
              _capacity_note(hw.name, hw.hbm_bytes)]
     title = f"{led.model.name}: memory per pipeline rank, {led.parallel.schedule} schedule"
     ticks = [r.pp_rank for r in led.ranks] if led.parallel.pp <= 32 else None
-    layout = merge(house_layout(title, describe(led), height=480), dict(
+    layout = merge(house_layout(title, describe(led), height=500, bottom=125), dict(
         shapes=[_hline(cap)], annotations=notes, margin=dict(r=90),
         yaxis=dict(title=dict(text=GIB_AXIS), range=[0, max(cap, gib(peak.peak_total_bytes)) * 1.15]),
         xaxis=dict(title=dict(text="pipeline-parallel rank (0 = first stage)"), showgrid=False,
@@ -196,22 +197,26 @@ def staircase_compare(ledgers: dict[str, Ledger], hw: Hardware, skipped: dict[st
     names = list(ledgers)
     fig = make_subplots(rows=1, cols=max(1, len(names)), shared_yaxes=True,
                         horizontal_spacing=0.03,
-                        subplot_titles=[f"{s}: peak {gib(ledgers[s].peak.peak_total_bytes):.1f} GiB"
+                        subplot_titles=[f"<b>{s}</b><br>{gib(ledgers[s].peak.peak_total_bytes):.1f} GiB"
                                         for s in names] or [""])
     for i, s in enumerate(names, start=1):
         for tr in _rank_traces(ledgers[s], showlegend=i == 1):
             fig.add_trace(tr, row=1, col=i)
-        fig.update_xaxes(title_text="pp rank", showgrid=False, zeroline=False, row=1, col=i)
+        last = ledgers[s].parallel.pp - 1  # first and last rank only: panels sit close together
+        fig.update_xaxes(showgrid=False, zeroline=False, row=1, col=i, tickfont=dict(size=11),
+                         tickmode="array", tickvals=sorted({0, last}))
     fig.add_hline(y=gib(hw.hbm_bytes), line=_hline(0)["line"], row="all", col="all")
     first = next(iter(ledgers.values()), None)
     model = first.model.name if first else ""
     note = (" · not valid here: " + ", ".join(skipped)) if skipped else ""
     sub = (describe(first, schedule=False) if first else "") + note
-    _layout(fig, f"{model}: pipeline staircase by schedule", sub, height=490)
-    fig.update_annotations(yshift=4, font=dict(size=13))  # the subplot titles
+    _layout(fig, f"{model}: pipeline staircase by schedule", sub, height=510, bottom=135)
+    fig.update_annotations(yshift=4, font=dict(size=13))  # the subplot titles: schedule, peak
+    fig.add_annotation(x=0.5, xref="paper", y=0, yref="paper", yshift=-28, yanchor="top",
+                       showarrow=False, text="pipeline-parallel rank, one panel per schedule")
     capacity_label(fig, hw.name, hw.hbm_bytes)
     peak = max((gib(x.peak.peak_total_bytes) for x in ledgers.values()), default=0)
     fig.update_yaxes(range=[0, max(peak, gib(hw.hbm_bytes)) * 1.12])
     fig.update_yaxes(title_text=GIB_AXIS, row=1, col=1)
-    fig.update_layout(margin=dict(t=118))
+    fig.update_layout(margin=dict(t=140))
     return fig

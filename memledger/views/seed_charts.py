@@ -25,16 +25,17 @@ def _billions(n: int) -> str:
 def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str) -> go.Figure:
     """Seed 2's ledger as one horizontal strip: 2N + 2N + 12N (+ activations), to scale."""
     rows = static_bytes(n_params)
-    segs = [("weights", "Parameters 2N", rows["weights"], ""),
-            ("gradients", "Gradients 2N", rows["gradients"], "")]
-    segs += [("optimizer", f"{part} {b}N", b * n_params, pat)
-             for (part, b), pat in zip(OPTIMIZER_PARTS.items(), PATTERNS)]
+    segs = [("weights", "Parameters 2N", "Params 2N", rows["weights"], ""),
+            ("gradients", "Gradients 2N", "Grads 2N", rows["gradients"], "")]
+    segs += [("optimizer", f"{part} {b}N", f"{short} {b}N", b * n_params, pat)
+             for (part, b), short, pat in zip(OPTIMIZER_PARTS.items(), ("Master", "Adam m", "Adam v"),
+                                             PATTERNS)]
     if act_bytes is not None:
-        segs.append(("activations", "Activations", act_bytes, ""))
+        segs.append(("activations", "Activations", "Activations", act_bytes, ""))
     fig = go.Figure()
-    for row, label, b, pat in segs:
+    for row, label, short, b, pat in segs:
         v = gib(b)
-        fig.add_bar(x=[v], y=[""], orientation="h", name=f"{label}: {v:,.1f} GiB",
+        fig.add_bar(x=[v], y=[""], orientation="h", name=f"{short}: {v:,.1f}",
                     marker=dict(color=ROW_COLORS[row], line=dict(color="white", width=1.5),
                                 pattern=dict(shape=pat, fgcolor="white", solidity=0.15,
                                              fillmode="overlay")),
@@ -51,8 +52,8 @@ def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str)
     act = (f" + activations {gib(act_bytes):,.1f} GiB ({act_note})" if act_bytes is not None
            else "; activations vary with batch × sequence")
     title = f"{name}: {_billions(n_params)} parameters × 16 bytes = {static:,.1f} GiB static"
-    _layout(fig, title, "mixed precision + Adam, one GPU, no ZeRO (seed 2)" + act, height=300,
-            bottom=80)
+    _layout(fig, title, "mixed precision + Adam, one GPU, no ZeRO (seed 2)" + act, height=330,
+            bottom=125)
     fig.update_xaxes(title_text=GIB_AXIS, range=[0, total * 1.01])
     fig.update_yaxes(showticklabels=False, range=[-0.5, 0.9])
     fig.update_layout(uniformtext=dict(minsize=10, mode="hide"), bargap=0.2)
@@ -75,7 +76,7 @@ def techniques(columns: tuple[Column, ...], capacity_bytes: int, gpu_name: str, 
     cap = gib(capacity_bytes)
     fig.add_hline(y=cap, line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))
     _layout(fig, f"{name}: what each technique cuts, per GPU",
-            "each column adds one technique to the one on its left", height=460, bottom=80)
+            "each column adds one technique to the one on its left", height=470, bottom=90)
     capacity_label(fig, gpu_name, capacity_bytes)
     fig.update_yaxes(title_text=GIB_AXIS, range=[0, max(totals + [cap]) * 1.12])
     fig.update_xaxes(showgrid=False)

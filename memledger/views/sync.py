@@ -16,8 +16,8 @@ import streamlit as st
 
 from ..specs import ModelSpec
 from .options import repair
-from .state import (CONFIG_KEYS, KEYS, Config, PageParam, load_model, page_to_params,
-                    parse_page_params, parse_params, to_params)
+from .state import (CONFIG_KEYS, KEYS, Config, PageParam, ParamIssue, load_model,
+                    page_to_params, parse_page_params, parse_params, to_params)
 
 CFG, PAGE, RECENT = "_ml_cfg", "_ml_page", "_ml_recent"
 W, P = "w_", "p_"  # widget key prefixes: shared settings, page settings
@@ -31,7 +31,7 @@ class Resolved:
     cfg: Config
     model: ModelSpec
     page: dict
-    issues: list[str] = field(default_factory=list)  # from the URL: shown as errors
+    issues: list[ParamIssue] = field(default_factory=list)  # from the URL: shown as errors
     notes: list[str] = field(default_factory=list)  # the app's own moves: shown as notices
 
 
@@ -49,13 +49,12 @@ def _from_url(query: dict, specs) -> Resolved:
     m = load_model(cfg.model)  # parse_params has already checked the model
     cfg, moves = repair(m, cfg)
     page, page_issues = parse_page_params(query, specs)
-    texts = [str(i) for i in issues + page_issues]
-    texts += [f"`{a.key}={_show(a.old)}` is not valid here: {a.reason}. Using "
-              f"{a.key}={_show(a.new)}." for a in moves]
+    found = issues + page_issues + [
+        ParamIssue(a.key, _show(a.old), f"not valid here: {a.reason}", _show(a.new)) for a in moves]
     for k in list(st.session_state):  # stale widget values must not override the link
         if isinstance(k, str) and (k.startswith(W) or k.startswith(P)):
             del st.session_state[k]
-    return Resolved(cfg, m, page, issues=texts)
+    return Resolved(cfg, m, page, issues=found)
 
 
 def _show(v) -> str:

@@ -2,6 +2,8 @@
 with its export buttons, and the ledger's table downloads. Exports are built on click."""
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from ..ledger import Ledger
@@ -15,19 +17,31 @@ SCHEDULE_HELP = "\n".join(f"- **{k}**: {v}" for k, v in SCHEDULES.items())
 
 def issues(res: Resolved) -> None:
     """Bad values in the link (errors naming the parameter) and the app's own moves."""
-    for text in res.issues:
-        st.error(f"Share link: {text}", icon=":material/link_off:")
+    for i in res.issues:
+        st.error(f"Share link: `{_code(i.key)}={_code(i.value)}`: {md_escape(i.message)}. "
+                 f"Using `{_code(i.key)}={_code(i.fallback)}`.", icon=":material/link_off:")
     for text in res.notes:
-        st.toast(f"Adjusted {text}", icon=":material/tune:")
+        st.toast(md_escape(f"Adjusted {text}"), icon=":material/tune:")
+
+
+def md_escape(text: str) -> str:
+    """Backslash-escape Markdown (and Streamlit's $…$ LaTeX) so messages show as written."""
+    return re.sub(r"([\\`*_{}\[\]()<>#+\-.!|~$])", r"\\\1", text)
+
+
+def _code(text: str) -> str:
+    """A user-supplied value inside a code span: no backticks, and cut to a readable length."""
+    text = str(text).replace("`", "'")
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def header(title: str):
     """The page title with a "Share link" popover beside it (filled in by `finish`)."""
-    left, right = st.columns([6, 1], vertical_alignment="center")
+    left, right = st.columns([4, 1], vertical_alignment="center")
     left.subheader(title)
-    share = right.popover("Share link", icon=":material/link:", width="stretch",
-                          help="A link that opens exactly this view")
-    st.divider()
+    with right.container(horizontal_alignment="right"):
+        share = st.popover("Share link", icon=":material/link:", width="content",
+                           help="A link that opens exactly this view")
     return share
 
 
