@@ -30,9 +30,9 @@ items = st.expander("Every item, with its formula and source", icon=":material/r
 if items.open:  # built only when open: ~150 rows are not worth sending on every slider move
     with items:
         ranks = [-1] + [r.pp_rank for r in led.ranks]
-        if st.session_state.get("p_rank", -1) not in ranks:
-            st.session_state["p_rank"] = -1
-        chosen = st.selectbox("Pipeline rank", ranks, key="p_rank",
+        if st.session_state.get("pg_rank", -1) not in ranks:
+            st.session_state["pg_rank"] = -1
+        chosen = st.selectbox("Pipeline rank", ranks, key="pg_rank",
                               format_func=lambda r: f"most loaded (rank {led.most_loaded_rank})"
                               if r < 0 else f"rank {r}",
                               help="Ranks differ in layers, embedding/head and micro-batches in "

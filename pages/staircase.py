@@ -23,11 +23,11 @@ if res.cfg.pp == 1:
     st.info("pp = 1: a single pipeline rank, so there is no staircase. Raise PP in the sidebar.",
             icon=":material/info:")
 
-compare = st.toggle("Compare schedules side by side", key="p_compare",
+compare = st.toggle("Compare schedules side by side", key="pg_compare",
                     help="Same configuration, one panel per schedule (vpp = 2 for interleaved).")
 chosen = tuple(res.page["schedules"])
 if compare:
-    chosen = tuple(st.multiselect("Schedules", list(SCHEDULES), key="p_schedules",
+    chosen = tuple(st.multiselect("Schedules", list(SCHEDULES), key="pg_schedules",
                                   max_selections=4, help=ui.SCHEDULE_HELP)) or DEFAULT_COMPARE
     ledgers, skipped = schedule_ledgers(res.model, res.cfg, chosen)
     for s, why in skipped.items():

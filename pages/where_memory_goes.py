@@ -16,7 +16,7 @@ ui.issues(res)
 hw = hardware(res.cfg)
 
 share = ui.header("Where memory goes: four ledgers, and what cuts each")
-size = st.radio("Size", SIZES, key="p_size", horizontal=True,
+size = st.radio("Size", SIZES, key="pg_size", horizontal=True,
                 format_func=lambda s: f"Sidebar model ({res.model.name})" if s == "model"
                 else SEED_EXAMPLES[s][0],
                 help="The seed's two worked examples have no shape, so no activation estimate.")

@@ -32,14 +32,14 @@ def test_ledger_renders_with_defaults(app_test):
 
 
 @pytest.mark.parametrize("kind,key,value,query", [
-    ("select_slider", "w_tp", 4, {"tp": "4"}),
-    ("select_slider", "w_pp", 8, {"pp": "8"}),
-    ("select_slider", "w_zero", 3, {"zero": "3"}),
-    ("number_input", "w_world", 128, {"world": "128"}),
-    ("number_input", "w_seq", 8192, {"seq": "8192"}),
-    ("toggle", "w_sp", False, {"sp": "0"}),
-    ("selectbox", "w_recompute", "full", {"recompute": "full"}),
-    ("selectbox", "w_precision", "mixed16", {"precision": "mixed16"}),
+    ("select_slider", "sb_tp", 4, {"tp": "4"}),
+    ("select_slider", "sb_pp", 8, {"pp": "8"}),
+    ("select_slider", "sb_zero", 3, {"zero": "3"}),
+    ("number_input", "sb_world", 128, {"world": "128"}),
+    ("number_input", "sb_seq", 8192, {"seq": "8192"}),
+    ("toggle", "sb_sp", False, {"sp": "0"}),
+    ("selectbox", "sb_recompute", "full", {"recompute": "full"}),
+    ("selectbox", "sb_precision", "mixed16", {"precision": "mixed16"}),
 ])
 def test_each_kind_of_widget_changes_the_chart_and_the_url(app_test, kind, key, value, query):
     at = ok(app_test(LEDGER).run())
@@ -54,7 +54,7 @@ def test_each_kind_of_widget_changes_the_chart_and_the_url(app_test, kind, key, 
 def test_changing_the_gpu_moves_the_capacity_line_only(app_test):
     at = ok(app_test(LEDGER).run())
     before = figures(at)[0]
-    at.selectbox(key="w_gpu").set_value("h200").run()
+    at.selectbox(key="sb_gpu").set_value("h200").run()
     after = figures(ok(at))[0]
     assert at.query_params == {"gpu": "h200"}
     assert chart_numbers(after)[:6] == chart_numbers(before)[:6]
@@ -63,12 +63,12 @@ def test_changing_the_gpu_moves_the_capacity_line_only(app_test):
 
 def test_a_new_model_keeps_a_valid_configuration(app_test):
     at = ok(app_test(LEDGER).run())
-    at.selectbox(key="w_model").set_value("deepseek-v3").run()
+    at.selectbox(key="sb_model").set_value("deepseek-v3").run()
     ok(at)
     assert at.query_params["model"] == "deepseek-v3"
     assert "DeepSeek-V3" in figures(at)[0]["layout"]["title"]["text"]
-    assert at.select_slider(key="w_ep").options[-1] != "1"  # experts: ep is now offered
-    at.select_slider(key="w_ep").set_value(8).run()
+    assert at.select_slider(key="sb_ep").options[-1] != "1"  # experts: ep is now offered
+    at.select_slider(key="sb_ep").set_value(8).run()
     assert ok(at).query_params == {"model": "deepseek-v3", "ep": "8"}
 
 
@@ -79,8 +79,8 @@ def test_the_item_table_is_built_only_when_open(app_test):
 
 def test_the_table_rank_is_a_page_parameter_and_a_link_with_it_opens_the_table(app_test):
     at = ok(app_test(LEDGER, "rank=1").run())
-    assert at.selectbox(key="p_rank").value == 1 and len(at.dataframe) == 1
-    at.selectbox(key="p_rank").set_value(2).run()
+    assert at.selectbox(key="pg_rank").value == 1 and len(at.dataframe) == 1
+    at.selectbox(key="pg_rank").set_value(2).run()
     assert ok(at).query_params == {"rank": "2"}
     assert at.dataframe[0].value["bytes"].sum() == ledger_for(
         load_model("llama3-70b"), parse_params({})[0]).ranks[2].peak_total_bytes
@@ -88,10 +88,10 @@ def test_the_table_rank_is_a_page_parameter_and_a_link_with_it_opens_the_table(a
 
 def test_a_share_link_reproduces_the_view(app_test):
     at = ok(app_test(LEDGER).run())
-    at.selectbox(key="w_model").set_value("mixtral-8x7b").run()
-    at.select_slider(key="w_ep").set_value(8).run()
-    at.select_slider(key="w_zero").set_value(2).run()
-    at.number_input(key="w_mb").set_value(2).run()
+    at.selectbox(key="sb_model").set_value("mixtral-8x7b").run()
+    at.select_slider(key="sb_ep").set_value(8).run()
+    at.select_slider(key="sb_zero").set_value(2).run()
+    at.number_input(key="sb_mb").set_value(2).run()
     ok(at)
     link = "&".join(f"{k}={v}" for k, v in at.query_params.items())
     fresh = ok(app_test(LEDGER, link).run())
@@ -125,11 +125,11 @@ def test_staircase_compares_schedules_side_by_side(app_test):
     at = ok(app_test(STAIRS).run())
     single = figures(at)[0]
     assert len({tr.get("xaxis", "x") for tr in single["data"]}) == 1
-    at.toggle(key="p_compare").set_value(True).run()
+    at.toggle(key="pg_compare").set_value(True).run()
     fig = figures(ok(at))[0]
     assert at.query_params == {"compare": "1"}
     assert len({tr.get("xaxis", "x") for tr in fig["data"]}) == 4
-    at.multiselect(key="p_schedules").set_value(["gpipe", "1f1b"]).run()
+    at.multiselect(key="pg_schedules").set_value(["gpipe", "1f1b"]).run()
     ok(at)
     assert at.query_params == {"compare": "1", "schedules": "gpipe,1f1b"}
     assert len({tr.get("xaxis", "x") for tr in figures(at)[0]["data"]}) == 2
@@ -142,7 +142,7 @@ def test_staircase_link_with_a_bad_schedule_list(app_test):
 
 def test_staircase_pp_slider_redraws_the_ranks(app_test):
     at = ok(app_test(STAIRS).run())
-    at.select_slider(key="w_pp").set_value(8).run()
+    at.select_slider(key="sb_pp").set_value(8).run()
     acts = next(tr for tr in figures(ok(at))[0]["data"] if tr["name"] == "Activations")
     assert acts["x"] == list(range(8))
 
@@ -150,7 +150,7 @@ def test_staircase_pp_slider_redraws_the_ranks(app_test):
 def test_where_memory_goes_shows_the_seed_numbers(app_test):
     at = ok(app_test(WHERE).run())
     assert len(figures(at)) == 3
-    at.radio(key="p_size").set_value("seed-7b").run()
+    at.radio(key="pg_size").set_value("seed-7b").run()
     strip = figures(ok(at))[0]
     assert at.query_params == {"size": "seed-7b"}
     assert f"{sum(tr['x'][0] for tr in strip['data']):.1f}" == "104.3"
@@ -162,14 +162,14 @@ def test_where_memory_goes_shows_the_seed_numbers(app_test):
 def test_where_memory_goes_follows_the_sidebar(app_test):
     at = ok(app_test(WHERE).run())
     before = chart_numbers(figures(at)[1])
-    at.number_input(key="w_world").set_value(512).run()  # ZeRO shards over more GPUs
+    at.number_input(key="sb_world").set_value(512).run()  # ZeRO shards over more GPUs
     assert chart_numbers(figures(ok(at))[1]) != before
     assert at.query_params == {"world": "512"}
 
 
 def test_app_registers_existing_pages_and_keeps_settings_across_pages(app_test):
     at = ok(app_test("app.py").run())
-    at.select_slider(key="w_tp").set_value(4).run()
+    at.select_slider(key="sb_tp").set_value(4).run()
     at.switch_page(STAIRS).run()
     ok(at)
     assert "tp 4" in figures(at)[0]["layout"]["title"]["subtitle"]["text"]

@@ -20,7 +20,7 @@ from .state import (CONFIG_KEYS, KEYS, Config, PageParam, ParamIssue, load_model
                     page_to_params, parse_page_params, parse_params, to_params)
 
 CFG, PAGE, RECENT = "_ml_cfg", "_ml_page", "_ml_recent"
-W, P = "w_", "p_"  # widget key prefixes: shared settings, page settings
+W, P = "sb_", "pg_"  # widget key prefixes: shared (sidebar) settings, page settings
 RECENT_KEEP = 16
 # Typed numbers are rounded to a valid value rather than moving the parallel layout for them.
 NEVER_PINNED = frozenset({"seq"})
