@@ -7,16 +7,22 @@ times the keydown and the first animation frame at which the Plotly chart holds 
 Separately times `build_ledger` for each of the same configurations, to show the share of the
 latency that is the ledger arithmetic.
 
-    python benchmarks/bench_slider.py [--moves 39] [--json out.json]
+    python benchmarks/bench_slider.py [--moves 39] [--json out.json] [--floor]
 
 Targets (DESIGN §11 / the dashboard issue): median latency ≤ 400 ms; build_ledger ≤ 5% of it.
+--floor also times the same keyboard moves on a one-slider, one-bar Streamlit app: what this
+machine's Streamlit + Chromium cost before any of memledger's work (the machine is shared, so
+the load average is printed with the figures).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memledger import build_ledger  # noqa: E402
-from memledger.views.devserver import chromium, streamlit_app, wait_idle  # noqa: E402
+from memledger.views.devserver import (  # noqa: E402
+    _wait_healthy,
+    chromium,
+    free_port,
+    streamlit_app,
+    wait_idle,
+)
 from memledger.views.state import Config, load_model, parse_params, to_specs  # noqa: E402
 
 QUERY = "model=deepseek-v3&world=2048&tp=16&pp=16&ep=1"
@@ -104,16 +116,63 @@ def run(n_moves: int) -> dict:
             "final_url": final_url, "latencies_ms": [round(x, 1) for x in latencies]}
 
 
+FLOOR_APP = """
+import plotly.graph_objects as go
+import streamlit as st
+v = st.sidebar.select_slider("TP: tensor parallel", [1, 2, 4, 8, 16], value=8)
+st.plotly_chart(go.Figure(go.Bar(x=[v], y=["a"], orientation="h")), theme=None)
+"""
+
+
+def floor(n_moves: int) -> float:
+    """Median latency of the same measurement on a trivial one-slider app."""
+    with tempfile.TemporaryDirectory() as d:
+        app = Path(d) / "floor.py"
+        app.write_text(FLOOR_APP)
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app),
+                                 "--server.headless", "true", "--server.port", str(port),
+                                 "--browser.gatherUsageStats", "false"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_healthy(base, proc, 60)
+            with chromium() as browser:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.goto(base)
+                wait_idle(page)
+                page.evaluate(PROBE)
+                out = []
+                for i in range(n_moves):
+                    page.get_by_role("slider", name=TP_LABEL).focus()
+                    page.keyboard.press("ArrowLeft" if i % 2 == 0 else "ArrowRight")
+                    page.wait_for_function("() => window.__b.t1 > 0", timeout=30_000, polling="raf")
+                    out.append(page.evaluate("() => window.__b.t1 - window.__b.t0"))
+                    wait_idle(page)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    return statistics.median(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--moves", type=int, default=39, help="slider moves (at least 20)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--floor", action="store_true", help="also time a trivial one-slider app")
     args = ap.parse_args()
     res = run(max(20, args.moves))
+    res["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    res["cpus"] = os.cpu_count()
+    if args.floor:
+        res["floor_median_ms"] = round(floor(20), 1)
     print(f"slider → redrawn chart, DeepSeek-V3 ({res['moves']} moves): median "
-          f"{res['median_ms']} ms, p90 {res['p90_ms']} ms, min {res['min_ms']}, max {res['max_ms']}")
+          f"{res['median_ms']} ms, p90 {res['p90_ms']} ms, min {res['min_ms']}, "
+          f"max {res['max_ms']}")
     print(f"build_ledger: median {res['build_ledger_median_ms']} ms = "
           f"{res['ledger_share_pct']}% of the median latency")
+    print(f"machine: {res['cpus']} CPUs, load average {res['load_average']}"
+          + (f"; trivial one-slider app: median {res['floor_median_ms']} ms" if args.floor else ""))
     print(f"targets: median ≤ 400 ms {'met' if res['median_ms'] <= 400 else 'MISSED'}; "
           f"ledger ≤ 5% {'met' if res['ledger_share_pct'] <= 5 else 'MISSED'}")
     if args.json:

@@ -3,13 +3,12 @@ the URL, a share link reproduces the view, and bad links give errors, not except
 from pathlib import Path
 
 import pytest
-
 from conftest import chart_numbers, figures
 
 from memledger.units import GIB
 from memledger.views.compute import ledger_for
 from memledger.views.navigation import PAGES, available
-from memledger.views.state import parse_params, load_model
+from memledger.views.state import load_model, parse_params
 
 LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where_memory_goes.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,3 +231,12 @@ def test_link_errors_show_the_core_message_literally(app_test):
     """The core writes tp*pp*cp; unescaped, Markdown would italicise 'pp'."""
     at = ok(app_test(LEDGER, "model=llama3-8b&tp=3").run())
     assert r"tp\*pp\*cp=12" in at.error[0].value
+
+
+def test_a_world_size_the_degrees_do_not_divide_moves_them_with_a_notice(app_test):
+    at = ok(app_test(LEDGER).run())
+    at.number_input(key="sb_world").set_value(100).run()
+    ok(at)
+    assert at.query_params["world"] == "100" and at.query_params["tp"] == "1"
+    assert any("tp 8 → 1" in t.value for t in at.toast)
+    assert "dp 25" in figures(at)[0]["layout"]["title"]["subtitle"]["text"]

@@ -6,6 +6,7 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
+from conftest import decode
 
 from memledger.items import ROWS
 from memledger.textbook import technique_columns
@@ -14,8 +15,6 @@ from memledger.views import charts, seed_charts
 from memledger.views.compute import ledger_for, schedule_ledgers
 from memledger.views.palette import CAPACITY_COLOR, ROW_COLORS
 from memledger.views.state import DEFAULT, hardware, load_model
-
-from conftest import decode
 
 M = load_model(DEFAULT.model)
 LED, HW = ledger_for(M, DEFAULT), hardware(DEFAULT)

@@ -3,15 +3,16 @@
 import pytest
 
 from memledger.views import export
-from memledger.views.compute import ledger_for
 from memledger.views.charts import ledger_bar
+from memledger.views.compute import ledger_for
 from memledger.views.state import DEFAULT, hardware, load_model
 
 FIG = ledger_bar(ledger_for(load_model(DEFAULT.model), DEFAULT), hardware(DEFAULT))
 
 
 def test_file_stem_is_safe_and_names_the_configuration():
-    assert export.file_stem("ledger", "llama3-70b", "tp8", "pp4") == "memledger_ledger_llama3-70b_tp8_pp4"
+    stem = export.file_stem("ledger", "llama3-70b", "tp8", "pp4")
+    assert stem == "memledger_ledger_llama3-70b_tp8_pp4"
     assert "/" not in export.file_stem("a/../b", "c d")
 
 

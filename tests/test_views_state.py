@@ -11,9 +11,21 @@ from hypothesis import strategies as st
 from memledger.errors import SpecError
 from memledger.presets import MODELS
 from memledger.views.model_codec import decode_model, encode_model
-from memledger.views.state import (CONFIG_KEYS, CHOICES, DEFAULT, INT_LIMITS, KEYS, Config,
-                                   PageParam, load_model, page_to_params, parse_page_params,
-                                   parse_params, to_params, to_specs)
+from memledger.views.state import (
+    CHOICES,
+    CONFIG_KEYS,
+    DEFAULT,
+    INT_LIMITS,
+    KEYS,
+    Config,
+    PageParam,
+    load_model,
+    page_to_params,
+    parse_page_params,
+    parse_params,
+    to_params,
+    to_specs,
+)
 
 
 def test_defaults_give_an_empty_query_string():
@@ -159,6 +171,7 @@ def test_page_parameters_round_trip_and_omit_defaults():
 
 
 def test_bad_page_parameters_are_named():
-    values, issues = parse_page_params({"schedules": "1f1b,warp", "rank": "x", "compare": "2"}, PAGE)
+    bad = {"schedules": "1f1b,warp", "rank": "x", "compare": "2"}
+    values, issues = parse_page_params(bad, PAGE)
     assert sorted(i.key for i in issues) == ["compare", "rank", "schedules"]
     assert values == {"compare": False, "schedules": ("1f1b", "zb-v"), "rank": -1}

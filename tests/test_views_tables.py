@@ -32,7 +32,8 @@ def test_items_csv_lists_every_item_of_every_rank_with_exact_bytes():
     df = pd.read_csv(io.StringIO(tables.items_csv(LED)))
     d = LED.to_dict()
     assert len(df) == sum(len(r["items"]) for r in d["ranks"])
-    assert df.groupby("pp_rank")["bytes"].sum().tolist() == [r["peak_total_bytes"] for r in d["ranks"]]
+    per_rank = df.groupby("pp_rank")["bytes"].sum().tolist()
+    assert per_rank == [r["peak_total_bytes"] for r in d["ranks"]]
     assert df["formula"].notna().all()
 
 

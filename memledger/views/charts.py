@@ -155,7 +155,8 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
 def _rank_traces(led: Ledger, showlegend: bool) -> list[dict]:
     ranks = led.ranks
     x = [r.pp_rank for r in ranks]
-    extra = [[r.rows["activations"], _flight(r), _layers(r), gib(r.peak_total_bytes)] for r in ranks]
+    extra = [[r.rows["activations"], _flight(r), _layers(r), gib(r.peak_total_bytes)]
+             for r in ranks]
     return [dict(
         type="bar", x=x, y=[gib(r.rows[row]) for r in ranks], name=ROW_SHORT[row],
         legendgroup=row, showlegend=showlegend,
@@ -186,18 +187,21 @@ def staircase(led: Ledger, hw: Hardware) -> go.Figure:
     ticks = [r.pp_rank for r in led.ranks] if led.parallel.pp <= 32 else None
     layout = merge(house_layout(title, describe(led), height=500, bottom=125), dict(
         shapes=[_hline(cap)], annotations=notes, margin=dict(r=90),
-        yaxis=dict(title=dict(text=GIB_AXIS), range=[0, max(cap, gib(peak.peak_total_bytes)) * 1.15]),
+        yaxis=dict(title=dict(text=GIB_AXIS),
+                   range=[0, max(cap, gib(peak.peak_total_bytes)) * 1.15]),
         xaxis=dict(title=dict(text="pipeline-parallel rank (0 = first stage)"), showgrid=False,
                    zeroline=False, tickmode="array" if ticks else "auto", tickvals=ticks)))
     return figure(_rank_traces(led, True), layout)
 
 
-def staircase_compare(ledgers: dict[str, Ledger], hw: Hardware, skipped: dict[str, str]) -> go.Figure:
+def staircase_compare(ledgers: dict[str, Ledger], hw: Hardware,
+                      skipped: dict[str, str]) -> go.Figure:
     """The staircase of several schedules side by side on one y axis."""
     names = list(ledgers)
     fig = make_subplots(rows=1, cols=max(1, len(names)), shared_yaxes=True,
                         horizontal_spacing=0.03,
-                        subplot_titles=[f"<b>{s}</b><br>{gib(ledgers[s].peak.peak_total_bytes):.1f} GiB"
+                        subplot_titles=[f"<b>{s}</b><br>"
+                                        f"{gib(ledgers[s].peak.peak_total_bytes):.1f} GiB"
                                         for s in names] or [""])
     for i, s in enumerate(names, start=1):
         for tr in _rank_traces(ledgers[s], showlegend=i == 1):

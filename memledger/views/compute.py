@@ -10,8 +10,8 @@ from functools import lru_cache
 
 from ..ledger import Ledger, build_ledger
 from ..params import n_params
-from ..textbook import SEED_EXAMPLES
 from ..specs import ModelSpec, ParallelSpec, TrainSpec
+from ..textbook import SEED_EXAMPLES
 from .options import problem, with_value
 from .state import Config, hardware, to_specs
 
@@ -23,7 +23,8 @@ def ledger_for(m: ModelSpec, cfg: Config) -> Ledger:
     return build_ledger(m, par, train, hardware=hardware(cfg))
 
 
-def schedule_ledgers(m: ModelSpec, cfg: Config, schedules) -> tuple[dict[str, Ledger], dict[str, str]]:
+def schedule_ledgers(m: ModelSpec, cfg: Config,
+                     schedules) -> tuple[dict[str, Ledger], dict[str, str]]:
     """The same configuration under each schedule (vpp lifted to 2 for interleaved), and the
     core's reason for every schedule that is not valid here."""
     ledgers, skipped = {}, {}

@@ -83,6 +83,5 @@ def wait_idle(page, timeout_ms: int = 30_000) -> None:
     """Wait until Streamlit has finished the current run and a chart is on the page."""
     page.wait_for_selector(".js-plotly-plot .main-svg", timeout=timeout_ms)
     page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
-        timeout=timeout_ms)
+        "() => { const s = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+        " return !s || !s.innerText.includes('Running'); }", timeout=timeout_ms)

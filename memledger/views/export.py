@@ -43,7 +43,8 @@ def status() -> Status:
     try:
         version = metadata.version("kaleido")
     except metadata.PackageNotFoundError:
-        return Status(False, "server-side export needs kaleido ≥ 1 (pip install 'memledger[export]')")
+        return Status(False, "server-side export needs kaleido ≥ 1 "
+                             "(pip install 'memledger[export]')")
     if int(version.split(".")[0]) < 1:
         return Status(False, f"server-side export needs kaleido ≥ 1, found {version}")
     browser = find_browser()

@@ -62,7 +62,8 @@ def _check(cls, name: str, value, hint):
             raise SpecError(name, f"expected an object, got {value!r}")
         return _build(hint, value)
     if typing.get_origin(hint) is tuple:
-        if not isinstance(value, list) or not all(type(v) is int for v in value) or len(value) > 4096:
+        ints = isinstance(value, list) and all(type(v) is int for v in value)
+        if not ints or len(value) > 4096:
             raise SpecError(name, "expected a list of integers")
         return tuple(value)
     if hint is int and type(value) is not int:

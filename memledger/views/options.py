@@ -123,7 +123,8 @@ def _fmt(v) -> str:
     return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 
-def repair(m: ModelSpec, cfg: Config, pinned: frozenset[str] = frozenset()) -> tuple[Config, list[Adjustment]]:
+def repair(m: ModelSpec, cfg: Config,
+           pinned: frozenset[str] = frozenset()) -> tuple[Config, list[Adjustment]]:
     """A valid configuration as close to `cfg` as one-setting moves get, never moving a pinned
     setting (the one the user just changed) unless nothing else works."""
     notes: list[Adjustment] = []

@@ -23,5 +23,5 @@ GRID = "#E6E6E6"
 FONT_FAMILY = "Inter, 'Source Sans Pro', Helvetica, Arial, sans-serif"
 
 # Short row names for legends, so two fit side by side on a phone (hover text has the full names).
-ROW_SHORT = {k: ROW_LABELS[k] for k in ROWS} | {"optimizer": "Optimizer", "communication": "Comm. buffers",
-                                               "runtime": "Runtime"}
+ROW_SHORT = {k: ROW_LABELS[k] for k in ROWS} | {
+    "optimizer": "Optimizer", "communication": "Comm. buffers", "runtime": "Runtime"}

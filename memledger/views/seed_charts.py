@@ -28,8 +28,8 @@ def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str)
     segs = [("weights", "Parameters 2N", "Params 2N", rows["weights"], ""),
             ("gradients", "Gradients 2N", "Grads 2N", rows["gradients"], "")]
     segs += [("optimizer", f"{part} {b}N", f"{short} {b}N", b * n_params, pat)
-             for (part, b), short, pat in zip(OPTIMIZER_PARTS.items(), ("Master", "Adam m", "Adam v"),
-                                             PATTERNS)]
+             for (part, b), short, pat in zip(OPTIMIZER_PARTS.items(),
+                                             ("Master", "Adam m", "Adam v"), PATTERNS)]
     if act_bytes is not None:
         segs.append(("activations", "Activations", "Activations", act_bytes, ""))
     fig = go.Figure()
@@ -60,7 +60,8 @@ def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str)
     return fig
 
 
-def techniques(columns: tuple[Column, ...], capacity_bytes: int, gpu_name: str, name: str) -> go.Figure:
+def techniques(columns: tuple[Column, ...], capacity_bytes: int, gpu_name: str,
+               name: str) -> go.Figure:
     """The savings path: per-GPU ledgers after each technique, against one GPU's capacity."""
     x = [c.label for c in columns]
     fig = go.Figure()
@@ -101,10 +102,10 @@ def checkpoint_curve(n_layers: int, name: str) -> go.Figure:
     fig.add_vline(x=root, line=dict(color=OPTIMUM_COLOR, width=1.5, dash="dash"))
     fig.add_annotation(x=root, y=100, yanchor="bottom", xanchor="left", showarrow=False,
                        text=f"√L = {root:.1f}", font=dict(color=OPTIMUM_COLOR))
-    share = 100 * ck.seed_fraction(n_layers)
+    share, pct = 100 * ck.seed_fraction(n_layers), ck.seed_percent(n_layers)
     fig.add_scatter(x=[min(k_seed, n_layers)], y=[share], mode="markers+text", showlegend=False,
                     marker=dict(color=OPTIMUM_COLOR, size=11), textposition="middle right",
-                    text=[f"  seed 2: ⌈√L⌉+1 = {k_seed} checkpoints ≈ {ck.seed_percent(n_layers)}%"],
+                    text=[f"  seed 2: ⌈√L⌉+1 = {k_seed} checkpoints ≈ {pct}%"],
                     hovertemplate="%{x} checkpoints: %{y:.1f}%<extra></extra>")
     peak = 100 * ck.segment_peak_layers(n_layers, best) / n_layers
     fig.add_scatter(x=[best], y=[peak], mode="markers+text", showlegend=False,

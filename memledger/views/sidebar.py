@@ -19,7 +19,7 @@ from ..units import gib
 from .model_codec import PREFIX, decode_model, encode_model
 from .options import DEGREE_KEYS, valid_values
 from .state import INT_LIMITS, PageParam
-from .sync import W, Resolved, resolve
+from .sync import Resolved, W, resolve
 
 MAX_CONFIG_BYTES = 1_000_000
 
@@ -59,8 +59,8 @@ HELP = {
     "attention": "flash: no s×s matrix is kept. eager: the attention probabilities are kept "
                  "(needs the paper or hf profile).",
     "recompute": "Activation recomputation: *selective* re-runs attention core, norms and "
-                 "activation functions; *full* keeps only each layer's input; *every-k* keeps every "
-                 "⌈√L⌉-th layer's input (Chen et al. 2016).",
+                 "activation functions; *full* keeps only each layer's input; *every-k* keeps "
+                 "every ⌈√L⌉-th layer's input (Chen et al. 2016).",
 }
 
 
@@ -84,7 +84,10 @@ def _import_config() -> None:
     ss = st.session_state
     ss["_ml_import_error"] = ""
     upload = ss.get("import_file")
-    text = upload.getvalue()[:MAX_CONFIG_BYTES + 1] if upload is not None else ss.get("import_text", "").encode()
+    if upload is not None:
+        text = upload.getvalue()[:MAX_CONFIG_BYTES + 1]
+    else:
+        text = ss.get("import_text", "").encode()
     try:
         if len(text) > MAX_CONFIG_BYTES:
             raise ValueError(f"config is larger than {MAX_CONFIG_BYTES:,} bytes")

@@ -205,9 +205,9 @@ def _apply_dp(cfg: Config, dp: int, world_given: bool) -> tuple[Config, ParamIss
                                    f"world/(tp·pp·cp) with world={cfg.world}")
         return replace(cfg, world=world), None
     if dp * per_replica != cfg.world:
-        return cfg, ParamIssue("dp", str(dp), f"disagrees with world={cfg.world}: dp·tp·pp·cp = "
-                                              f"{dp}·{cfg.tp}·{cfg.pp}·{cfg.cp} = {dp * per_replica}",
-                               "world/(tp·pp·cp)")
+        why = (f"disagrees with world={cfg.world}: dp·tp·pp·cp = "
+               f"{dp}·{cfg.tp}·{cfg.pp}·{cfg.cp} = {dp * per_replica}")
+        return cfg, ParamIssue("dp", str(dp), why, "world/(tp·pp·cp)")
     return cfg, None
 
 

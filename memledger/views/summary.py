@@ -19,7 +19,9 @@ class Metric:
 
 
 def _count(n: int) -> str:
-    return f"{n / 1e12:.2f} T" if n >= 1e12 else f"{n / 1e9:.1f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
+    if n >= 1e12:
+        return f"{n / 1e12:.2f} T"
+    return f"{n / 1e9:.1f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
 
 
 def metrics(led: Ledger, hw: Hardware) -> list[Metric]:

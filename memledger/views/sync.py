@@ -16,8 +16,18 @@ import streamlit as st
 
 from ..specs import ModelSpec
 from .options import repair
-from .state import (CONFIG_KEYS, KEYS, Config, PageParam, ParamIssue, load_model,
-                    page_to_params, parse_page_params, parse_params, to_params)
+from .state import (
+    CONFIG_KEYS,
+    KEYS,
+    Config,
+    PageParam,
+    ParamIssue,
+    load_model,
+    page_to_params,
+    parse_page_params,
+    parse_params,
+    to_params,
+)
 
 CFG, PAGE, RECENT = "_ml_cfg", "_ml_page", "_ml_recent"
 W, P = "sb_", "pg_"  # widget key prefixes: shared (sidebar) settings, page settings
@@ -90,7 +100,8 @@ def resolve(page_name: str, specs: tuple[PageParam, ...] = ()) -> Resolved:
     return res
 
 
-def params_for(res: Resolved, specs: tuple[PageParam, ...], page: dict | None = None) -> dict[str, str]:
+def params_for(res: Resolved, specs: tuple[PageParam, ...],
+               page: dict | None = None) -> dict[str, str]:
     return to_params(res.cfg) | page_to_params(page if page is not None else res.page, specs)
 
 
