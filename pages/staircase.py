@@ -8,8 +8,10 @@ from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
 
 DEFAULT_COMPARE = ("1f1b", "interleaved", "zb-v", "dualpipev")
+MAX_PANELS = 4  # more panels are too narrow to read
 SPECS = (PageParam("compare", False),
-         PageParam("schedules", DEFAULT_COMPARE, choices=tuple(SCHEDULES), multi=True))
+         PageParam("schedules", DEFAULT_COMPARE, choices=tuple(SCHEDULES), multi=True,
+                   max_items=MAX_PANELS))
 
 res = resolve("staircase", SPECS)
 ui.issues(res)
@@ -28,7 +30,8 @@ compare = st.toggle("Compare schedules side by side", key="pg_compare",
 chosen = tuple(res.page["schedules"])
 if compare:
     chosen = tuple(st.multiselect("Schedules", list(SCHEDULES), key="pg_schedules",
-                                  max_selections=4, help=ui.SCHEDULE_HELP)) or DEFAULT_COMPARE
+                                  max_selections=MAX_PANELS, help=ui.SCHEDULE_HELP))
+    chosen = chosen or DEFAULT_COMPARE
     ledgers, skipped = schedule_ledgers(res.model, res.cfg, chosen)
     for s, why in skipped.items():
         st.warning(f"{s} is not valid for this configuration: {why}", icon=":material/block:")

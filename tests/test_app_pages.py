@@ -1,14 +1,17 @@
 """The Streamlit pages under AppTest: defaults render, every kind of widget changes the chart and
 the URL, a share link reproduces the view, and bad links give errors, not exceptions."""
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 from conftest import chart_numbers, figures
 
 from memledger.units import GIB
 from memledger.views.compute import ledger_for
 from memledger.views.navigation import PAGES, available
-from memledger.views.state import load_model, parse_params
+from memledger.views.state import KEYS, load_model, parse_params
 
 LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where_memory_goes.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,9 +137,12 @@ def test_staircase_compares_schedules_side_by_side(app_test):
     assert len({tr.get("xaxis", "x") for tr in figures(at)[0]["data"]}) == 2
 
 
-def test_staircase_link_with_a_bad_schedule_list(app_test):
-    at = ok(app_test(STAIRS, "compare=1&schedules=1f1b,warp").run())
+@pytest.mark.parametrize("schedules", ["1f1b,warp", "gpipe,1f1b,interleaved,zb-h1,zb-v",
+                                       "1f1b,1f1b", ""])
+def test_staircase_link_with_a_bad_schedule_list(app_test, schedules):
+    at = ok(app_test(STAIRS, f"compare=1&schedules={schedules}").run())
     assert any("`schedules=" in e.value for e in at.error)
+    assert len(figures(at)) == 1
 
 
 def test_staircase_pp_slider_redraws_the_ranks(app_test):
@@ -240,3 +246,21 @@ def test_a_world_size_the_degrees_do_not_divide_moves_them_with_a_notice(app_tes
     assert at.query_params["world"] == "100" and at.query_params["tp"] == "1"
     assert any("tp 8 → 1" in t.value for t in at.toast)
     assert "dp 25" in figures(at)[0]["layout"]["title"]["subtitle"]["text"]
+
+
+NASTY = ["", "0", "-1", "3", "7", "64", "1e3", "999999999999", "banana", "<b>", "`", "$x$", "1,2",
+         "0,0,0,0", "interleaved", "dualpipe", "eager", "paper", "every-k", "fp8", "deepseek-v3",
+         "llama3.2-1b", "spec:AAAA", "off", "gpipe,1f1b,zb-v,dualpipev,zb-h1"]
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(page=hst.sampled_from([LEDGER, STAIRS, WHERE]),
+       query=hst.dictionaries(hst.sampled_from(list(KEYS) + ["rank", "compare", "schedules",
+                                                              "size"]),
+                              hst.sampled_from(NASTY), min_size=1, max_size=8))
+def test_no_link_crashes_a_page(app_test, page, query):
+    at = app_test(page, urlencode(query)).run()
+    ok(at)
+    assert len(figures(at)) >= 1
+    assert parse_params(at.query_params)[1] == []  # the rewritten link is clean

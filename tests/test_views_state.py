@@ -158,7 +158,8 @@ def test_balanced_layout_refuses_more_stages_than_layers():
 
 
 PAGE = (PageParam("compare", False),
-        PageParam("schedules", ("1f1b", "zb-v"), choices=("1f1b", "zb-v", "gpipe"), multi=True),
+        PageParam("schedules", ("1f1b", "zb-v"), choices=("1f1b", "zb-v", "gpipe"), multi=True,
+                  max_items=2),
         PageParam("rank", -1, limits=(-1, 100)))
 
 
@@ -168,6 +169,12 @@ def test_page_parameters_round_trip_and_omit_defaults():
     assert params == {"compare": "1", "schedules": "gpipe,1f1b", "rank": "3"}
     assert parse_page_params(params, PAGE) == (values, [])
     assert page_to_params({"compare": False, "schedules": ("1f1b", "zb-v"), "rank": -1}, PAGE) == {}
+
+
+def test_too_many_page_values_are_refused():
+    values, issues = parse_page_params({"schedules": "1f1b,zb-v,gpipe"}, PAGE)
+    assert issues[0].key == "schedules" and "at most 2" in issues[0].message
+    assert values["schedules"] == ("1f1b", "zb-v")
 
 
 def test_bad_page_parameters_are_named():

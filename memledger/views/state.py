@@ -263,6 +263,7 @@ class PageParam:
     default: object
     choices: tuple = ()  # allowed values (each item of a list when multi)
     multi: bool = False  # a comma-separated list of choices
+    max_items: int = 0  # for multi: at most this many (0 = no limit)
     limits: tuple[int, int] | None = None  # an integer in this range
 
 
@@ -282,6 +283,8 @@ def _parse_page_value(spec: PageParam, raw: str):
         bad = [x for x in items if x not in spec.choices]
         if bad or not items or len(set(items)) != len(items):
             raise BadValue(f"expected distinct values from {', '.join(spec.choices)}")
+        if spec.max_items and len(items) > spec.max_items:
+            raise BadValue(f"at most {spec.max_items} values")
         return items
     if raw not in spec.choices:
         raise BadValue(f"unknown value; valid: {', '.join(map(str, spec.choices))}")
