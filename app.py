@@ -28,6 +28,6 @@ pages = [st.Page(str(HERE / p.file), title=p.title, icon=p.icon, url_path=p.url_
                  default=n == 0) for n, p in enumerate(available(HERE))]
 current = st.navigation(pages, position="top")
 # Less empty space above the first line (Streamlit's default suits prose, not dashboards).
-st.html("<style>[data-testid='stMainBlockContainer']{padding-top:3.2rem;padding-bottom:2rem}</style>")
+st.html("<style>[data-testid='stMainBlockContainer']{padding-top:4rem;padding-bottom:2rem}</style>")
 _start_exports()
 current.run()

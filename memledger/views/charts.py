@@ -122,7 +122,7 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
     """One horizontal stacked bar: the six rows of the most loaded rank, capacity as a line."""
     rank, verdict = led.peak, fit(led, hw)
     total, cap = gib(rank.peak_total_bytes), gib(hw.hbm_bytes)
-    span = max(total, cap) * 1.1
+    span = max(total, cap) * 1.16  # room for the total written after the bar
     data = []
     for row in ROWS:
         v = gib(rank.rows[row])

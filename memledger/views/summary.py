@@ -32,7 +32,7 @@ def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
     return [
         Metric("Parameters", _count(led.n_params), active, "off",
                "All parameters the framework instantiates (MoE: active = routed top-K only)."),
-        Metric("Peak on the busiest GPU", f"{gib(peak.peak_total_bytes):.1f} GiB",
+        Metric("Busiest GPU peak", f"{gib(peak.peak_total_bytes):.1f} GiB",
                f"pp rank {peak.pp_rank} of {led.parallel.pp}", "off",
                "Peak allocated + allocator slack + CUDA context on the most loaded pipeline rank."),
         Metric("GPU capacity", f"{gib(hw.hbm_bytes):.1f} GiB", hw.name, "off",
