@@ -1,0 +1,63 @@
+"""Screenshots of every dashboard page in headless Chromium, wide (1280×800) and narrow.
+
+    python benchmarks/screenshots.py [--out out/screenshots] [--readme]
+
+--readme also writes assets/ledger.png (the Ledger page at 1280×800, the README's picture).
+Views: the three pages with defaults, the staircase comparing schedules for DeepSeek-V3, an
+over-capacity ledger, and a link with bad values (the error banners).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from memledger.views.devserver import chromium, streamlit_app, wait_idle  # noqa: E402
+
+VIEWS = {
+    "ledger": "",
+    "staircase": "staircase",
+    "where": "where",
+    "where-seed-70b": "where?size=seed-70b",
+    "compare-dsv3": "staircase?model=deepseek-v3&world=2048&pp=16&ep=64&compare=1",
+    "ledger-over": "?model=llama3.1-405b&tp=8&pp=2&world=64&zero=0&mb=2",
+    "ledger-bad-link": "?model=llama3-8b&tp=3&pp=banana&world=99999999999",
+}
+SIZES = {"wide": (1280, 800), "narrow": (420, 900)}
+
+
+def shoot(out: Path, readme: bool) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    with streamlit_app() as base, chromium() as browser:
+        for size, (w, h) in SIZES.items():
+            page = browser.new_page(viewport={"width": w, "height": h})
+            for name, path in VIEWS.items():
+                page.goto(f"{base}/{path}")
+                wait_idle(page)
+                time.sleep(1.0)  # let fonts and the chart's transition settle
+                f = out / f"{name}-{size}.png"
+                page.screenshot(path=str(f))
+                files.append(f)
+                if readme and name == "ledger" and size == "wide":
+                    page.screenshot(path=str(ROOT / "assets" / "ledger.png"))
+            page.close()
+    return files
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "out" / "screenshots"))
+    ap.add_argument("--readme", action="store_true", help="also write assets/ledger.png")
+    args = ap.parse_args()
+    for f in shoot(Path(args.out), args.readme):
+        print(f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

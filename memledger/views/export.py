@@ -1,0 +1,120 @@
+"""Chart export: the Plotly modebar's PNG button, server-side PNG/SVG via kaleido ≥ 1, and
+standalone HTML.
+
+kaleido drives a headless Chromium; we use the system one (/usr/bin/chromium, or the first
+`chromium` / `chromium-browser` / `google-chrome` on PATH) and start kaleido's sync server once
+per process, so an export after the first costs a render (~0.5 s), not a browser start.
+Exports are produced on demand (Streamlit calls them when a download button is clicked), never
+on every slider move. Without kaleido ≥ 1 or a browser, `status()` says why and the buttons
+say so instead of failing.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+
+import plotly.graph_objects as go
+
+CHROMIUM = "/usr/bin/chromium"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+EXPORT_WIDTH, SCALE = 1200, 2
+_lock = threading.Lock()  # kaleido's sync server answers one request at a time, in order
+_started = False
+
+
+@dataclass(frozen=True)
+class Status:
+    ok: bool
+    reason: str  # why exports are unavailable ("" when ok)
+    browser: str = ""
+
+
+def find_browser() -> str:
+    if os.access(CHROMIUM, os.X_OK):
+        return CHROMIUM
+    return next((p for b in BROWSERS if (p := shutil.which(b))), "")
+
+
+def status() -> Status:
+    try:
+        version = metadata.version("kaleido")
+    except metadata.PackageNotFoundError:
+        return Status(False, "server-side export needs kaleido ≥ 1 "
+                             "(pip install 'memledger[export]')")
+    if int(version.split(".")[0]) < 1:
+        return Status(False, f"server-side export needs kaleido ≥ 1, found {version}")
+    browser = find_browser()
+    if not browser:
+        return Status(False, "server-side export needs Chromium (e.g. apt-get install chromium); "
+                             "the chart's camera icon still saves a PNG")
+    return Status(True, "", browser)
+
+
+def start_server() -> bool:
+    """Start kaleido's sync server once per process; False when export is unavailable."""
+    global _started
+    st = status()
+    if not st.ok:
+        return False
+    with _lock:
+        if not _started:
+            import kaleido
+            kaleido.start_sync_server(path=st.browser, mathjax=False, silence_warnings=True)
+            _started = True
+    return True
+
+
+def warm_up() -> bool:
+    """Start the server and render a one-bar figure in the background, so that the browser and
+    plotly.js are loaded before the first real export is asked for."""
+    if not start_server():
+        return False
+
+    def _tiny():
+        try:
+            to_image(go.Figure(go.Bar(x=[0], y=[1])), "svg")
+        except Exception:  # noqa: BLE001 — a failed warm-up only means a slower first export
+            pass
+
+    threading.Thread(target=_tiny, daemon=True, name="kaleido-warm-up").start()
+    return True
+
+
+def to_image(fig: go.Figure, fmt: str) -> bytes:
+    """PNG or SVG bytes of a figure at a fixed export size (white background)."""
+    if fmt not in ("png", "svg"):
+        raise ValueError(f"format must be png or svg, got {fmt!r}")
+    if not start_server():
+        raise RuntimeError(status().reason)
+    import kaleido
+    height = int(fig.layout.height or 500)
+    opts = {"format": fmt, "width": EXPORT_WIDTH, "height": height,
+            "scale": SCALE if fmt == "png" else 1}
+    with _lock:
+        out = kaleido.calc_fig_sync(fig, opts=opts)
+    if isinstance(out, Exception):  # the server hands back the error instead of raising
+        raise RuntimeError(f"kaleido failed: {out}")
+    return out
+
+
+def to_html(fig: go.Figure, file_stem: str) -> str:
+    """A standalone HTML page: plotly.js inlined, so it opens offline in a review."""
+    return fig.to_html(include_plotlyjs=True, full_html=True,
+                       config=modebar_config(file_stem), default_width="100%")
+
+
+def modebar_config(file_stem: str) -> dict:
+    """Plotly config: the camera button saves a 2× PNG named after the configuration."""
+    return {"displaylogo": False,
+            "toImageButtonOptions": {"format": "png", "filename": file_stem, "scale": SCALE},
+            "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+
+
+def file_stem(*parts: object) -> str:
+    """A safe file name from configuration parts: memledger_ledger_llama3-70b_tp8_pp4."""
+    text = "_".join(str(p) for p in ("memledger",) + parts if str(p))
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:120]

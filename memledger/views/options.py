@@ -1,0 +1,175 @@
+"""Which values each dashboard setting may take, and the repair of an invalid configuration.
+
+Validity is the core's call only: a configuration is valid when its specs construct, the
+cross-spec checks `memledger.validate.check_all` pass and the activation profile is registered.
+This module proposes candidates (divisors of the world size for parallel degrees, the tables for
+choices), keeps those the core accepts with every other setting held fixed, and, when a setting
+must change (a stale link, a new model), moves it to the nearest valid value. Results are cached:
+a configuration and its model are frozen, hashable values.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from ..activations import get_profile
+from ..errors import SpecError
+from ..presets import GPUS
+from ..specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
+from ..specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
+from ..validate import check_all
+from .state import LAYOUT_WORDS, Config, to_specs
+
+# Which setting to move when the core names a field (None: move something else).
+FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",
+             "sp": "sp", "seq": "seq", "layout": "layout", "schedule": "schedule",
+             "attention": "attention", "profile": "profile", "world": None}
+# Settings a repair may move, most expendable first (after the one the error names).
+REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
+                "profile", "seq")
+# Values that make any model valid on any world size (the last resort of a repair).
+SIMPLEST = dict(tp=1, pp=1, vpp=1, ep=1, etp=1, cp=1, sp=False, schedule="1f1b",
+                layout="balanced", attention="flash", profile="megatron")
+DEGREE_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
+NUMERIC = frozenset(DEGREE_KEYS) | {"seq", "world", "mb", "m", "zero"}
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+def _seq_candidates(m: ModelSpec, cfg: Config) -> tuple[int, ...]:
+    """The current length rounded to multiples of powers of two (what cp/sp splits need)."""
+    out = {cfg.seq}
+    for k in range(13):
+        q = 2**k
+        out |= {max(q, cfg.seq // q * q), -(-cfg.seq // q) * q}
+    return tuple(sorted(v for v in out if v <= 4_194_304))
+
+
+CANDIDATES = {
+    "tp": lambda m, c: divisors(c.world),
+    "pp": lambda m, c: tuple(d for d in divisors(c.world) if d <= m.n_layers),
+    "vpp": lambda m, c: tuple(range(1, min(16, m.n_layers) + 1)),
+    "ep": lambda m, c: divisors(c.world),
+    "etp": lambda m, c: divisors(c.world),
+    "cp": lambda m, c: divisors(c.world),
+    "zero": lambda m, c: (0, 1, 2, 3),
+    "sp": lambda m, c: (True, False),
+    "schedule": lambda m, c: tuple(SCHEDULES),
+    "layout": lambda m, c: LAYOUT_WORDS + (() if c.layout in LAYOUT_WORDS else (c.layout,)),
+    "precision": lambda m, c: tuple(RECIPES),
+    "optimizer": lambda m, c: tuple(OPTIMIZERS),
+    "profile": lambda m, c: tuple(PROFILES),
+    "attention": lambda m, c: tuple(ATTENTION_IMPLS),
+    "recompute": lambda m, c: tuple(RECOMPUTE),
+    "gpu": lambda m, c: tuple(GPUS),
+    "seq": _seq_candidates,
+}
+
+
+def with_value(cfg: Config, key: str, value) -> Config:
+    """Set one setting, carrying along what it drags with it: only the interleaved schedule
+    has virtual stages, so choosing a schedule resets vpp to 1 or lifts it to 2."""
+    new = replace(cfg, **{key: value})
+    if key == "schedule":
+        vpp = max(cfg.vpp, 2) if value == "interleaved" else 1
+        new = replace(new, vpp=vpp)
+    return new
+
+
+@lru_cache(maxsize=65_536)
+def problem(m: ModelSpec, cfg: Config) -> SpecError | None:
+    """The core's objection to a configuration, or None when it is valid."""
+    try:
+        par, train = to_specs(cfg, m)
+        check_all(m, par, train)
+        get_profile(train.profile)
+    except SpecError as e:
+        return e
+    return None
+
+
+@lru_cache(maxsize=16_384)
+def valid_values(m: ModelSpec, cfg: Config, key: str) -> tuple:
+    """Values of `key` the core accepts with every other setting as in `cfg`."""
+    return tuple(v for v in CANDIDATES[key](m, cfg) if problem(m, with_value(cfg, key, v)) is None)
+
+
+def nearest(options, current, key: str):
+    if current in options:
+        return current
+    if key in NUMERIC:  # by ratio: from tp=8, 4 and 16 are equally near; prefer the smaller
+        return min(options, key=lambda v: (abs(math.log(v / current)) if current > 0 else v, v))
+    return options[0]  # candidates are listed in order of preference
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """A setting the repair moved, and the core's reason."""
+
+    key: str
+    old: object
+    new: object
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.key} {_fmt(self.old)} → {_fmt(self.new)}: {self.reason}"
+
+
+def _fmt(v) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+
+def repair(m: ModelSpec, cfg: Config,
+           pinned: frozenset[str] = frozenset()) -> tuple[Config, list[Adjustment]]:
+    """A valid configuration as close to `cfg` as one-setting moves get, never moving a pinned
+    setting (the one the user just changed) unless nothing else works."""
+    notes: list[Adjustment] = []
+    for _ in range(12):
+        err = problem(m, cfg)
+        if err is None:
+            return cfg, notes
+        named = FIELD_KEY.get(err.field)
+        keys = [k for k in dict.fromkeys(([named] if named else []) + list(REPAIR_ORDER))
+                if k not in pinned]
+        step = _single_move(m, cfg, keys) or _partial_move(m, cfg, err, keys)
+        if step is None:
+            break
+        key, value = step
+        notes.append(Adjustment(key, getattr(cfg, key), value, err.message))
+        cfg = with_value(cfg, key, value)
+    return _last_resort(m, cfg, notes)
+
+
+def _single_move(m, cfg, keys):
+    """The first setting whose nearest valid value makes the whole configuration valid."""
+    for k in keys:
+        opts = valid_values(m, cfg, k)
+        if opts:
+            return k, nearest(opts, getattr(cfg, k), k)
+    return None
+
+
+def _partial_move(m, cfg, err, keys):
+    """No single move fixes it: move the first setting to its nearest value that at least
+    clears the present objection (the next loop takes the next one)."""
+    for k in keys:
+        cands = [v for v in CANDIDATES[k](m, cfg) if v != getattr(cfg, k)]
+        clears = [v for v in cands
+                  if (e := problem(m, with_value(cfg, k, v))) is None or e.field != err.field]
+        if clears:
+            return k, nearest(clears, getattr(cfg, k), k)
+    return None
+
+
+def _last_resort(m, cfg, notes):
+    simple = replace(cfg, **SIMPLEST)
+    if problem(m, simple) is not None:  # e.g. a sequence length cp/sp cannot split
+        simple = replace(Config(), model=cfg.model, gpu=cfg.gpu, world=cfg.world, **SIMPLEST)
+    changed = [k for k in SIMPLEST if getattr(cfg, k) != getattr(simple, k)]
+    reason = "no nearby valid setting; reset the parallel layout"
+    notes += [Adjustment(k, getattr(cfg, k), getattr(simple, k), reason) for k in changed]
+    return simple, notes

@@ -1,0 +1,27 @@
+"""One colour per ledger row, used by every chart on every page (and by the exports).
+
+Okabe–Ito-derived, distinguishable with the common colour-vision deficiencies. Optimizer states
+are purple and weights/gradients blue as in seed 2's cover figure; activations, the row that
+moves with every training knob, get the warm accent.
+"""
+from __future__ import annotations
+
+from ..items import ROW_LABELS, ROWS
+
+ROW_COLORS: dict[str, str] = {
+    "weights": "#0072B2",
+    "gradients": "#56B4E9",
+    "optimizer": "#7B4EA3",
+    "activations": "#E69F00",
+    "communication": "#009E73",
+    "runtime": "#9A9A9A",
+}
+CAPACITY_COLOR = "#D62728"
+OPTIMUM_COLOR = "#CC3311"
+INK = "#262730"  # Streamlit's text colour, for annotations
+GRID = "#E6E6E6"
+FONT_FAMILY = "Inter, 'Source Sans Pro', Helvetica, Arial, sans-serif"
+
+# Short row names for legends, so two fit side by side on a phone (hover text has the full names).
+ROW_SHORT = {k: ROW_LABELS[k] for k in ROWS} | {
+    "optimizer": "Optimizer", "communication": "Comm. buffers", "runtime": "Runtime"}

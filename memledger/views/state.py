@@ -1,0 +1,312 @@
+"""Dashboard state: URL query parameters <-> one validated configuration (DESIGN.md §11).
+
+The URL is the state. Every setting is a query parameter named as in `KEYS`; a setting at its
+default is left out of the URL. Parsing never raises: a value that does not parse (unknown
+preset, `tp=banana`, numbers out of range) becomes a `ParamIssue` naming the parameter and
+falls back to the default. Whether a *combination* is valid (tp dividing the heads, ...) is the
+core's question, answered in `memledger.views.options`. `to_specs` turns a configuration into
+the core's specs. Pure: no Streamlit.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+from ..errors import SpecError
+from ..presets import GPUS, MODELS, gpu, model
+from ..schedules import balanced_layout
+from ..specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
+from ..specs.hardware import Hardware
+from ..specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
+from .model_codec import PREFIX as SPEC_PREFIX
+from .model_codec import decode_model
+
+# The share-link keys, in URL order (the planner builds links with the same names).
+KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
+        "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile", "attention",
+        "recompute")
+PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
+MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every dashboard setting, as the URL spells it (dp is derived: world / (tp·pp·cp))."""
+
+    model: str = "llama3-70b"  # a preset name or "spec:<encoded ModelSpec>"
+    gpu: str = "h100"
+    world: int = 64
+    tp: int = 8
+    pp: int = 4
+    vpp: int = 1
+    ep: int = 1
+    etp: int = 1
+    cp: int = 1
+    zero: int = 1
+    sp: bool = True
+    schedule: str = "1f1b"
+    layout: str = "balanced"  # "balanced", "even" (pp·vpp must divide the layers) or "4,8,8,..."
+    mb: int = 1
+    seq: int = 4096
+    m: int = 8
+    precision: str = "megatron"
+    optimizer: str = "adamw"
+    profile: str = "megatron"
+    attention: str = "flash"
+    recompute: str = "none"
+
+    @property
+    def dp(self) -> int:
+        return self.world // (self.tp * self.pp * self.cp)
+
+
+DEFAULT = Config()
+CONFIG_KEYS = tuple(f.name for f in fields(Config))
+
+# Integer settings: (smallest, largest) accepted from a URL. The upper bounds only keep a
+# hand-edited link from asking for absurd arrays of ranks; the core decides the rest.
+INT_LIMITS: dict[str, tuple[int, int]] = {
+    "world": (1, 262_144), "tp": (1, 1024), "pp": (1, 1024), "vpp": (1, 64), "ep": (1, 4096),
+    "etp": (1, 1024), "cp": (1, 1024), "dp": (1, 262_144), "zero": (0, 3), "mb": (1, 1024),
+    "seq": (1, 4_194_304), "m": (1, 65_536),
+}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
+    "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
+    "recompute": tuple(RECOMPUTE),
+}
+BOOL_WORDS = {"1": True, "true": True, "on": True, "yes": True,
+              "0": False, "false": False, "off": False, "no": False}
+LAYOUT_WORDS = ("balanced", "even")
+
+
+@dataclass(frozen=True)
+class ParamIssue:
+    """A bad URL value: which parameter, what it said, why, and what is used instead."""
+
+    key: str
+    value: str
+    message: str
+    fallback: str
+
+    def __str__(self) -> str:
+        shown = self.value if len(self.value) <= 40 else self.value[:37] + "..."
+        return f"`{self.key}={shown}`: {self.message}. Using {self.key}={self.fallback}."
+
+
+class BadValue(ValueError):
+    pass
+
+
+# -- single values ---------------------------------------------------------------------------
+def parse_int(key: str, raw: str) -> int:
+    lo, hi = INT_LIMITS[key]
+    text = raw.strip()
+    if not text.lstrip("-").isdigit() or len(text) > 12:
+        raise BadValue(f"expected an integer {lo}..{hi}")
+    v = int(text)
+    if not lo <= v <= hi:
+        raise BadValue(f"must be in {lo}..{hi}")
+    return v
+
+
+def parse_bool(raw: str) -> bool:
+    try:
+        return BOOL_WORDS[raw.strip().lower()]
+    except KeyError:
+        raise BadValue("expected 1/0, true/false or on/off") from None
+
+
+def parse_choice(key: str, raw: str) -> str:
+    if raw not in CHOICES[key]:
+        raise BadValue(f"unknown value; valid: {', '.join(CHOICES[key])}")
+    return raw
+
+
+def parse_layout(raw: str) -> str:
+    if raw in LAYOUT_WORDS:
+        return raw
+    parts = raw.split(",")
+    if len(parts) > 1024 or not all(p.strip().isdigit() and len(p.strip()) <= 5 for p in parts):
+        raise BadValue("expected 'balanced', 'even' or layers per stage such as 4,8,8,4")
+    return ",".join(str(int(p)) for p in parts)
+
+
+def parse_model(raw: str) -> str:
+    if raw in MODELS:
+        return raw
+    if raw.startswith(SPEC_PREFIX):
+        try:
+            decode_model(raw)
+        except SpecError as e:
+            raise BadValue(str(e)) from None
+        return raw
+    raise BadValue(f"unknown preset; valid: {', '.join(MODELS)} or an imported config")
+
+
+def parse_value(key: str, raw: str):
+    if len(raw) > MAX_VALUE_CHARS:
+        raise BadValue(f"value is {len(raw)} characters long (at most {MAX_VALUE_CHARS})")
+    if key in INT_LIMITS:
+        return parse_int(key, raw)
+    if key in CHOICES:
+        return parse_choice(key, raw)
+    if key == "sp":
+        return parse_bool(raw)
+    if key == "layout":
+        return parse_layout(raw)
+    if key == "model":
+        return parse_model(raw)
+    raise BadValue("not a dashboard parameter")
+
+
+def format_value(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def last_value(raw) -> str:
+    """st.query_params gives a string; a repeated key gives a list: the last one wins."""
+    if isinstance(raw, (list, tuple)):
+        return str(raw[-1]) if raw else ""
+    return str(raw)
+
+
+# -- whole configurations --------------------------------------------------------------------
+def parse_params(params: Mapping[str, object]) -> tuple[Config, list[ParamIssue]]:
+    """The configuration a URL asks for, and one issue per value that could not be used."""
+    values, issues = {}, []
+    for key in KEYS:
+        if key not in params:
+            continue
+        raw = last_value(params[key])
+        try:
+            values[key] = parse_value(key, raw)
+        except BadValue as e:
+            fallback = getattr(DEFAULT, key) if key != "dp" else "world/(tp·pp·cp)"
+            issues.append(ParamIssue(key, raw, str(e), format_value(fallback)))
+    dp = values.pop("dp", None)
+    cfg = replace(DEFAULT, **values)
+    if dp is not None:
+        cfg, issue = _apply_dp(cfg, dp, "world" in values)
+        issues += [issue] if issue else []
+    return cfg, issues
+
+
+def _apply_dp(cfg: Config, dp: int, world_given: bool) -> tuple[Config, ParamIssue | None]:
+    """dp is derived from world; a link may carry dp instead of (or as well as) world."""
+    per_replica = cfg.tp * cfg.pp * cfg.cp
+    if not world_given:
+        world = dp * per_replica
+        lo, hi = INT_LIMITS["world"]
+        if world > hi:
+            return cfg, ParamIssue("dp", str(dp), f"gives world = dp·tp·pp·cp = {world} > {hi}",
+                                   f"world/(tp·pp·cp) with world={cfg.world}")
+        return replace(cfg, world=world), None
+    if dp * per_replica != cfg.world:
+        why = (f"disagrees with world={cfg.world}: dp·tp·pp·cp = "
+               f"{dp}·{cfg.tp}·{cfg.pp}·{cfg.cp} = {dp * per_replica}")
+        return cfg, ParamIssue("dp", str(dp), why, "world/(tp·pp·cp)")
+    return cfg, None
+
+
+def to_params(cfg: Config) -> dict[str, str]:
+    """The query parameters of a configuration, defaults left out, in `KEYS` order."""
+    return {k: format_value(getattr(cfg, k)) for k in CONFIG_KEYS
+            if getattr(cfg, k) != getattr(DEFAULT, k)}
+
+
+# -- specs -----------------------------------------------------------------------------------
+def load_model(name: str) -> ModelSpec:
+    """A preset by name or an imported model carried in the URL; raises SpecError('model')."""
+    if name.startswith(SPEC_PREFIX):
+        return decode_model(name)
+    return model(name)
+
+
+def hardware(cfg: Config) -> Hardware:
+    return gpu(cfg.gpu)
+
+
+def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:
+    if cfg.layout == "even":
+        return None
+    if cfg.layout == "balanced":
+        if probe.n_stages > m.n_layers:
+            raise SpecError("pp", f"{probe.n_stages} pipeline stages (pp={cfg.pp}, "
+                                  f"{probe.chunks} chunk(s) per rank) exceed the model's "
+                                  f"{m.n_layers} layers")
+        return balanced_layout(m.n_layers, probe.n_stages)
+    return tuple(int(x) for x in cfg.layout.split(","))
+
+
+def to_specs(cfg: Config, m: ModelSpec) -> tuple[ParallelSpec, TrainSpec]:
+    """The core's specs for a configuration; raises SpecError exactly as the core does."""
+    kw = dict(tp=cfg.tp, pp=cfg.pp, vpp=cfg.vpp, ep=cfg.ep, etp=cfg.etp, cp=cfg.cp, sp=cfg.sp,
+              zero=cfg.zero, schedule=cfg.schedule)
+    probe = ParallelSpec.from_world(cfg.world, **kw)
+    layout = _layout(cfg, m, probe)
+    par = replace(probe, layout=layout) if layout is not None else probe
+    train = TrainSpec(micro_batch=cfg.mb, seq=cfg.seq, micro_batches=cfg.m,
+                      precision=cfg.precision, optimizer=cfg.optimizer, profile=cfg.profile,
+                      attention=cfg.attention, recompute=cfg.recompute)
+    return par, train
+
+
+# -- page-specific parameters ----------------------------------------------------------------
+@dataclass(frozen=True)
+class PageParam:
+    """A setting only one page has (e.g. the staircase's schedules to compare)."""
+
+    key: str
+    default: object
+    choices: tuple = ()  # allowed values (each item of a list when multi)
+    multi: bool = False  # a comma-separated list of choices
+    max_items: int = 0  # for multi: at most this many (0 = no limit)
+    limits: tuple[int, int] | None = None  # an integer in this range
+
+
+def _parse_page_value(spec: PageParam, raw: str):
+    if len(raw) > MAX_VALUE_CHARS:
+        raise BadValue(f"value is {len(raw)} characters long")
+    if isinstance(spec.default, bool):
+        return parse_bool(raw)
+    if spec.limits:
+        lo, hi = spec.limits
+        text = raw.strip()
+        if not text.lstrip("-").isdigit() or len(text) > 12 or not lo <= int(text) <= hi:
+            raise BadValue(f"expected an integer {lo}..{hi}")
+        return int(text)
+    if spec.multi:
+        items = tuple(x for x in raw.split(",") if x)
+        bad = [x for x in items if x not in spec.choices]
+        if bad or not items or len(set(items)) != len(items):
+            raise BadValue(f"expected distinct values from {', '.join(spec.choices)}")
+        if spec.max_items and len(items) > spec.max_items:
+            raise BadValue(f"at most {spec.max_items} values")
+        return items
+    if raw not in spec.choices:
+        raise BadValue(f"unknown value; valid: {', '.join(map(str, spec.choices))}")
+    return raw
+
+
+def _format_page_value(value) -> str:
+    return ",".join(value) if isinstance(value, tuple) else format_value(value)
+
+
+def parse_page_params(params: Mapping[str, object], specs: tuple[PageParam, ...]):
+    """The page's own settings from a URL, with one issue per unusable value."""
+    values, issues = {s.key: s.default for s in specs}, []
+    for s in specs:
+        if s.key in params:
+            raw = last_value(params[s.key])
+            try:
+                values[s.key] = _parse_page_value(s, raw)
+            except BadValue as e:
+                issues.append(ParamIssue(s.key, raw, str(e), _format_page_value(s.default)))
+    return values, issues
+
+
+def page_to_params(values: Mapping[str, object], specs: tuple[PageParam, ...]) -> dict[str, str]:
+    return {s.key: _format_page_value(values[s.key]) for s in specs if values[s.key] != s.default}

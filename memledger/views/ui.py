@@ -1,0 +1,98 @@
+"""Page furniture shared by every page (Streamlit glue): link problems, the share link, a chart
+with its export buttons, and the ledger's table downloads. Exports are built on click."""
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from ..ledger import Ledger
+from ..specs.parallel import SCHEDULES
+from . import export, tables
+from .state import PageParam
+from .sync import Resolved, share_url, write_url
+
+SCHEDULE_HELP = "\n".join(f"- **{k}**: {v}" for k, v in SCHEDULES.items())
+
+
+def issues(res: Resolved) -> None:
+    """Bad values in the link (errors naming the parameter) and the app's own moves."""
+    for i in res.issues:
+        st.error(f"Share link: `{_code(i.key)}={_code(i.value)}`: {md_escape(i.message)}. "
+                 f"Using `{_code(i.key)}={_code(i.fallback)}`.", icon=":material/link_off:")
+    for text in res.notes:
+        st.toast(md_escape(f"Adjusted {text}"), icon=":material/tune:")
+
+
+def md_escape(text: str) -> str:
+    """Backslash-escape Markdown (and Streamlit's $…$ LaTeX) so messages show as written."""
+    return re.sub(r"([\\`*_{}\[\]()<>#+\-.!|~$])", r"\\\1", text)
+
+
+def _code(text: str) -> str:
+    """A user-supplied value inside a code span: no backticks, and cut to a readable length."""
+    text = str(text).replace("`", "'")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def header(title: str):
+    """The page title with a "Share link" popover beside it (filled in by `finish`)."""
+    left, right = st.columns([4, 1], vertical_alignment="center")
+    left.subheader(title)
+    with right.container(horizontal_alignment="right"):
+        share = st.popover("Share link", icon=":material/link:", width="content",
+                           help="A link that opens exactly this view")
+    return share
+
+
+def finish(res: Resolved, specs: tuple[PageParam, ...] = (), page: dict | None = None,
+           share=None) -> str:
+    """Write the URL from this run's settings and put the share link in the header popover."""
+    params = write_url(res, specs, page)
+    url = share_url(params)
+    with share if share is not None else st.sidebar:
+        st.caption("Opens exactly this view. Copy it with the icon on the right.")
+        st.code(url, language=None, wrap_lines=True)
+    return url
+
+
+def chart(fig, stem: str, key: str, led: Ledger | None = None) -> None:
+    """A Plotly chart, then one row of downloads built only when clicked: the chart as PNG,
+    SVG and standalone HTML and, given a ledger, its table as CSV and JSON."""
+    st.plotly_chart(fig, config=export.modebar_config(stem), key=key, theme=None,
+                    width="stretch")
+    status = export.status()
+    why = status.reason or "Rendered on the server (kaleido), 1200 px wide."
+    with st.container(horizontal=True, gap="small"):
+        st.download_button("PNG", lambda: export.to_image(fig, "png"), f"{stem}.png", "image/png",
+                           key=f"{key}_png", disabled=not status.ok, help=why, on_click="ignore",
+                           icon=":material/image:")
+        st.download_button("SVG", lambda: export.to_image(fig, "svg"), f"{stem}.svg",
+                           "image/svg+xml", key=f"{key}_svg", disabled=not status.ok, help=why,
+                           on_click="ignore", icon=":material/draw:")
+        st.download_button("HTML", lambda: export.to_html(fig, stem), f"{stem}.html", "text/html",
+                           key=f"{key}_html", on_click="ignore", icon=":material/code:",
+                           help="A standalone interactive page (plotly.js inlined, works offline).")
+        if led is not None:
+            _ledger_downloads(led, stem)
+
+
+def _ledger_downloads(led: Ledger, stem: str) -> None:
+    """CSV and JSON of the whole ledger: the integers the CLI's --json prints."""
+    st.download_button("Rows per rank (CSV)", lambda: tables.ranks_csv(led), f"{stem}_ranks.csv",
+                       "text/csv", key="dl_ranks_csv", on_click="ignore", icon=":material/table:",
+                       help="One line per pipeline rank: the six rows and the peaks, in bytes.")
+    st.download_button("Items (CSV)", lambda: tables.items_csv(led), f"{stem}_items.csv",
+                       "text/csv", key="dl_items_csv", on_click="ignore", icon=":material/list:",
+                       help="Every item of every rank, in bytes, with its formula and source.")
+    st.download_button("Ledger (JSON)", lambda: tables.ledger_json(led), f"{stem}.json",
+                       "application/json", key="dl_json", on_click="ignore",
+                       icon=":material/data_object:",
+                       help="Exactly what `memledger ledger --json` prints for this configuration.")
+
+
+def stem(res: Resolved, page: str) -> str:
+    c = res.cfg
+    model = c.model if not c.model.startswith("spec:") else res.model.name
+    return export.file_stem(page, model, f"tp{c.tp}", f"pp{c.pp}", f"ep{c.ep}", f"cp{c.cp}",
+                            f"dp{c.dp}", f"zero{c.zero}", f"mb{c.mb}x{c.seq}")

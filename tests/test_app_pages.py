@@ -1,0 +1,266 @@
+"""The Streamlit pages under AppTest: defaults render, every kind of widget changes the chart and
+the URL, a share link reproduces the view, and bad links give errors, not exceptions."""
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
+from conftest import chart_numbers, figures
+
+from memledger.units import GIB
+from memledger.views.compute import ledger_for
+from memledger.views.navigation import PAGES, available
+from memledger.views.state import KEYS, load_model, parse_params
+
+LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where_memory_goes.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_ledger_renders_with_defaults(app_test):
+    at = ok(app_test(LEDGER).run())
+    assert at.error == [] and "Fits" in at.success[0].value
+    assert at.query_params == {}
+    (fig,) = figures(at)
+    assert sum(tr["x"][0] for tr in fig["data"]) == pytest.approx(
+        ledger_for(load_model("llama3-70b"), parse_params({})[0]).peak.peak_total_bytes / GIB)
+    assert [m.value for m in at.metric][:3] == ["70.6 B", "38.5 GiB", "79.6 GiB"]
+    assert at.code[0].value == "http://localhost:8501/"  # defaults: a link without parameters
+
+
+@pytest.mark.parametrize("kind,key,value,query", [
+    ("select_slider", "sb_tp", 4, {"tp": "4"}),
+    ("select_slider", "sb_pp", 8, {"pp": "8"}),
+    ("select_slider", "sb_zero", 3, {"zero": "3"}),
+    ("number_input", "sb_world", 128, {"world": "128"}),
+    ("number_input", "sb_seq", 8192, {"seq": "8192"}),
+    ("toggle", "sb_sp", False, {"sp": "0"}),
+    ("selectbox", "sb_recompute", "full", {"recompute": "full"}),
+    ("selectbox", "sb_precision", "mixed16", {"precision": "mixed16"}),
+])
+def test_each_kind_of_widget_changes_the_chart_and_the_url(app_test, kind, key, value, query):
+    at = ok(app_test(LEDGER).run())
+    before = chart_numbers(figures(at)[0])
+    getattr(at, kind)(key=key).set_value(value).run()
+    ok(at)
+    assert at.query_params == query
+    assert chart_numbers(figures(at)[0]) != before
+    assert "?" + "&".join(f"{k}={v}" for k, v in query.items()) in at.code[0].value
+
+
+def test_changing_the_gpu_moves_the_capacity_line_only(app_test):
+    at = ok(app_test(LEDGER).run())
+    before = figures(at)[0]
+    at.selectbox(key="sb_gpu").set_value("h200").run()
+    after = figures(ok(at))[0]
+    assert at.query_params == {"gpu": "h200"}
+    assert chart_numbers(after)[:6] == chart_numbers(before)[:6]
+    assert after["layout"]["shapes"][0]["x0"] == pytest.approx(143771 / 1024)
+
+
+def test_a_new_model_keeps_a_valid_configuration(app_test):
+    at = ok(app_test(LEDGER).run())
+    at.selectbox(key="sb_model").set_value("deepseek-v3").run()
+    ok(at)
+    assert at.query_params["model"] == "deepseek-v3"
+    assert "DeepSeek-V3" in figures(at)[0]["layout"]["title"]["text"]
+    assert at.select_slider(key="sb_ep").options[-1] != "1"  # experts: ep is now offered
+    at.select_slider(key="sb_ep").set_value(8).run()
+    assert ok(at).query_params == {"model": "deepseek-v3", "ep": "8"}
+
+
+def test_the_item_table_is_built_only_when_open(app_test):
+    at = ok(app_test(LEDGER).run())
+    assert len(at.dataframe) == 0 and at.expander[0].label.startswith("Every item")
+
+
+def test_the_table_rank_is_a_page_parameter_and_a_link_with_it_opens_the_table(app_test):
+    at = ok(app_test(LEDGER, "rank=1").run())
+    assert at.selectbox(key="pg_rank").value == 1 and len(at.dataframe) == 1
+    at.selectbox(key="pg_rank").set_value(2).run()
+    assert ok(at).query_params == {"rank": "2"}
+    assert at.dataframe[0].value["bytes"].sum() == ledger_for(
+        load_model("llama3-70b"), parse_params({})[0]).ranks[2].peak_total_bytes
+
+
+def test_a_share_link_reproduces_the_view(app_test):
+    at = ok(app_test(LEDGER).run())
+    at.selectbox(key="sb_model").set_value("mixtral-8x7b").run()
+    at.select_slider(key="sb_ep").set_value(8).run()
+    at.select_slider(key="sb_zero").set_value(2).run()
+    at.number_input(key="sb_mb").set_value(2).run()
+    ok(at)
+    link = "&".join(f"{k}={v}" for k, v in at.query_params.items())
+    fresh = ok(app_test(LEDGER, link).run())
+    assert fresh.error == []
+    assert figures(fresh)[0] == figures(at)[0]
+    assert fresh.query_params == at.query_params
+
+
+@pytest.mark.parametrize("query,bad", [
+    ("tp=banana", "tp"),
+    ("model=gpt-9", "model"),
+    ("model=llama3-8b&tp=3", "tp"),  # 32 heads: tp=3 is not a divisor
+    ("world=1000000000000", "world"),
+    ("schedule=interleaved&vpp=1", "vpp"),
+    ("model=spec:eNoDAAAAAAE", "model"),
+    ("rank=99", None),  # a stale table rank quietly shows the most loaded one
+])
+def test_a_bad_link_shows_an_error_and_falls_back(app_test, query, bad):
+    at = ok(app_test(LEDGER, query).run())
+    errors = [e.value for e in at.error if "Share link" in e.value]
+    if bad is None:
+        assert errors == []
+    else:
+        assert errors and f"`{bad}=" in errors[0]
+    assert len(figures(at)) == 1
+    cfg, issues = parse_params(at.query_params)
+    assert issues == []  # the URL was rewritten to a valid configuration
+
+
+def test_staircase_compares_schedules_side_by_side(app_test):
+    at = ok(app_test(STAIRS).run())
+    single = figures(at)[0]
+    assert len({tr.get("xaxis", "x") for tr in single["data"]}) == 1
+    at.toggle(key="pg_compare").set_value(True).run()
+    fig = figures(ok(at))[0]
+    assert at.query_params == {"compare": "1"}
+    assert len({tr.get("xaxis", "x") for tr in fig["data"]}) == 4
+    at.multiselect(key="pg_schedules").set_value(["gpipe", "1f1b"]).run()
+    ok(at)
+    assert at.query_params == {"compare": "1", "schedules": "gpipe,1f1b"}
+    assert len({tr.get("xaxis", "x") for tr in figures(at)[0]["data"]}) == 2
+
+
+@pytest.mark.parametrize("schedules", ["1f1b,warp", "gpipe,1f1b,interleaved,zb-h1,zb-v",
+                                       "1f1b,1f1b", ""])
+def test_staircase_link_with_a_bad_schedule_list(app_test, schedules):
+    at = ok(app_test(STAIRS, f"compare=1&schedules={schedules}").run())
+    assert any("`schedules=" in e.value for e in at.error)
+    assert len(figures(at)) == 1
+
+
+def test_staircase_pp_slider_redraws_the_ranks(app_test):
+    at = ok(app_test(STAIRS).run())
+    at.select_slider(key="sb_pp").set_value(8).run()
+    acts = next(tr for tr in figures(ok(at))[0]["data"] if tr["name"] == "Activations")
+    assert acts["x"] == list(range(8))
+
+
+def test_where_memory_goes_shows_the_seed_numbers(app_test):
+    at = ok(app_test(WHERE).run())
+    assert len(figures(at)) == 3
+    at.radio(key="pg_size").set_value("seed-7b").run()
+    strip = figures(ok(at))[0]
+    assert at.query_params == {"size": "seed-7b"}
+    assert f"{sum(tr['x'][0] for tr in strip['data']):.1f}" == "104.3"
+    fresh = ok(app_test(WHERE, "size=seed-70b").run())
+    assert "1,043.1 GiB" in figures(fresh)[0]["layout"]["title"]["text"]
+    assert "10 checkpoints ≈ 13%" in str(figures(fresh)[2]["data"])
+
+
+def test_where_memory_goes_follows_the_sidebar(app_test):
+    at = ok(app_test(WHERE).run())
+    before = chart_numbers(figures(at)[1])
+    at.number_input(key="sb_world").set_value(512).run()  # ZeRO shards over more GPUs
+    assert chart_numbers(figures(ok(at))[1]) != before
+    assert at.query_params == {"world": "512"}
+
+
+def test_app_registers_existing_pages_and_keeps_settings_across_pages(app_test):
+    at = ok(app_test("app.py").run())
+    at.select_slider(key="sb_tp").set_value(4).run()
+    at.switch_page(STAIRS).run()
+    ok(at)
+    assert "tp 4" in figures(at)[0]["layout"]["title"]["subtitle"]["text"]
+    assert at.query_params.get("tp") == "4"
+
+
+def test_navigation_lists_only_pages_that_exist(tmp_path):
+    (tmp_path / "pages").mkdir()
+    for p in PAGES[:2] + PAGES[4:5]:
+        (tmp_path / p.file).write_text("")
+    assert [p.url_path for p in available(tmp_path)] == ["ledger", "staircase", "planner"]
+    assert [p.file for p in available(ROOT)][:3] == [LEDGER, STAIRS, WHERE]
+
+
+def test_an_imported_hf_config_travels_in_the_link(app_test, monkeypatch):
+    import json
+    import sys
+    import types
+    from dataclasses import replace
+
+    from memledger.presets import MODELS
+
+    def from_hf_config(cfg, name=None):  # stands in for the importer branch's function
+        if "hidden_size" not in cfg:
+            raise KeyError("hidden_size")
+        return replace(MODELS["llama3-8b"], name="my-llama", n_layers=cfg["num_hidden_layers"])
+
+    monkeypatch.setitem(sys.modules, "memledger.hf_config",
+                        types.SimpleNamespace(from_hf_config=from_hf_config))
+    at = ok(app_test(LEDGER).run())
+    at.text_area(key="import_text").set_value(json.dumps({"hidden_size": 4096,
+                                                          "num_hidden_layers": 24}))
+    at.button(key="import_go").click().run()
+    ok(at)
+    assert at.query_params["model"].startswith("spec:")
+    assert "my-llama" in figures(at)[0]["layout"]["title"]["text"]
+    link = "&".join(f"{k}={v}" for k, v in at.query_params.items())
+    fresh = ok(app_test(LEDGER, link).run())
+    assert figures(fresh)[0] == figures(at)[0] and fresh.error == []
+
+    at.text_area(key="import_text").set_value('{"num_hidden_layers": 2}')
+    at.button(key="import_go").click().run()
+    assert any("Could not import" in e.value for e in ok(at).error)
+    at.text_area(key="import_text").set_value("not json")
+    at.button(key="import_go").click().run()
+    assert any("Could not import" in e.value for e in ok(at).error)
+
+
+def test_import_without_the_importer_module_says_so(app_test, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "memledger.hf_config", None)  # import raises ImportError
+    at = ok(app_test(LEDGER).run())
+    at.text_area(key="import_text").set_value('{"hidden_size": 8}')
+    at.button(key="import_go").click().run()
+    assert any("memledger.hf_config" in e.value for e in ok(at).error)
+    assert at.query_params == {}
+
+
+def test_link_errors_show_the_core_message_literally(app_test):
+    """The core writes tp*pp*cp; unescaped, Markdown would italicise 'pp'."""
+    at = ok(app_test(LEDGER, "model=llama3-8b&tp=3").run())
+    assert r"tp\*pp\*cp=12" in at.error[0].value
+
+
+def test_a_world_size_the_degrees_do_not_divide_moves_them_with_a_notice(app_test):
+    at = ok(app_test(LEDGER).run())
+    at.number_input(key="sb_world").set_value(100).run()
+    ok(at)
+    assert at.query_params["world"] == "100" and at.query_params["tp"] == "1"
+    assert any("tp 8 → 1" in t.value for t in at.toast)
+    assert "dp 25" in figures(at)[0]["layout"]["title"]["subtitle"]["text"]
+
+
+NASTY = ["", "0", "-1", "3", "7", "64", "1e3", "999999999999", "banana", "<b>", "`", "$x$", "1,2",
+         "0,0,0,0", "interleaved", "dualpipe", "eager", "paper", "every-k", "fp8", "deepseek-v3",
+         "llama3.2-1b", "spec:AAAA", "off", "gpipe,1f1b,zb-v,dualpipev,zb-h1"]
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(page=hst.sampled_from([LEDGER, STAIRS, WHERE]),
+       query=hst.dictionaries(hst.sampled_from(list(KEYS) + ["rank", "compare", "schedules",
+                                                              "size"]),
+                              hst.sampled_from(NASTY), min_size=1, max_size=8))
+def test_no_link_crashes_a_page(app_test, page, query):
+    at = app_test(page, urlencode(query)).run()
+    ok(at)
+    assert len(figures(at)) >= 1
+    assert parse_params(at.query_params)[1] == []  # the rewritten link is clean

@@ -1,0 +1,86 @@
+"""The dashboard in a real browser (system Chromium via Playwright): drag a parallelism slider
+with the keyboard, watch the URL and the chart change, open the link in a new page and get the
+same chart, download the chart as SVG and the ledger as CSV, and keep the settings on another
+page. Skipped without Chromium, unless MEMLEDGER_REQUIRE_BROWSER=1 (CI), where that fails."""
+import csv
+import io
+import os
+import time
+
+import pytest
+
+from memledger.views.devserver import chromium, streamlit_app, wait_idle
+from memledger.views.export import find_browser
+
+pytestmark = pytest.mark.browser
+
+CHART_DATA = """() => {
+  const gd = document.querySelector('.js-plotly-plot');
+  return gd && gd.data ? JSON.stringify(gd.data.map(t => [t.name, Array.from(t.x || [])])) : null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def browser_app():
+    if not find_browser():
+        if os.environ.get("MEMLEDGER_REQUIRE_BROWSER") == "1":
+            pytest.fail("MEMLEDGER_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
+        pytest.skip("no Chromium: apt-get install chromium")
+    os.environ["MEMLEDGER_EXPORT_WARMUP"] = "1"  # the app starts kaleido for the SVG download
+    try:
+        with streamlit_app() as base, chromium() as browser:
+            yield base, browser
+    finally:
+        os.environ["MEMLEDGER_EXPORT_WARMUP"] = "0"
+
+
+def wait_for_chart_change(page, before: str, timeout_s: float = 20) -> str:
+    page.wait_for_function(f"() => ({CHART_DATA})() !== {before!r}", timeout=timeout_s * 1000)
+    wait_idle(page)
+    return page.evaluate(CHART_DATA)
+
+
+def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
+    base, browser = browser_app
+    t0 = time.monotonic()
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = ctx.new_page()
+    page.goto(base)
+    wait_idle(page)
+    before = page.evaluate(CHART_DATA)
+    assert before and "Weights" in before
+
+    slider = page.get_by_role("slider", name="TP: tensor parallel")
+    slider.focus()
+    page.keyboard.press("ArrowLeft")  # tp 8 → 4
+    page.wait_for_url("**tp=4**", timeout=20_000)
+    after = wait_for_chart_change(page, before)
+    assert after != before
+
+    other = ctx.new_page()  # the share link in a fresh page reproduces the chart
+    other.goto(page.url)
+    wait_idle(other)
+    other.wait_for_function(f"() => ({CHART_DATA})() === {after!r}", timeout=20_000)
+    assert other.get_by_role("slider", name="TP: tensor parallel").get_attribute(
+        "aria-valuetext") == "4"
+    other.close()
+
+    with page.expect_download(timeout=60_000) as dl:
+        page.get_by_role("button", name="SVG").click()
+    svg = (tmp_path / "chart.svg")
+    dl.value.save_as(svg)
+    text = svg.read_text()
+    assert text.lstrip().startswith("<svg") and "tp 4" in text
+    assert dl.value.suggested_filename.endswith("_tp4_pp4_ep1_cp1_dp4_zero1_mb1x4096.svg")
+
+    with page.expect_download(timeout=30_000) as dl:
+        page.get_by_role("button", name="Rows per rank (CSV)").click()
+    rows = list(csv.DictReader(io.StringIO(open(dl.value.path()).read())))
+    assert [r["pp_rank"] for r in rows] == ["0", "1", "2", "3"]
+    assert all(int(r["peak_total_bytes"]) > 0 for r in rows)
+
+    page.get_by_role("link", name="Pipeline staircase").click()  # settings follow to other pages
+    page.wait_for_url("**/staircase?**tp=4**", timeout=20_000)
+    wait_idle(page)
+    ctx.close()
+    assert time.monotonic() - t0 < 90
