@@ -20,7 +20,7 @@ available, as a kept tensor or a recomputed one), and the gradient buffers of of
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 from functools import lru_cache
 
 from .activations import get_profile
@@ -34,9 +34,9 @@ from .units import ceil_div, fmt
 NON_FLOAT = frozenset({"int64", "int32", "bool", "uint8"})
 
 
-@dataclass(frozen=True)
-class TensorMove:
-    """One tensor's storage decision on one rank; bytes are per copy unless named otherwise."""
+class TensorMove(NamedTuple):
+    """One tensor's storage decision on one rank; bytes are per copy unless named otherwise.
+    Immutable; a NamedTuple because every rank of every ledger builds dozens of them."""
 
     section: str  # "dense layers", "moe layers", "first stage", "last stage"
     tensor: str

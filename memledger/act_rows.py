@@ -100,7 +100,7 @@ def _structural_moves(m, p, t, flights) -> list[TensorMove]:
     if n:
         mv = decide(x, m, t, p, section="checkpoints", copies=n, per_mb=n_mb, in_layer=False,
                     base_formula=f"{n} layer-micro-batches × {formula(x, m, t, p)} ({t.recompute} recompute)")
-        out.append(TensorMove(**{**mv.__dict__, "native_bytes": 0}))  # added by the recompute
+        out.append(mv._replace(native_bytes=0))  # added by the recompute
     for kind in KINDS:
         if lmb.get(kind):
             out.append(TensorMove(

@@ -8,6 +8,7 @@ doubling tp, pp or ep halves dp (ep re-folds within tp·cp·dp).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 
 from .errors import SpecError
 from .ledger import Ledger, build_ledger
@@ -50,7 +51,7 @@ def evaluate(label: str, led: Ledger, *, parallel=None, train=None, runtime=None
 def _halve_dp(p, **kw):
     if p.dp % 2:
         raise SpecError("dp", f"dp={p.dp} is odd: cannot double a degree at a fixed world size")
-    fields = {**p.__dict__, **kw, "dp": p.dp // 2}
+    fields = {**{f.name: getattr(p, f.name) for f in dataclass_fields(p)}, **kw, "dp": p.dp // 2}
     if fields.get("tp", 1) > 1:
         fields["sp"] = True
     return fields

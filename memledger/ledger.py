@@ -77,7 +77,7 @@ class Ledger:
 
 def move_dict(mv) -> dict:
     """A TensorMove as JSON: its fields plus the derived per-peak / per-micro-batch integers."""
-    return {**asdict(mv), "saved_bytes": mv.saved_bytes, "host_bytes": mv.host_bytes,
+    return {**mv._asdict(), "saved_bytes": mv.saved_bytes, "host_bytes": mv.host_bytes,
             "host_bytes_per_micro_batch": mv.host_bytes_per_micro_batch,
             "movable_bytes": mv.movable_bytes,
             "recompute_flops_per_micro_batch": mv.recompute_flops_per_micro_batch}

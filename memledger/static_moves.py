@@ -18,6 +18,8 @@ staging in host memory beyond the states themselves.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass
 
 from .items import Item
@@ -96,6 +98,11 @@ def muon_gather_item(matrices, p: ParallelSpec, t: TrainSpec, rt: RuntimeSpec) -
 
 
 def opt_partition_params(held, p: ParallelSpec) -> int:
+    return _opt_partition_params(tuple(held), p)
+
+
+@lru_cache(maxsize=4096)
+def _opt_partition_params(held: tuple, p: ParallelSpec) -> int:
     from .sharding import zero_divisor
     from .static import local_params
     return sum(ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p)) for h in held)

@@ -3,6 +3,7 @@ so `ledger`, `advise` and `plan` accept the same names."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from ..errors import SpecError
 from ..presets import GPUS, MODELS, gpu, model
@@ -135,7 +136,7 @@ def parallel_from_args(args, m) -> ParallelSpec:
                                  f"{args.tp * args.pp * args.cp * args.dp}")
     probe = ParallelSpec.from_world(args.world, **kw) if args.world else ParallelSpec(dp=args.dp or 1, **kw)
     layout = _layout(args.layout, m.n_layers, probe.n_stages)
-    return ParallelSpec(**{**probe.__dict__, "layout": layout}) if layout else probe
+    return replace(probe, layout=layout) if layout else probe
 
 
 def train_from_args(args) -> TrainSpec:
