@@ -2,9 +2,10 @@
 
     python benchmarks/screenshots.py [--out out/screenshots] [--readme]
 
---readme also writes assets/ledger.png (the Ledger page at 1280×800, the README's picture).
-Views: the three pages with defaults, the staircase comparing schedules for DeepSeek-V3, an
-over-capacity ledger, and a link with bad values (the error banners).
+--readme also writes assets/ledger.png and assets/validation.png (the Ledger and Validation
+pages at 1280×800, the README's pictures). Views: every page with defaults, the staircase
+comparing schedules for DeepSeek-V3, a policy on the Strategies page, an over-capacity ledger,
+and a link with bad values (the error banners).
 """
 from __future__ import annotations
 
@@ -23,11 +24,16 @@ VIEWS = {
     "staircase": "staircase",
     "where": "where",
     "where-seed-70b": "where?size=seed-70b",
+    "strategies": "strategies",
+    "strategies-policy": "strategies?seq=16384&policy=mlp_fc1:fp8;qkv:offload-cpu",
+    "planner": "planner",
+    "validation": "validation",
     "compare-dsv3": "staircase?model=deepseek-v3&world=2048&pp=16&ep=64&compare=1",
     "ledger-over": "?model=llama3.1-405b&tp=8&pp=2&world=64&zero=0&mb=2",
     "ledger-bad-link": "?model=llama3-8b&tp=3&pp=banana&world=99999999999",
 }
 SIZES = {"wide": (1280, 800), "narrow": (420, 900)}
+README_VIEWS = ("ledger", "validation")
 
 
 def shoot(out: Path, readme: bool) -> list[Path]:
@@ -43,8 +49,8 @@ def shoot(out: Path, readme: bool) -> list[Path]:
                 f = out / f"{name}-{size}.png"
                 page.screenshot(path=str(f))
                 files.append(f)
-                if readme and name == "ledger" and size == "wide":
-                    page.screenshot(path=str(ROOT / "assets" / "ledger.png"))
+                if readme and name in README_VIEWS and size == "wide":
+                    page.screenshot(path=str(ROOT / "assets" / f"{name}.png"))
             page.close()
     return files
 
@@ -52,7 +58,7 @@ def shoot(out: Path, readme: bool) -> list[Path]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "out" / "screenshots"))
-    ap.add_argument("--readme", action="store_true", help="also write assets/ledger.png")
+    ap.add_argument("--readme", action="store_true", help="also write assets/ledger.png and assets/validation.png")
     args = ap.parse_args()
     for f in shoot(Path(args.out), args.readme):
         print(f)

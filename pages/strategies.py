@@ -1,94 +1,115 @@
-"""Strategies: move a row, pay a currency (seed 1). Per-tensor storage policies, their price,
+"""Strategies: move a row, pay a currency (seed 1). Per-tensor storage policies and their price,
 offload bandwidth verdicts, the levelled pipeline staircase and the advisor's four answers.
 
-Runs standalone (`streamlit run pages/strategies.py`) with its own minimal widgets; every
-setting round-trips through the URL query parameters. No arithmetic here: widgets → specs →
-core → chart builders.
+The configuration is the shared sidebar's; the page's own settings (policy preset, per-class
+rules, target, MFU, all-to-all sizing) are page parameters (`strategies_state.SPECS`), so one
+share link carries both. No arithmetic here: widgets → specs → core → chart builders.
 """
 import streamlit as st
 
 from memledger.advisor import advise
 from memledger.bandwidth import cpu_offload_verdicts, remote_offload_verdicts
 from memledger.errors import SpecError
-from memledger.ledger import build_ledger
+from memledger.presets.policies import POLICY_PRESETS
 from memledger.specs.policy import CLASSES
+from memledger.specs.runtime import A2A_SIZING
+from memledger.views import sidebar, ui
 from memledger.views import strategies_charts as charts
-from memledger.views import strategies_state as state
+from memledger.views import strategies_state as pstate
+from memledger.views.compute import policy_ledger
+from memledger.views.state import hardware
+from memledger.views.sync import resolve
 
-POLICY_OPTIONS = ("keep", "recompute", "fp8", "int8", "int4", "offload-cpu", "offload-pp",
-                  "fp8+offload-cpu", "fp8+offload-pp")
-
-st.title("Strategies: move a row, pay a currency")
-values, problems = state.parse(st.query_params.to_dict())
-for msg in problems:
-    st.error(msg)
-
-
-def pick(label, key, options, col):
-    options = list(options)
-    return col.selectbox(label, options, index=options.index(values[key]), key=f"w_{key}")
+SPECS = pstate.SPECS
+POL = "pg_pol_"  # one selectbox per tensor class; the page prefix lets a new link reset them
+A2A_HELP = ("MoE dispatch/combine buffers: *dynamic* = routed size (Megatron dropless), "
+            "*capacity* = capacity factor, *worst-case* = every token to every local expert "
+            "slot, *deepep-ll* = DeepEP low-latency's preallocated buffers.")
 
 
-with st.expander("Configuration", expanded=True):
-    c = st.columns(4)
-    values["model"] = pick("model", "model", state.CHOICES["model"], c[0])
-    values["gpu"] = pick("GPU", "gpu", state.CHOICES["gpu"], c[1])
-    values["preset"] = pick("policy preset", "preset", state.CHOICES["preset"], c[2])
-    values["recompute"] = pick("recompute", "recompute", state.CHOICES["recompute"], c[3])
-    c = st.columns(8)
-    for i, (key, label) in enumerate((("world", "world"), ("tp", "tp"), ("pp", "pp"), ("ep", "ep"),
-                                      ("zero", "ZeRO"), ("mb", "micro-batch"), ("seq", "seq"),
-                                      ("m", "micro-batches"))):
-        values[key] = int(c[i].number_input(label, min_value=0 if key == "zero" else 1,
-                                            value=int(values[key]), step=1, key=f"w_{key}"))
-    c = st.columns(2)
-    values["a2a"] = pick("MoE all-to-all sizing", "a2a", state.CHOICES["a2a"], c[0])
-    values["target"] = float(c[1].number_input("target GiB (0 = GPU capacity)", min_value=0.0,
-                                               value=float(values["target"]), key="w_target"))
+def _policy_changed(classes: tuple[str, ...]) -> None:
+    """Callback of every class selectbox: the `policy` parameter is what differs from the
+    preset (runs before the script, so `resolve` sees the new value)."""
+    s = st.session_state
+    s["pg_policy"] = pstate.policy_param(s["pg_preset"], {c: s[POL + c] for c in classes})
 
-try:
-    m, p, t_base, t, rt, hw, target = state.to_specs(values)
-    before = build_ledger(m, p, t_base, rt, hw)
-except SpecError as e:
-    st.error(str(e))
-    st.stop()
 
+def _preset_changed() -> None:
+    st.session_state["pg_policy"] = ""  # a new preset starts from its own rules
+
+
+res = resolve("strategies", SPECS)
+ui.issues(res)
+page, hw = res.page, hardware(res.cfg)
+stem = ui.stem(res, "strategies")
+share = ui.header(f"Strategies: {res.model.name} on {res.cfg.world:,} × {hw.name}")
+st.caption("Move a row, pay a currency: what each storage policy saves on the most loaded GPU "
+           "and what it costs in FLOPs, precision or bandwidth.")
+target = pstate.target_bytes(page["target"], hw)
+target_label = "target" if page["target"] else hw.name
+
+c = st.columns([3, 2, 2, 2])
+c[0].selectbox("Policy preset", SPECS[0].choices, key="pg_preset", on_change=_preset_changed,
+               format_func=lambda p: "none" if p == pstate.NO_PRESET else p,
+               help="\n".join(f"- **{k}**: {p.source}" for k, p in POLICY_PRESETS.items()))
+c[1].number_input("Target (GiB)", *SPECS[2].limits, key="pg_target",
+                  help="Memory the most loaded GPU should fit in; the advisor aims for it. "
+                       "0 = the GPU's capacity.")
+c[2].number_input("MFU %", *SPECS[3].limits, key="pg_mfu",
+                  help="Model FLOPs utilisation: prices recompute in seconds and sets how long "
+                       "an offload has to hide behind compute.")
+c[3].selectbox("MoE all-to-all sizing", A2A_SIZING, key="pg_a2a", help=A2A_HELP,
+               disabled=res.model.moe is None)
+
+before = policy_ledger(res.model, res.cfg, page["a2a"])
+present = tuple(k for k in CLASSES if any(mv.cls == k for mv in before.peak.moves))
+shown = pstate.shown_policies(page["preset"], page["policy"])
 st.subheader("Storage policy per tensor class")
-shown = state.shown_policies(values)
-present = [c for c in CLASSES if any(mv.cls == c for mv in before.peak.moves)]
+st.caption("Before = the sidebar's configuration; after = the preset (its recompute mode and "
+           "rules), then these choices. Recompute pays FLOPs, fp8/int8/int4 pay precision, "
+           "offload pays PCIe or NVLink bandwidth.")
 cols = st.columns(4)
-chosen = {}
 for i, cls in enumerate(present):
-    current = shown.get(cls, "keep")
-    options = POLICY_OPTIONS if current in POLICY_OPTIONS else POLICY_OPTIONS + (current,)
-    chosen[cls] = cols[i % 4].selectbox(cls, options, index=options.index(current), key=f"pol_{cls}",
-                                        help=CLASSES[cls])
-values["policy"] = state.policy_param(values, chosen)
-st.query_params.from_dict(state.to_params(values))
+    st.session_state[POL + cls] = shown.get(cls, "keep")
+    cols[i % 4].selectbox(cls, pstate.POLICY_OPTIONS, key=POL + cls, help=CLASSES[cls],
+                          on_change=_policy_changed, args=(present,))
 
-try:
-    m, p, t_base, t, rt, hw, target = state.to_specs(values)
-    after = build_ledger(m, p, t, rt, hw)
-    advice = advise(after, target)
-except SpecError as e:
-    st.error(str(e))
-    st.stop()
 
-st.dataframe(charts.policy_table(before, after), hide_index=True, width="stretch")
-st.plotly_chart(charts.before_after(before, after, target), key="before_after")
+def body() -> None:
+    try:
+        after = policy_ledger(res.model, res.cfg, page["a2a"], pstate.preset_name(page["preset"]),
+                              tuple(sorted(pstate.decode_policy(page["policy"]).items())))
+        advice = advise(after, target, page["mfu"])
+    except SpecError as e:
+        st.error(f"This policy is not valid here: {ui.md_escape(str(e))}",
+                 icon=":material/error:")
+        return
+    st.dataframe(charts.policy_table(before, after, page["mfu"]), hide_index=True,
+                 width="stretch", column_config={
+                     "GiB per micro-batch": st.column_config.NumberColumn(format="%.3f"),
+                     "GiB saved at peak": st.column_config.NumberColumn(format="%.3f")})
+    ui.chart(charts.before_after(before, after, target, target_label), stem + "_policy",
+             key="before_after")
 
-st.subheader("Bandwidth: does the offload hide behind compute?")
-verdicts = cpu_offload_verdicts(after, hw) + remote_offload_verdicts(after, hw)
-if verdicts:
-    st.dataframe(charts.bandwidth_table(verdicts), hide_index=True, width="stretch")
-else:
-    st.info("No tensor class is offloaded: nothing moves over PCIe or between ranks.")
+    st.subheader("Bandwidth: does the offload hide behind compute?")
+    verdicts = (cpu_offload_verdicts(after, hw, page["mfu"])
+                + remote_offload_verdicts(after, hw, page["mfu"]))
+    if verdicts:
+        st.dataframe(charts.bandwidth_table(verdicts), hide_index=True, width="stretch")
+    else:
+        st.info("No tensor class is offloaded: nothing moves over PCIe or between ranks.")
 
-st.subheader("The staircase, levelled")
-st.plotly_chart(charts.levelled_staircase(advice.staircase, target), key="levelled")
+    st.subheader("The staircase, levelled")
+    ui.chart(charts.levelled_staircase(advice.staircase, target, target_label),
+             stem + "_levelled", key="levelled")
 
-st.subheader("The advisor's four questions")
-if advice.fits:
-    st.success("This configuration already fits the target.")
-for title, lines in charts.advice_sections(advice).items():
-    st.markdown(f"**{title}**\n" + "\n".join(f"- {line}" for line in lines))
+    st.subheader("The advisor's four questions")
+    if advice.fits:
+        st.success("This configuration already fits the target.", icon=":material/check_circle:")
+    for title, lines in charts.advice_sections(advice).items():
+        st.markdown(f"**{title}**\n" + "\n".join(f"- {ui.md_escape(x)}" for x in lines))
+
+
+body()
+sidebar.draw(res)
+ui.finish(res, SPECS, share=share)

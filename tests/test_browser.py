@@ -82,5 +82,10 @@ def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
     page.get_by_role("link", name="Pipeline staircase").click()  # settings follow to other pages
     page.wait_for_url("**/staircase?**tp=4**", timeout=20_000)
     wait_idle(page)
+
+    page.get_by_role("link", name="Validation").click()  # a page without the model sidebar
+    page.wait_for_url("**/validation?**tp=4**", timeout=20_000)
+    wait_idle(page)
+    assert "Peak allocated · GPU" in page.evaluate(CHART_DATA)
     ctx.close()
     assert time.monotonic() - t0 < 90

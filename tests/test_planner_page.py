@@ -1,83 +1,109 @@
-"""The Planner page under Streamlit's AppTest: renders with defaults, widgets drive the table
+"""The Planner page under Streamlit's AppTest: the shared sidebar gives model, GPU, world size,
+sequence and precision; the planner's own inputs are page parameters. Widgets drive the table
 and the URL, the URL drives the widgets, bad URL values are errors, not exceptions."""
-from pathlib import Path
-from urllib.parse import parse_qs
+import re
+from urllib.parse import parse_qsl
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from conftest import figures
 
 from memledger import gpu, model
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.views.planner_charts import ledger_query
+from memledger.views.planner_state import parse_worlds
+from memledger.views.state import BadValue
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "planner.py")
+PAGE = "pages/planner.py"
 
 
-def app(**query) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=30)
-    for k, v in query.items():
-        at.query_params[k] = v
-    return at.run()
+def ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    return at
 
 
 def link(at) -> dict:
-    text = at.code[0].value
-    return {k: v[0] for k, v in parse_qs(text.split("?", 1)[1]).items()}
+    """The query of the 'open it on the Ledger page' link."""
+    text = next(m.value for m in at.markdown if "Ledger page" in m.value)
+    return dict(parse_qsl(re.search(r"\(ledger\?([^)]*)\)", text).group(1)))
 
 
-def test_renders_with_defaults_a_chart_a_top_20_table_and_a_ledger_link():
-    at = app()
-    assert not at.exception and not at.error
-    assert len(at.get("plotly_chart")) == 1
+def test_renders_with_the_sidebar_defaults_a_chart_a_top_20_table_and_a_ledger_link(app_test):
+    at = ok(app_test(PAGE).run())
+    assert at.error == [] and len(figures(at)) == 1
     table = at.dataframe[0].value
     assert len(table) == 20 and list(table["est. s/step"]) == sorted(table["est. s/step"])
-    expected = plan(PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(8,),
-                             seq=8192, global_batch=64))
+    expected = plan(PlanSpec(model=model("llama3-70b"), hardware=gpu("h100"), worlds=(64,),
+                             seq=4096, global_batch=64, gpus_per_node=8))
     best = expected.rows(expected.top(1))[0]
     assert table["peak GiB"].iloc[0] == pytest.approx(best["peak_bytes"] / 2**30)
-    assert link(at) == ledger_query(expected, best, "llama3-8b", "h100")  # the top row's link
-    assert dict(at.query_params) == {}  # all defaults: nothing in the URL
+    assert link(at) == ledger_query(expected, best, "llama3-70b", "h100")  # the top row's link
+    assert at.query_params == {}  # all defaults: nothing in the URL
+    assert at.code[0].value == "http://localhost:8501/"  # the share link
 
 
-def test_a_changed_widget_changes_the_table_and_the_query_params():
-    at = app()
+def test_a_changed_widget_changes_the_table_and_the_query_params(app_test):
+    at = ok(app_test(PAGE).run())
     before = at.dataframe[0].value
-    at.selectbox(key="pl_zero").set_value("3").run()
-    after = at.dataframe[0].value
+    at.selectbox(key="pg_fix_zero").set_value("3").run()
+    after = ok(at).dataframe[0].value
     assert set(after["zero"]) == {3} and not before.equals(after)
-    assert at.query_params["zero"] == "3"
-    at.number_input(key="pl_tp").set_value(2).run()
-    assert set(at.dataframe[0].value["tp"]) == {2}
-    assert at.query_params["tp"] == "2" and at.query_params["zero"] == "3"
+    assert at.query_params == {"fix_zero": "3"}
+    at.number_input(key="pg_fix_tp").set_value(2).run()
+    assert set(ok(at).dataframe[0].value["tp"]) == {2}
+    assert at.query_params == {"fix_zero": "3", "fix_tp": "2"}
 
 
-def test_query_params_set_every_input_and_round_trip():
-    query = {"model": "mixtral-8x7b", "gpu": "h200", "world": "16", "seq": "4096", "gb": "32",
-             "recompute": "full", "max_vpp": "2", "top": "5", "row": "3"}
-    at = app(**query)
-    assert not at.exception and not at.error
+def test_the_sidebar_model_and_world_size_drive_the_search(app_test):
+    at = ok(app_test(PAGE).run())
+    at.selectbox(key="sb_model").set_value("mixtral-8x7b").run()
+    ok(at)
+    assert "Mixtral" in figures(at)[0]["layout"]["title"]["text"]
+    at.number_input(key="sb_world").set_value(128).run()
+    assert set(ok(at).dataframe[0].value["world"]) == {128}
+    at.text_input(key="pg_worlds").set_value("16, 32,16").run()
+    assert set(ok(at).dataframe[0].value["world"]) <= {16, 32}
+    assert at.query_params["worlds"] == "16,32" and at.query_params["world"] == "128"
+
+
+def test_query_params_set_every_input_and_round_trip(app_test):
+    query = {"model": "mixtral-8x7b", "gpu": "h200", "seq": "8192", "worlds": "16", "gb": "32",
+             "fix_recompute": "full", "max_vpp": "2", "top": "5", "row": "3"}
+    at = ok(app_test(PAGE, "&".join(f"{k}={v}" for k, v in query.items())).run())
+    assert at.error == []
     table = at.dataframe[0].value
     assert len(table) == 5 and set(table["recompute"]) == {"full"}
     assert table["vpp"].max() <= 2
     assert {k: at.query_params[k] for k in query} == query
     expected = plan(PlanSpec(model=model("mixtral-8x7b"), hardware=gpu("h200"), worlds=(16,),
-                             seq=4096, global_batch=32,
+                             seq=8192, global_batch=32, gpus_per_node=8,
                              constraints=Constraints(recompute="full", max_vpp=2)))
     third = expected.rows(expected.top(5))[2]
     assert table["peak GiB"].iloc[2] == pytest.approx(third["peak_bytes"] / 2**30)
     assert link(at) == ledger_query(expected, third, "mixtral-8x7b", "h200")
 
 
-@pytest.mark.parametrize("query,field", [({"seq": "abc"}, "seq"), ({"model": "gpt5"}, "model"),
-                                         ({"zero": "7"}, "zero"), ({"world": "x,8"}, "world"),
-                                         ({"gb": "-3"}, "gb")])
-def test_bad_query_values_give_an_error_not_an_exception(query, field):
-    at = app(**query)
-    assert not at.exception
-    assert any(e.value.startswith(field) for e in at.error)
+@pytest.mark.parametrize("query,key", [("seq=abc", "seq"), ("model=gpt5", "model"),
+                                       ("fix_zero=7", "fix_zero"), ("worlds=x,8", "worlds"),
+                                       ("gb=-3", "gb"), ("row=0", "row")])
+def test_bad_query_values_give_an_error_not_an_exception(app_test, query, key):
+    at = ok(app_test(PAGE, query).run())
+    assert any(f"`{key}=" in e.value for e in at.error)
+    assert len(at.dataframe[0].value) == 20  # falls back to the default and plans
 
 
-def test_an_impossible_request_shows_the_reason():
-    at = app(model="llama3.1-405b", world="1", gb="8")
-    assert not at.exception
+def test_a_typed_world_list_that_is_not_a_list_is_an_error(app_test):
+    at = ok(app_test(PAGE).run())
+    at.text_input(key="pg_worlds").set_value("64,lots").run()
+    assert any("worlds" in e.value for e in ok(at).error) and not at.dataframe
+
+
+def test_an_impossible_request_shows_the_reason(app_test):
+    at = ok(app_test(PAGE, "model=llama3.1-405b&worlds=1&gb=8").run())
     assert any("nothing fits" in w.value and "GPUs of this kind" in w.value for w in at.warning)
+
+
+def test_world_lists_are_spelt_one_way():
+    assert parse_worlds(" 64, 128,64 ") == "64,128" and parse_worlds("") == ""
+    for bad in ("x", "0", "1," * 17, "-8"):
+        with pytest.raises(BadValue):
+            parse_worlds(bad)

@@ -10,7 +10,9 @@ from functools import lru_cache
 
 from ..ledger import Ledger, build_ledger
 from ..params import n_params
+from ..presets.policies import apply_policy
 from ..specs import ModelSpec, ParallelSpec, TrainSpec
+from ..specs.runtime import RuntimeSpec
 from ..textbook import SEED_EXAMPLES
 from .options import problem, with_value
 from .state import Config, hardware, to_specs
@@ -21,6 +23,17 @@ def ledger_for(m: ModelSpec, cfg: Config) -> Ledger:
     """The ledger of a valid configuration (raises SpecError on an invalid one)."""
     par, train = to_specs(cfg, m)
     return build_ledger(m, par, train, hardware=hardware(cfg))
+
+
+@lru_cache(maxsize=64)
+def policy_ledger(m: ModelSpec, cfg: Config, a2a: str = "dynamic", preset: str | None = None,
+                  rules: tuple[tuple[str, str], ...] = ()) -> Ledger:
+    """The configuration with an MoE all-to-all sizing and a storage policy: the preset's
+    recompute structure and rules, then `rules` on top. Raises SpecError when the policy is not
+    valid here (e.g. offload to later ranks without pipeline parallelism)."""
+    par, train = to_specs(cfg, m)
+    return build_ledger(m, par, apply_policy(train, preset, dict(rules)), RuntimeSpec(a2a=a2a),
+                        hardware(cfg))
 
 
 def schedule_ledgers(m: ModelSpec, cfg: Config,

@@ -16,6 +16,11 @@ ROW_COLORS: dict[str, str] = {
     "communication": "#009E73",
     "runtime": "#9A9A9A",
 }
+# Not a ledger row: the allocator's peak (the sum of the rows at the worst moment), drawn in near-
+# black so it reads as the total next to the six row colours.
+PEAK_COLOR = "#1B1B1B"
+# The planner's recompute modes: blue, orange, green of the same Okabe–Ito set.
+RECOMPUTE_COLORS = {"none": "#0072B2", "selective": "#E69F00", "full": "#009E73"}
 CAPACITY_COLOR = "#D62728"
 OPTIMUM_COLOR = "#CC3311"
 INK = "#262730"  # Streamlit's text colour, for annotations

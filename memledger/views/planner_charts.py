@@ -13,12 +13,13 @@ import plotly.graph_objects as go
 from ..planner import Plan
 from ..planner.spec import PLAN_RECOMPUTE
 from ..units import GIB
+from .palette import CAPACITY_COLOR, FONT_FAMILY, GRID, INK, OPTIMUM_COLOR, RECOMPUTE_COLORS
 
 # The share-link keys the dashboard reads (memledger.views.state.KEYS on branch dashboard).
 LEDGER_KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
                "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
                "attention", "recompute")
-RECOMPUTE_COLOURS = {"none": "#1f77b4", "selective": "#ff7f0e", "full": "#2ca02c"}
+HEADROOM_COLOR = "#E69F00"
 
 
 def _sample(result: Plan, max_points: int) -> np.ndarray:
@@ -43,27 +44,38 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
         sel = idx[rc == code]
         fig.add_trace(go.Scattergl(x=ev.peak_bytes[sel] / GIB, y=ev.seconds[sel], mode="markers",
                                    name=f"recompute {name}", marker=dict(
-                                       size=5, opacity=0.6, color=RECOMPUTE_COLOURS[name])))
+                                       size=5, opacity=0.6, color=RECOMPUTE_COLORS[name])))
     front = result.pareto
     fig.add_trace(go.Scatter(x=ev.peak_bytes[front] / GIB, y=ev.seconds[front],
                              mode="lines+markers", name="Pareto front",
-                             line=dict(color="black", width=1), marker=dict(size=6)))
+                             line=dict(color=INK, width=1), marker=dict(size=6, color=INK)))
     if selected is not None:
         fig.add_trace(go.Scatter(x=[selected["peak_bytes"] / GIB], y=[selected["seconds"]],
                                  mode="markers", name="selected",
-                                 marker=dict(size=14, symbol="star", color="crimson")))
+                                 marker=dict(size=16, symbol="star", color=OPTIMUM_COLOR,
+                                             line=dict(color="white", width=1))))
     cap = spec.capacity_bytes / GIB
-    fig.add_vline(x=cap, line=dict(color="crimson", dash="dash"),
+    fig.add_vline(x=cap, line=dict(color=CAPACITY_COLOR, width=2, dash="dash"),
                   annotation_text=f"{spec.hardware.name} {cap:.1f} GiB")
     if spec.limit_bytes < spec.capacity_bytes:
-        fig.add_vline(x=spec.limit_bytes / GIB, line=dict(color="orange", dash="dot"),
+        fig.add_vline(x=spec.limit_bytes / GIB, line=dict(color=HEADROOM_COLOR, dash="dot"),
                       annotation_text=f"headroom {spec.headroom:.0%}",
                       annotation_position="bottom right")
     shown = f" ({len(idx):,} of {len(ev.seconds):,} shown)" if len(idx) < len(ev.seconds) else ""
-    fig.update_layout(title=f"{spec.model.name}: fitting configurations{shown}",
-                      xaxis_title="per-rank peak (GiB, most loaded rank)",
-                      yaxis_title="estimated step time (s)", legend_title_text="",
-                      margin=dict(l=60, r=20, t=60, b=50))
+    axis = dict(gridcolor=GRID, zerolinecolor=GRID)
+    fig.update_layout(title=dict(text=f"{spec.model.name} on {spec.hardware.name}: fitting "
+                                      f"configurations{shown}", x=0.01, xanchor="left",
+                                 font=dict(size=17)),
+                      font=dict(family=FONT_FAMILY, color=INK, size=13), height=480,
+                      plot_bgcolor="white", paper_bgcolor="white",
+                      xaxis=dict(axis, title="per-rank peak (GiB = 2³⁰ bytes, most loaded rank)"),
+                      # log: a few slow layouts (deep pipelines, tiny micro-batches) would
+                      # otherwise squash the fast ones that matter into one line
+                      yaxis=dict(axis, type="log", dtick="D2",
+                                 title="estimated step time (s, log scale)"),
+                      legend_title_text="", margin=dict(l=70, r=30, t=60, b=105),
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom",
+                                  xref="container", x=0.01, xanchor="left"))
     return fig
 
 
@@ -79,6 +91,21 @@ def top_table(result: Plan, k: int) -> pd.DataFrame:
         **{c: [r[c] for r in rows] for c in cols}})
     table.index = pd.RangeIndex(1, len(rows) + 1, name="#")
     return table
+
+
+def describe_row(row: dict) -> str:
+    """One configuration of the plan in one line, as the Ledger's subtitles spell it."""
+    parts = [f"{k} {row[k]}" for k in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp")
+             if k in ("tp", "pp", "dp") or row[k] > 1]
+    return " · ".join(parts + [f"ZeRO-{row['zero']}", row["schedule"],
+                               f"micro-batch {row['micro_batch']} × {row['micro_batches']}",
+                               f"recompute {row['recompute']}"])
+
+
+def top_csv(result: Plan, k: int) -> str:
+    """The k fastest fitting configurations with their peaks in exact bytes (download)."""
+    rows = result.rows(result.top(k))
+    return pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1)).to_csv(index_label="#")
 
 
 def ledger_query(result: Plan, row: dict, model_key: str, gpu_key: str) -> dict[str, str]:
@@ -105,4 +132,4 @@ def _text(v) -> str:
     return ("1" if v else "0") if isinstance(v, bool) else str(v)
 
 
-__all__ = ["plan_scatter", "top_table", "ledger_query", "LEDGER_KEYS"]
+__all__ = ["plan_scatter", "top_table", "top_csv", "describe_row", "ledger_query", "LEDGER_KEYS"]

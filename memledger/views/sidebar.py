@@ -149,9 +149,21 @@ def _train_section(res: Resolved) -> None:
     _choice("attention", "Attention kernel", res)
 
 
+def _workload_section(res: Resolved) -> None:
+    """What a search keeps fixed while it varies the layout, micro-batch and recompute (the
+    planner): sequence length, precision, optimizer, activation profile, attention kernel."""
+    st.number_input("Sequence length (tokens)", *INT_LIMITS["seq"], key=W + "seq", step=1024,
+                    help=HELP["seq"])
+    _choice("precision", "Precision recipe", res)
+    _choice("optimizer", "Optimizer", res)
+    _choice("profile", "Activation profile", res)
+    _choice("attention", "Attention kernel", res)
+
+
 SECTIONS = {"model": ("Model & GPUs", _model_section),
             "parallel": ("Parallelism", _parallel_section),
-            "train": ("Training", _train_section)}
+            "train": ("Training", _train_section),
+            "workload": ("Workload", _workload_section)}
 
 
 ALL_SECTIONS = ("model", "parallel", "train")

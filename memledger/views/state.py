@@ -9,7 +9,7 @@ the core's specs. Pure: no Streamlit.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
 from ..errors import SpecError
@@ -265,11 +265,20 @@ class PageParam:
     multi: bool = False  # a comma-separated list of choices
     max_items: int = 0  # for multi: at most this many (0 = no limit)
     limits: tuple[int, int] | None = None  # an integer in this range
+    # A value of its own kind (a policy, a list of world sizes): text -> value; raises
+    # BadValue or SpecError with a message naming the valid range. The value is written back
+    # with str(), so it returns a canonical string.
+    parse: Callable[[str], str] | None = None
 
 
 def _parse_page_value(spec: PageParam, raw: str):
     if len(raw) > MAX_VALUE_CHARS:
         raise BadValue(f"value is {len(raw)} characters long")
+    if spec.parse is not None:
+        try:
+            return spec.parse(raw)
+        except SpecError as e:
+            raise BadValue(e.message) from None
     if isinstance(spec.default, bool):
         return parse_bool(raw)
     if spec.limits:

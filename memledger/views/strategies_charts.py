@@ -7,7 +7,7 @@
 - `levelled_staircase`: per-rank peaks before and after levelling the staircase;
 - `advice_sections`: the advisor's four answers (and plan) as short lines of text.
 Builders read finished ledgers / verdicts / advice and only convert units for display.
-Colours match the dashboard palette (memledger.views.palette, on the dashboard branch).
+Colours are the dashboard's (`palette`), layout the house style (`charts.house_layout`).
 """
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ import plotly.graph_objects as go
 from ..flops import seconds
 from ..items import ROW_LABELS, ROWS
 from ..units import gib
+from .charts import GIB_AXIS, describe, house_layout, merge
+from .palette import CAPACITY_COLOR, ROW_COLORS, ROW_SHORT
 
-ROW_COLORS = {"weights": "#0072B2", "gradients": "#56B4E9", "optimizer": "#7B4EA3",
-              "activations": "#E69F00", "communication": "#009E73", "runtime": "#9A9A9A"}
-CAPACITY_COLOR = "#D62728"
-GIB_AXIS = "memory per GPU (GiB = 2³⁰ bytes)"
+BEFORE_COLOR = "#BBBBBB"  # the staircase before levelling, behind the levelled bars
 
 
 def flops_text(flops: int) -> str:
@@ -63,21 +62,39 @@ def policy_table(before, after, mfu: int = 40) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def before_after(before, after, capacity_bytes: int | None = None) -> go.Figure:
+def _target_line(capacity_bytes: int, label: str) -> tuple[dict, dict]:
+    y = gib(capacity_bytes)
+    line = dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
+                line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))
+    note = dict(x=1, xref="paper", xanchor="left", xshift=4, y=y, yref="y", showarrow=False,
+                align="left", text=f"{label}<br>{y:.1f} GiB", font=dict(color=CAPACITY_COLOR))
+    return line, note
+
+
+def before_after(before, after, capacity_bytes: int | None = None,
+                 target_label: str = "target") -> go.Figure:
     """Stacked bars of the six rows on the most loaded rank, without and with the policy."""
     labels = [f"before (pp rank {before.peak.pp_rank})", f"after (pp rank {after.peak.pp_rank})"]
     fig = go.Figure()
     for row in ROWS:
         vals = [gib(before.peak.rows[row]), gib(after.peak.rows[row])]
-        fig.add_bar(x=labels, y=vals, name=ROW_LABELS[row], marker_color=ROW_COLORS[row],
+        fig.add_bar(x=labels, y=vals, name=ROW_SHORT[row], marker_color=ROW_COLORS[row],
                     customdata=[before.peak.rows[row], after.peak.rows[row]],
-                    hovertemplate=f"{ROW_LABELS[row]}: %{{y:.2f}} GiB (%{{customdata:,}} B)<extra></extra>")
+                    hovertemplate=f"{ROW_LABELS[row]}: %{{y:.2f}} GiB (%{{customdata:,}} B)"
+                                  "<extra></extra>")
+    totals = [gib(before.peak.peak_total_bytes), gib(after.peak.peak_total_bytes)]
+    notes = [dict(x=x, y=t, xref="x", yref="y", yanchor="bottom", showarrow=False,
+                  text=f"<b>{t:.1f} GiB</b>") for x, t in zip(labels, totals)]
+    shapes, top = [], max(totals)
     if capacity_bytes:
-        fig.add_hline(y=gib(capacity_bytes), line=dict(color=CAPACITY_COLOR, dash="dash"),
-                      annotation_text=f"target {gib(capacity_bytes):.1f} GiB")
-    fig.update_layout(barmode="stack", height=420, yaxis_title=GIB_AXIS,
-                      title=f"{before.model.name}: most loaded rank {gib(before.peak.peak_total_bytes):.1f}"
-                            f" → {gib(after.peak.peak_total_bytes):.1f} GiB")
+        line, note = _target_line(capacity_bytes, target_label)
+        shapes, notes, top = [line], notes + [note], max(top, gib(capacity_bytes))
+    title = (f"{before.model.name}: the most loaded GPU, {totals[0]:.1f} → {totals[1]:.1f} GiB "
+             "with the policy")
+    layout = merge(house_layout(title, describe(before), height=470, bottom=105), dict(
+        shapes=shapes, annotations=notes, margin=dict(r=90), bargap=0.45,
+        yaxis=dict(title=dict(text=GIB_AXIS), range=[0, top * 1.12])))
+    fig.update_layout(layout)
     return fig
 
 
@@ -92,18 +109,32 @@ def bandwidth_table(verdicts) -> pd.DataFrame:
     } for v in verdicts])
 
 
-def levelled_staircase(stair, capacity_bytes: int | None = None) -> go.Figure:
+def levelled_staircase(stair, capacity_bytes: int | None = None,
+                       target_label: str = "target") -> go.Figure:
     """Peak per pipeline rank before and after remote offload levels the staircase."""
     x = list(range(len(stair.peak_bytes)))
     fig = go.Figure()
-    fig.add_bar(x=x, y=[gib(b) for b in stair.peak_bytes], name="before", marker_color="#BBBBBB")
+    fig.add_bar(x=x, y=[gib(b) for b in stair.peak_bytes], name="before levelling",
+                marker_color=BEFORE_COLOR,
+                hovertemplate="pp rank %{x}: %{y:.2f} GiB before<extra></extra>")
     fig.add_bar(x=x, y=[gib(b) for b in stair.levelled_peak_bytes], name="levelled",
-                marker_color=ROW_COLORS["activations"])
+                marker_color=ROW_COLORS["activations"],
+                hovertemplate="pp rank %{x}: %{y:.2f} GiB levelled<extra></extra>")
+    shapes, notes = [], []
+    top = max([gib(b) for b in stair.peak_bytes + stair.levelled_peak_bytes], default=1)
     if capacity_bytes:
-        fig.add_hline(y=gib(capacity_bytes), line=dict(color=CAPACITY_COLOR, dash="dash"))
-    fig.update_layout(barmode="group", height=380, xaxis_title="pipeline rank", yaxis_title=GIB_AXIS,
-                      title=f"staircase first/last activations {stair.steepness:.2f}×; "
-                            f"levelling moves {stair.bytes_per_step / 1e9:,.1f} GB/step")
+        line, note = _target_line(capacity_bytes, target_label)
+        shapes, notes, top = [line], [note], max(top, gib(capacity_bytes))
+    title = (f"The staircase levelled: first/last rank activations {stair.steepness:.2f}×; "
+             f"levelling moves {stair.bytes_per_step / 1e9:,.1f} GB/step")
+    layout = merge(house_layout(title, "peak per pipeline rank, before and after sending "
+                                       "activations to later ranks (offload-pp)",
+                                height=420, bottom=95), dict(
+        barmode="group", shapes=shapes, annotations=notes, margin=dict(r=90),
+        xaxis=dict(title=dict(text="pipeline-parallel rank (0 = first stage)"), tickmode="array",
+                   tickvals=x if len(x) <= 32 else None),
+        yaxis=dict(title=dict(text=GIB_AXIS), range=[0, top * 1.12])))
+    fig.update_layout(layout)
     return fig
 
 
