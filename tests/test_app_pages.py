@@ -13,7 +13,7 @@ from memledger.views.compute import ledger_for
 from memledger.views.navigation import PAGES, available
 from memledger.views.state import KEYS, load_model, parse_params
 
-LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where_memory_goes.py"
+LEDGER, STAIRS, WHERE = "app_pages/ledger.py", "app_pages/staircase.py", "app_pages/where_memory_goes.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -182,7 +182,7 @@ def test_app_registers_existing_pages_and_keeps_settings_across_pages(app_test):
 
 
 def test_navigation_lists_only_pages_that_exist(tmp_path):
-    (tmp_path / "pages").mkdir()
+    (tmp_path / "app_pages").mkdir()
     for p in PAGES[:2] + PAGES[4:5]:
         (tmp_path / p.file).write_text("")
     assert [p.url_path for p in available(tmp_path)] == ["ledger", "staircase", "planner"]

@@ -40,6 +40,22 @@ def wait_for_chart_change(page, before: str, timeout_s: float = 20) -> str:
     return page.evaluate(CHART_DATA)
 
 
+def test_a_share_link_as_the_first_request_of_a_fresh_server_opens_inside_the_app(browser_app):
+    """Runs first (module order): the server has served nothing yet. Streamlit would route a
+    deep link through a top-level pages/ folder before app.py's st.navigation ran, so the pages
+    live in app_pages/; the link must open with the app's navigation and its settings."""
+    base, browser = browser_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/staircase?tp=4")
+    wait_idle(page)
+    page.wait_for_function(f"() => ({CHART_DATA})() !== null", timeout=30_000)
+    assert page.get_by_role("link", name="Where memory goes", exact=True).count() >= 1  # app menu
+    assert page.get_by_role("link", name="app", exact=True).count() == 0  # no auto pages/ menu
+    assert page.get_by_role("slider", name="TP: tensor parallel").get_attribute(
+        "aria-valuetext") == "4"
+    page.close()
+
+
 def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
     base, browser = browser_app
     t0 = time.monotonic()

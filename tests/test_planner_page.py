@@ -13,7 +13,7 @@ from memledger.views.planner_charts import ledger_query
 from memledger.views.planner_state import parse_worlds
 from memledger.views.state import BadValue
 
-PAGE = "pages/planner.py"
+PAGE = "app_pages/planner.py"
 
 
 def ok(at):

@@ -9,7 +9,7 @@ from memledger.views.strategies_state import (POLICY_OPTIONS, SPECS, canonical_p
                                               decode_policy, encode_policy, policy_param,
                                               shown_policies)
 
-PAGE = "pages/strategies.py"
+PAGE = "app_pages/strategies.py"
 
 
 def ok(at):

@@ -11,7 +11,7 @@ from memledger.validation.report import TOLERANCE, rescore
 from memledger.views import validation_data as vd
 from memledger.views.palette import PEAK_COLOR, ROW_COLORS
 
-PAGE = "pages/validation.py"
+PAGE = "app_pages/validation.py"
 RESULTS = ROOT / "validation"
 DOCS = [json.loads((RESULTS / f"validation-{d}.json").read_text()) for d in ("cuda", "cpu")]
 N_RECORDS = sum(len(rescore(d)) for d in DOCS)

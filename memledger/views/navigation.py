@@ -15,12 +15,12 @@ class PageInfo:
 
 
 PAGES = (
-    PageInfo("pages/ledger.py", "Ledger", ":material/account_balance_wallet:", "ledger"),
-    PageInfo("pages/staircase.py", "Pipeline staircase", ":material/stairs:", "staircase"),
-    PageInfo("pages/where_memory_goes.py", "Where memory goes", ":material/donut_small:", "where"),
-    PageInfo("pages/strategies.py", "Strategies", ":material/alt_route:", "strategies"),
-    PageInfo("pages/planner.py", "Planner", ":material/grid_view:", "planner"),
-    PageInfo("pages/validation.py", "Validation", ":material/fact_check:", "validation"),
+    PageInfo("app_pages/ledger.py", "Ledger", ":material/account_balance_wallet:", "ledger"),
+    PageInfo("app_pages/staircase.py", "Pipeline staircase", ":material/stairs:", "staircase"),
+    PageInfo("app_pages/where_memory_goes.py", "Where memory goes", ":material/donut_small:", "where"),
+    PageInfo("app_pages/strategies.py", "Strategies", ":material/alt_route:", "strategies"),
+    PageInfo("app_pages/planner.py", "Planner", ":material/grid_view:", "planner"),
+    PageInfo("app_pages/validation.py", "Validation", ":material/fact_check:", "validation"),
 )
 
 
