@@ -109,6 +109,14 @@ def _a2a(m, t, rt, tp, cp, ep, bs) -> np.ndarray:
             m, p, VecTrain(t, micro_batch=int(b)), rt)) for b in bs], np.int64)
 
 
+def _one_layer(m, kind: str, tp: int) -> ParallelSpec | None:
+    """A probe layout whose middle stage (stage 1) is a single layer of `kind`."""
+    i = next((i for i in range(m.n_layers) if layer_kind(m, i) == kind), None)
+    if i is None:
+        return None
+    return ParallelSpec(tp=tp, sp=tp > 1, pp=3, layout=(i, 1, m.n_layers - i - 1))
+
+
 def autocast_coefficients(m, t, tp: int) -> dict:
     """recompute -> bytes of `autocast_copies` per dense layer-micro-batch, per MoE one and per
     last-stage micro-batch: the core's function on a layout whose middle stage is one layer of
@@ -118,12 +126,9 @@ def autocast_coefficients(m, t, tp: int) -> dict:
         tr = replace(t, recompute=rc)
         per = []
         for kind in KINDS:
-            i = next((i for i in range(m.n_layers) if layer_kind(m, i) == kind), None)
-            if i is None:
-                per.append(0)
-                continue
-            p = ParallelSpec(tp=tp, sp=tp > 1, pp=3, layout=(i, 1, m.n_layers - i - 1))
-            one, two = (_bytes(autocast_copies(m, p, tr, ((1, n),), 0)) for n in (1, 2))
+            p = _one_layer(m, kind, tp)
+            one, two = (0, 0) if p is None else (
+                _bytes(autocast_copies(m, p, tr, ((1, n),), 0)) for n in (1, 2))
             if two != 2 * one:
                 raise SpecError("precision", f"the planner assumes autocast casts scale with "
                                              f"the copies in flight ({one} vs {two})")
@@ -138,15 +143,8 @@ def cast_cache_coefficients(m, t, tp: int) -> tuple:
     """Bytes of `act_rows.autocast_cache` per dense and per MoE layer held, under full
     recompute (the only recompute mode the planner searches that has one)."""
     tr = replace(t, recompute="full")
-    per = []
-    for kind in KINDS:
-        i = next((i for i in range(m.n_layers) if layer_kind(m, i) == kind), None)
-        if i is None:
-            per.append(0)
-            continue
-        p = ParallelSpec(tp=tp, sp=tp > 1, pp=3, layout=(i, 1, m.n_layers - i - 1))
-        per.append(_bytes(autocast_cache(m, p, tr, ((1, 1),))))
-    return tuple(per)
+    probes = ((kind, _one_layer(m, kind, tp)) for kind in KINDS)
+    return tuple(0 if p is None else _bytes(autocast_cache(m, p, tr, ((1, 1),))) for _, p in probes)
 
 
 def _bytes(item) -> int:
