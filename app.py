@@ -1,7 +1,7 @@
 """memledger dashboard: `streamlit run app.py`.
 
 Registers the pages with st.navigation. The pages built on other branches (strategies, planner,
-validation) are registered when their file exists, so the navigation never shows a placeholder.
+validation) are registered when their file exists, so the navigation lists only pages that exist.
 The URL is the state: each page reads and writes its settings as query parameters.
 """
 import os

@@ -1,5 +1,5 @@
 """The dashboard's pages, in menu order. Pages built on other branches are listed here too and
-registered only when their file exists, so the menu never shows a placeholder."""
+registered only when their file exists, so the menu lists only pages that exist."""
 from __future__ import annotations
 
 from dataclasses import dataclass

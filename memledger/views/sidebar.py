@@ -140,22 +140,19 @@ def _train_section(res: Resolved) -> None:
         st.number_input("Micro-batch", *INT_LIMITS["mb"], key=W + "mb", help=HELP["mb"])
     with c2:
         st.number_input("Micro-batches / step", *INT_LIMITS["m"], key=W + "m", help=HELP["m"])
-    st.number_input("Sequence length (tokens)", *INT_LIMITS["seq"], key=W + "seq", step=1024,
-                    help=HELP["seq"])
-    _choice("precision", "Precision recipe", res)
-    _choice("optimizer", "Optimizer", res)
-    _choice("recompute", "Recompute", res)
-    _choice("profile", "Activation profile", res)
-    _choice("attention", "Attention kernel", res)
+    _workload_section(res, with_recompute=True)
 
 
-def _workload_section(res: Resolved) -> None:
+def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
     """What a search keeps fixed while it varies the layout, micro-batch and recompute (the
-    planner): sequence length, precision, optimizer, activation profile, attention kernel."""
+    planner): sequence length, precision, optimizer, activation profile, attention kernel.
+    The training section adds the recompute choice in the same place."""
     st.number_input("Sequence length (tokens)", *INT_LIMITS["seq"], key=W + "seq", step=1024,
                     help=HELP["seq"])
     _choice("precision", "Precision recipe", res)
     _choice("optimizer", "Optimizer", res)
+    if with_recompute:
+        _choice("recompute", "Recompute", res)
     _choice("profile", "Activation profile", res)
     _choice("attention", "Attention kernel", res)
 
