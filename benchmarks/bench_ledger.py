@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memledger import ParallelSpec, TrainSpec, build_ledger, model  # noqa: E402
-from memledger.schedules import balanced_layout  # noqa: E402
+from memledger.ledger.pipeline.schedules import balanced_layout  # noqa: E402
 
 CASES = {
     "DeepSeek-V3 tp=8 pp=16 ep=64 (2048 GPUs)": (
@@ -34,6 +34,7 @@ def clear_caches():
     import pkgutil
 
     import memledger
+
     # every lru_cache in the package: a cold build recomputes everything
     for info in pkgutil.walk_packages(memledger.__path__, "memledger."):
         if info.name.startswith(("memledger.views", "memledger.trace", "memledger.validation",

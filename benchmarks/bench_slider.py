@@ -30,13 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memledger import build_ledger  # noqa: E402
-from memledger.views.devserver import (  # noqa: E402
-    _wait_healthy,
-    chromium,
-    free_port,
-    streamlit_app,
-    wait_idle,
-)
+from memledger.views.devserver import _wait_healthy, chromium, free_port, streamlit_app, wait_idle
 from memledger.views.state import Config, load_model, parse_params, to_specs  # noqa: E402
 
 QUERY = "model=deepseek-v3&world=2048&tp=16&pp=16&ep=1"

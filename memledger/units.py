@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import SpecError
+from memledger.errors import SpecError
 
 GIB = 1024**3
 GB = 10**9

@@ -6,14 +6,14 @@ from urllib.parse import urlencode
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
-from conftest import chart_numbers, figures
 
+from conftest import chart_numbers, figures
 from memledger.units import GIB
 from memledger.views.compute import ledger_for
 from memledger.views.navigation import PAGES, available
 from memledger.views.state import KEYS, load_model, parse_params
 
-LEDGER, STAIRS, WHERE = "app_pages/ledger.py", "app_pages/staircase.py", "app_pages/where_memory_goes.py"
+LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -182,7 +182,7 @@ def test_app_registers_existing_pages_and_keeps_settings_across_pages(app_test):
 
 
 def test_navigation_lists_only_pages_that_exist(tmp_path):
-    (tmp_path / "app_pages").mkdir()
+    (tmp_path / "pages").mkdir()
     for p in PAGES[:2] + PAGES[4:5]:
         (tmp_path / p.file).write_text("")
     assert [p.url_path for p in available(tmp_path)] == ["ledger", "staircase", "planner"]
@@ -202,7 +202,7 @@ def test_an_imported_hf_config_travels_in_the_link(app_test, monkeypatch):
             raise KeyError("hidden_size")
         return replace(MODELS["llama3-8b"], name="my-llama", n_layers=cfg["num_hidden_layers"])
 
-    monkeypatch.setitem(sys.modules, "memledger.hf_config",
+    monkeypatch.setitem(sys.modules, "memledger.model.hf_config",
                         types.SimpleNamespace(from_hf_config=from_hf_config))
     at = ok(app_test(LEDGER).run())
     at.text_area(key="import_text").set_value(json.dumps({"hidden_size": 4096,
@@ -225,11 +225,11 @@ def test_an_imported_hf_config_travels_in_the_link(app_test, monkeypatch):
 
 def test_import_without_the_importer_module_says_so(app_test, monkeypatch):
     import sys
-    monkeypatch.setitem(sys.modules, "memledger.hf_config", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "memledger.model.hf_config", None)  # import raises ImportError
     at = ok(app_test(LEDGER).run())
     at.text_area(key="import_text").set_value('{"hidden_size": 8}')
     at.button(key="import_go").click().run()
-    assert any("memledger.hf_config" in e.value for e in ok(at).error)
+    assert any("memledger.model.hf_config" in e.value for e in ok(at).error)
     assert at.query_params == {}
 
 

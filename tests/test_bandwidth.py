@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from memledger import ParallelSpec, TrainSpec, build_ledger, gpu, model
-from memledger.bandwidth import (compute_time, cpu_offload_verdicts, remote_offload_verdicts, same_node,
-                                 smaller_micro_batch)
+from memledger.costs.bandwidth import (compute_time, cpu_offload_verdicts, remote_offload_verdicts,
+                                       same_node, smaller_micro_batch)
 from memledger.specs.policy import ActivationPolicy
 
 M, P = model("llama3-70b"), ParallelSpec(tp=8, pp=4, dp=2, sp=True)

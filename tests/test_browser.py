@@ -43,7 +43,7 @@ def wait_for_chart_change(page, before: str, timeout_s: float = 20) -> str:
 def test_a_share_link_as_the_first_request_of_a_fresh_server_opens_inside_the_app(browser_app):
     """Runs first (module order): the server has served nothing yet. Streamlit would route a
     deep link through a top-level pages/ folder before app.py's st.navigation ran, so the pages
-    live in app_pages/; the link must open with the app's navigation and its settings."""
+    live in pages/; the link must open with the app's navigation and its settings."""
     base, browser = browser_app
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(f"{base}/staircase?tp=4")

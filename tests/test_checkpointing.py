@@ -4,7 +4,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memledger import checkpointing as ck
+from memledger.costs import checkpointing as ck
 
 
 def test_seed2_32_layers_keep_7_checkpoints_about_22_percent():

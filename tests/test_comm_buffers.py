@@ -2,7 +2,8 @@
 from dataclasses import replace
 
 from memledger import ParallelSpec, RuntimeSpec, TrainSpec, build_ledger, model
-from memledger.comm import a2a_table, deepep_ll_bytes, grad_bucket_items, nccl_items, zero3_items
+from memledger.ledger.communication import (a2a_table, deepep_ll_bytes, grad_bucket_items,
+                                            nccl_items, zero3_items)
 from memledger.specs.runtime import NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES
 
 DSV3 = model("deepseek-v3")

@@ -1,4 +1,4 @@
-"""Claims about importing Hugging Face config.json files (memledger.hf_config).
+"""Claims about importing Hugging Face config.json files (memledger.model.hf_config).
 
 Fixtures in tests/fixtures/hf are the published config.json files of the named models, plus
 `tiny-*` variants for aliases and layer rules that the published files do not exercise. Tests
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from memledger.errors import SpecError
-from memledger.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config, load_hf_config
-from memledger.params import n_active_params, n_mtp_params, n_params, n_router_bias
-from memledger.presets.models import MODELS
+from memledger.model.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config, load_hf_config
+from memledger.model.params import n_active_params, n_mtp_params, n_params, n_router_bias
+from memledger.model.presets import MODELS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 ALL_FIXTURES = sorted(p.stem for p in FIXTURES.glob("*.json"))

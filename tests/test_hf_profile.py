@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from memledger.activations import tensor_bytes
-from memledger.activations.hf import HFProfile
-from memledger.params import layer_kind
+from memledger.ledger.activations import tensor_bytes
+from memledger.ledger.activations.profiles.hf import HFProfile
+from memledger.model.params import layer_kind
 from memledger.specs import MLASpec, ModelSpec, MoESpec, ParallelSpec, TrainSpec
 
 torch = pytest.importorskip("torch")
@@ -170,6 +170,6 @@ def test_backward_transient_is_two_fp32_logit_gradients_and_forward_is_logits_pl
 
 
 def test_registered_as_hf():
-    from memledger.activations import get_profile
+    from memledger.ledger.activations import get_profile
     assert isinstance(get_profile("hf"), HFProfile)
     assert get_profile("hf").device == "cuda"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from memledger.activations import tensor_bytes
-from memledger.activations.hf import HFProfile
-from memledger.params import layer_kind
+from memledger.ledger.activations import tensor_bytes
+from memledger.ledger.activations.profiles.hf import HFProfile
+from memledger.model.params import layer_kind
 from memledger.specs import MLASpec, ModelSpec, MoESpec, ParallelSpec, TrainSpec
 
 DATA = json.loads((Path(__file__).parent / "data" / "hf_traces_h200.json").read_text())["traces"]

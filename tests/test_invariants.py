@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from memledger import ParallelSpec, SpecError, TrainSpec, build_ledger, model
-from memledger.items import ROWS
+from memledger.ledger.items import ROWS
 
 MODELS = ["llama3-8b", "llama3.2-1b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "korthikanti-22b"]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -21,7 +21,7 @@ def configs(draw):
     dp = draw(st.sampled_from([1, 2, 4, 8, 16]))
     layout = None
     if m.n_layers % pp:
-        from memledger.schedules import balanced_layout
+        from memledger.ledger.pipeline.schedules import balanced_layout
         layout = balanced_layout(m.n_layers, pp)
     try:
         p = ParallelSpec(tp=tp, pp=pp, ep=ep, cp=cp, dp=dp, sp=tp > 1, zero=draw(st.integers(0, 3)),

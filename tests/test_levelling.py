@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from memledger import ParallelSpec, TrainSpec, build_ledger, gpu, model
 from memledger.advisor import all_remote
-from memledger.levelling import RankLoad, level_min, level_to
+from memledger.ledger.pipeline.levelling import RankLoad, level_min, level_to
 
 loads_st = st.lists(
     st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 10**6)).map(

@@ -3,7 +3,7 @@ import pytest
 
 from memledger import gpu, model
 from memledger.planner import PlanSpec, plan
-from memledger.views.planner_charts import LEDGER_KEYS, ledger_query, plan_scatter, top_table
+from memledger.views.planner.charts import LEDGER_KEYS, ledger_query, plan_scatter, top_table
 
 
 def small_plan(**kw):

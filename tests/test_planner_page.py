@@ -5,15 +5,15 @@ import re
 from urllib.parse import parse_qsl
 
 import pytest
-from conftest import figures
 
+from conftest import figures
 from memledger import gpu, model
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.views.planner_charts import ledger_query
-from memledger.views.planner_state import parse_worlds
+from memledger.views.planner.charts import ledger_query
+from memledger.views.planner.state import parse_worlds
 from memledger.views.state import BadValue
 
-PAGE = "app_pages/planner.py"
+PAGE = "pages/planner.py"
 
 
 def ok(at):

@@ -6,10 +6,10 @@ import pytest
 
 from memledger import ParallelSpec, gpu, model
 from memledger.errors import SpecError
+from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.planner.space import _Checks, divisors, enumerate_space
-from memledger.schedules import balanced_layout
-from memledger.validate import check_all
+from memledger.specs.checks import check_all
 
 
 def full_verdict(spec, world, pp, vpp, schedule, tp, cp, ep, etp) -> bool:

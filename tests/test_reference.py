@@ -1,9 +1,10 @@
 """Every published number in REFERENCE.md, reproduced by the ledger core."""
 import pytest
 
-from memledger import ParallelSpec, TrainSpec, build_ledger, gb, gib, model, n_active_params, n_params
-from memledger.act_rows import layer_bytes
-from memledger.static import flat_static_bytes
+from memledger import (ParallelSpec, TrainSpec, build_ledger, gb, gib, model, n_active_params,
+                       n_params)
+from memledger.ledger.activations.row import layer_bytes
+from memledger.ledger.static.rows import flat_static_bytes
 
 
 def static_total(n, precision, zero=0, d=1):
@@ -155,12 +156,13 @@ def test_preset_parameter_count_matches_published_size(name, pub):
 def test_published_deepseek_counts_include_the_router_bias_buffer(name, published):
     """transformers (and Megatron-Core) register e_score_correction_bias as a buffer: no grad,
     no optimizer state. The published totals count its E values per MoE layer too."""
-    from memledger.params import n_router_bias
+    from memledger.model.params import n_router_bias
     assert n_params(model(name)) + n_router_bias(model(name)) == published
 
 
 def test_deepseek_v3_mtp_module_adds_about_11_6b_outside_the_hf_count():
-    from memledger.params import n_mtp_params
+    from memledger.model.params import n_mtp_params
+
     # DeepSeek-V3 report: 671B main model; HF checkpoint 685B includes 14B of MTP weights of
     # which ~1.85B are re-stored embedding/head copies (shared in training).
     assert n_mtp_params(model("deepseek-v3")) == pytest.approx(11.6e9, rel=0.01)

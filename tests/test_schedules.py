@@ -2,7 +2,7 @@
 import pytest
 
 from memledger import ParallelSpec, TrainSpec, build_ledger, model
-from memledger.schedules import balanced_layout, in_flight
+from memledger.ledger.pipeline.schedules import balanced_layout, in_flight
 
 
 def held(schedule, pp, r, m, vpp=1):

@@ -2,7 +2,7 @@
 import pytest
 
 from memledger import ParallelSpec, RuntimeSpec, SpecError, TrainSpec, build_ledger, model
-from memledger.ledger import rank_parts
+from memledger.ledger.build import rank_parts
 
 M, P, T = model("llama3-8b"), ParallelSpec(dp=8, zero=1), TrainSpec(seq=2048)
 

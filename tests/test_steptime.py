@@ -5,10 +5,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memledger import MODELS, ParallelSpec, TrainSpec, gpu, model
-from memledger.activations import get_profile
-from memledger.flops import layer_forward_flops_per_token
+from memledger.costs.steptime import link_bw, selective_flops_per_token, step_seconds
+from memledger.ledger.activations import get_profile
+from memledger.model.flops import layer_forward_flops_per_token
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.steptime import link_bw, selective_flops_per_token, step_seconds
 
 pos = st.floats(min_value=1e-6, max_value=1e3)
 frac = st.floats(min_value=0.0, max_value=0.95)

@@ -1,15 +1,15 @@
 """The Strategies page on the shared sidebar: renders, reacts to a policy and to the sidebar, one
 share link carries the configuration and the policy, bad links are errors, not exceptions."""
 import pytest
-from conftest import figures
 
+from conftest import figures
 from memledger.errors import SpecError
 from memledger.views.state import PageParam, parse_page_params
-from memledger.views.strategies_state import (POLICY_OPTIONS, SPECS, canonical_policy,
+from memledger.views.strategies.state import (POLICY_OPTIONS, SPECS, canonical_policy,
                                               decode_policy, encode_policy, policy_param,
                                               shown_policies)
 
-PAGE = "app_pages/strategies.py"
+PAGE = "pages/strategies.py"
 
 
 def ok(at):

@@ -1,10 +1,5 @@
 """Seed 2's 16N ledger and the ZeRO stages, against the published figures."""
-from memledger.textbook import (
-    SEED_EXAMPLES,
-    static_bytes,
-    technique_columns,
-    zero_bytes,
-)
+from memledger.costs.textbook import SEED_EXAMPLES, static_bytes, technique_columns, zero_bytes
 from memledger.units import GIB
 
 

@@ -167,8 +167,8 @@ def test_json_round_trip():
 
 
 def test_importing_memledger_does_not_import_torch():
-    code = ("import sys, memledger, memledger.trace, memledger.activations;"
-            "memledger.activations.get_profile('hf');"
+    code = ("import sys, memledger, memledger.trace, memledger.ledger.activations;"
+            "memledger.ledger.activations.get_profile('hf');"
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -208,7 +208,7 @@ def test_traced_profile_reproduces_its_trace(tmp_path):
     """A trace saved as JSON and registered as traced:<name> predicts the traced layer and
     outside bytes (less the loss's scalar weight), and scales eager s×s tensors with seq."""
     transformers = pytest.importorskip("transformers")
-    from memledger.activations import get_profile, tensor_bytes
+    from memledger.ledger.activations import get_profile, tensor_bytes
     from memledger.specs import ModelSpec, ParallelSpec, TrainSpec
     from memledger.trace import trace_causal_lm
     from memledger.trace.profile import register_traced

@@ -5,13 +5,13 @@ import json
 import shutil
 
 import pytest
+
 from conftest import ROOT, figures
-
 from memledger.validation.report import TOLERANCE, rescore
-from memledger.views import validation_data as vd
 from memledger.views.palette import PEAK_COLOR, ROW_COLORS
+from memledger.views.validation import data as vd
 
-PAGE = "app_pages/validation.py"
+PAGE = "pages/validation.py"
 RESULTS = ROOT / "validation"
 DOCS = [json.loads((RESULTS / f"validation-{d}.json").read_text()) for d in ("cuda", "cpu")]
 N_RECORDS = sum(len(rescore(d)) for d in DOCS)

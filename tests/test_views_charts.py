@@ -6,15 +6,18 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
-from conftest import decode
 
-from memledger.items import ROWS
-from memledger.textbook import technique_columns
+from conftest import decode
+from memledger.costs.textbook import technique_columns
+from memledger.ledger.items import ROWS
 from memledger.units import GIB
-from memledger.views import charts, seed_charts
+from memledger.views import figures
 from memledger.views.compute import ledger_for, schedule_ledgers
+from memledger.views.ledger import charts as ledger_charts
 from memledger.views.palette import CAPACITY_COLOR, ROW_COLORS
+from memledger.views.staircase import charts as stair_charts
 from memledger.views.state import DEFAULT, hardware, load_model
+from memledger.views.where import charts as seed_charts
 
 M = load_model(DEFAULT.model)
 LED, HW = ledger_for(M, DEFAULT), hardware(DEFAULT)
@@ -32,7 +35,7 @@ def bar_colors(fig: dict) -> dict:
 
 
 def test_ledger_bar_draws_the_six_rows_of_the_most_loaded_rank():
-    fig = plain(charts.ledger_bar(LED, HW))
+    fig = plain(ledger_charts.ledger_bar(LED, HW))
     peak = LED.peak
     xs = [tr["x"][0] for tr in fig["data"]]
     assert xs == pytest.approx([peak.rows[r] / GIB for r in ROWS])
@@ -41,7 +44,7 @@ def test_ledger_bar_draws_the_six_rows_of_the_most_loaded_rank():
 
 
 def test_ledger_bar_draws_capacity_and_states_the_configuration():
-    fig = plain(charts.ledger_bar(LED, HW))
+    fig = plain(ledger_charts.ledger_bar(LED, HW))
     lines = [s for s in fig["layout"]["shapes"] if s["line"]["color"] == CAPACITY_COLOR]
     assert lines[0]["x0"] == pytest.approx(HW.hbm_bytes / GIB)
     title = fig["layout"]["title"]
@@ -53,14 +56,14 @@ def test_ledger_bar_draws_capacity_and_states_the_configuration():
 
 def test_an_overloaded_configuration_says_so():
     over = replace(DEFAULT, zero=0, m=64, mb=4)
-    fig = plain(charts.ledger_bar(ledger_for(M, over), HW))
+    fig = plain(ledger_charts.ledger_bar(ledger_for(M, over), HW))
     assert "does not fit" in fig["layout"]["title"]["text"]
-    assert not charts.fit(ledger_for(M, over), HW).fits
-    assert charts.fit(ledger_for(M, over), HW).sentence("H100").startswith("Over by")
+    assert not figures.fit(ledger_for(M, over), HW).fits
+    assert figures.fit(ledger_for(M, over), HW).sentence("H100").startswith("Over by")
 
 
 def test_staircase_has_one_bar_per_rank_and_the_same_colours():
-    fig = plain(charts.staircase(LED, HW))
+    fig = plain(stair_charts.staircase(LED, HW))
     acts = next(tr for tr in fig["data"] if tr["name"] == "Activations")
     assert acts["x"] == [0, 1, 2, 3]
     assert acts["y"] == pytest.approx([r.rows["activations"] / GIB for r in LED.ranks])
@@ -77,9 +80,9 @@ def test_compare_puts_each_schedule_in_its_own_panel_and_names_invalid_ones():
     cfg3 = replace(DEFAULT, model="llama3-8b", tp=1, pp=3, world=48, layout="balanced")
     led3, skip3 = schedule_ledgers(m3, cfg3, ("1f1b", "dualpipe"))
     assert "dualpipe" in skip3 and "even" in skip3["dualpipe"]
-    fig = plain(charts.staircase_compare(led3, hardware(cfg3), skip3))
+    fig = plain(stair_charts.staircase_compare(led3, hardware(cfg3), skip3))
     assert "not valid here: dualpipe" in fig["layout"]["title"]["subtitle"]["text"]
-    fig = plain(charts.staircase_compare(ledgers, HW, {}))
+    fig = plain(stair_charts.staircase_compare(ledgers, HW, {}))
     panels = {tr["xaxis"] for tr in fig["data"]}
     assert len(panels) == 4
     assert bar_colors(fig) == ROW_COLORS

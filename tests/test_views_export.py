@@ -3,8 +3,8 @@
 import pytest
 
 from memledger.views import export
-from memledger.views.charts import ledger_bar
 from memledger.views.compute import ledger_for
+from memledger.views.ledger.charts import ledger_bar
 from memledger.views.state import DEFAULT, hardware, load_model
 
 FIG = ledger_bar(ledger_for(load_model(DEFAULT.model), DEFAULT), hardware(DEFAULT))

@@ -11,21 +11,9 @@ from hypothesis import strategies as st
 from memledger.errors import SpecError
 from memledger.presets import MODELS
 from memledger.views.model_codec import decode_model, encode_model
-from memledger.views.state import (
-    CHOICES,
-    CONFIG_KEYS,
-    DEFAULT,
-    INT_LIMITS,
-    KEYS,
-    Config,
-    PageParam,
-    load_model,
-    page_to_params,
-    parse_page_params,
-    parse_params,
-    to_params,
-    to_specs,
-)
+from memledger.views.state import (CHOICES, CONFIG_KEYS, DEFAULT, INT_LIMITS, KEYS, Config,
+                                   PageParam, load_model, page_to_params, parse_page_params,
+                                   parse_params, to_params, to_specs)
 
 
 def test_defaults_give_an_empty_query_string():

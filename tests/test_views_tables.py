@@ -5,10 +5,12 @@ from dataclasses import replace
 
 import pandas as pd
 
-from memledger.items import ROWS
+from memledger.ledger.items import ROWS
 from memledger.views import tables
 from memledger.views.compute import ledger_for
+from memledger.views.staircase import tables as stair_tables
 from memledger.views.state import DEFAULT, load_model
+from memledger.views.where import tables as where_tables
 
 CFG = replace(DEFAULT, model="deepseek-v3", world=256, tp=4, pp=8, ep=8)
 LED = ledger_for(load_model(CFG.model), CFG)
@@ -45,7 +47,7 @@ def test_on_page_table_groups_by_row_largest_first():
 
 
 def test_seed_numbers_table_prints_the_seed_figures():
-    df = tables.seed_numbers_frame([("7B", 7 * 10**9, 32), ("70B", 70 * 10**9, 80)])
+    df = where_tables.seed_numbers_frame([("7B", 7 * 10**9, 32), ("70B", 70 * 10**9, 80)])
     assert [f"{v:.1f}" for v in df["static 16N (GiB)"]] == ["104.3", "1043.1"]
     assert df["checkpoints ⌈√L⌉+1"].tolist() == [7, 10]
     assert df["activations kept (≈)"].tolist() == ["22%", "13%"]

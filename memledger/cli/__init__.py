@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import SpecError
-from .args import Parser
+from memledger.cli.args import Parser
+from memledger.errors import SpecError
 
 COMMANDS = ["ledger", "advise", "plan", "trace", "validate"]  # modules under memledger.cli: add(), run()
 

@@ -8,11 +8,11 @@ import json
 import math
 from dataclasses import asdict
 
-from ..advisor import advise
-from ..errors import SpecError
-from ..ledger import build_ledger
-from ..units import GIB, gib
-from .args import add_config_args, specs_from_args
+from memledger.advisor import advise
+from memledger.cli.args import add_config_args, specs_from_args
+from memledger.errors import SpecError
+from memledger.ledger import build_ledger
+from memledger.units import GIB, gib
 
 
 def add(sub) -> None:

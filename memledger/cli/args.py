@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..errors import SpecError
-from ..presets import GPUS, MODELS, gpu, model
-from ..schedules import balanced_layout
-from ..specs import ParallelSpec, TrainSpec
-from ..specs.parallel import SCHEDULES
-from ..presets.policies import POLICY_PRESETS, apply_policy
-from ..specs.policy import parse_rules
-from ..specs.runtime import (A2A_SIZING, GRAD_BUCKETS, GRAD_LIFETIMES, MUON_GATHER,
-                             NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, OPTIMIZER_IMPLS,
-                             ZERO3_IMPLS, RuntimeSpec)
-from ..specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
-from ..units import GIB
+from memledger.errors import SpecError
+from memledger.ledger.pipeline.schedules import balanced_layout
+from memledger.presets import GPUS, MODELS, gpu, model
+from memledger.presets.policies import POLICY_PRESETS, apply_policy
+from memledger.specs import ParallelSpec, TrainSpec
+from memledger.specs.parallel import SCHEDULES
+from memledger.specs.policy import parse_rules
+from memledger.specs.runtime import (A2A_SIZING, GRAD_BUCKETS, GRAD_LIFETIMES, MUON_GATHER,
+                                     NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES,
+                                     OPTIMIZER_IMPLS, ZERO3_IMPLS, RuntimeSpec)
+from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
+from memledger.units import GIB
 
 
 class Parser(argparse.ArgumentParser):
@@ -110,7 +110,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 def load_model(args):
     if args.hf_config:
-        from ..hf_config import load_hf_config
+        from memledger.model.hf_config import load_hf_config
         return load_hf_config(args.hf_config)
     return model(args.model)
 
@@ -184,7 +184,7 @@ def specs_from_args(args):
     """(model, parallel, train, runtime, hardware) from parsed flags; raises SpecError."""
     m = load_model(args)
     if args.profile.startswith("traced:"):
-        from ..trace.profile import register_traced  # lands with the tracing work
+        from memledger.trace.profile import register_traced  # lands with the tracing work
         args.profile = register_traced(args.profile[len("traced:"):])
     return (m, parallel_from_args(args, m), train_from_args(args), runtime_from_args(args),
             gpu(args.gpu) if args.gpu else None)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 
-from ..act_policy import payments
-from ..items import ROW_LABELS, ROWS
-from ..ledger import build_ledger
-from ..units import gib
-from .args import add_config_args, specs_from_args
+from memledger.cli.args import add_config_args, specs_from_args
+from memledger.ledger import build_ledger
+from memledger.ledger.activations.policy import payments
+from memledger.ledger.items import ROW_LABELS, ROWS
+from memledger.units import gib
 
 
 def add(sub) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from ..errors import SpecError
-from ..presets import GPUS, gpu
-from ..units import gib
-from .args import add_model_args, add_train_args, load_model, runtime_from_args
+from memledger.cli.args import add_model_args, add_train_args, load_model, runtime_from_args
+from memledger.errors import SpecError
+from memledger.presets import GPUS, gpu
+from memledger.units import gib
 
 FIXED = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp")
 BOUNDS = ("max_tp", "max_etp", "max_cp", "max_vpp", "max_micro_batch")
@@ -46,7 +46,7 @@ def _worlds(values: list[str]) -> tuple[int, ...]:
 
 
 def spec_from_args(args):
-    from ..planner import Constraints, PlanSpec
+    from memledger.planner import Constraints, PlanSpec
     if args.gpu is None:
         raise SpecError("gpu", f"the planner needs a GPU preset; valid: {', '.join(GPUS)}")
     if args.micro_batches is not None:
@@ -60,7 +60,7 @@ def spec_from_args(args):
     if args.top < 0:
         raise SpecError("top", f"must be >= 0, got {args.top}")
     if args.profile.startswith("traced:"):
-        from ..trace.profile import register_traced  # lands with the tracing work
+        from memledger.trace.profile import register_traced  # lands with the tracing work
         args.profile = register_traced(args.profile[len("traced:"):])
     fixed = {k: getattr(args, k) for k in FIXED + ("zero", "micro_batch", "recompute", "schedule")}
     bounds = {k: getattr(args, k) for k in BOUNDS}
@@ -73,7 +73,7 @@ def spec_from_args(args):
 
 
 def run(args) -> int:
-    from ..planner import plan
+    from memledger.planner import plan
     result = plan(spec_from_args(args))
     if args.json:
         print(json.dumps(result.to_dict(args.top)))
@@ -83,7 +83,7 @@ def run(args) -> int:
 
 
 def render(result, top: int) -> str:
-    from ..planner import describe
+    from memledger.planner import describe
     s, c = result.spec, result.counts()
     lines = [f"{s.model.name} on {'/'.join(map(str, s.worlds))} × {s.hardware.name} "
              f"({s.node_size} per node) | seq {s.seq} | global batch {s.global_batch} | "
@@ -98,5 +98,5 @@ def render(result, top: int) -> str:
         lines.append(f"{i:>4}  {r['seconds']:>11.3f}  {gib(r['peak_bytes']):>9.2f}  "
                      f"{gib(r['free_bytes']):>9.2f}  {describe(r)}")
     lines.append(f"Pareto front (peak vs time): {len(result.pareto)} configurations; "
-                 f"GiB = 2^30 bytes; times are estimates (memledger.steptime)")
+                 f"GiB = 2^30 bytes; times are estimates (memledger.costs.steptime)")
     return "\n".join(lines)

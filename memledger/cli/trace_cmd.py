@@ -9,7 +9,7 @@ import json
 from fractions import Fraction as F
 from pathlib import Path
 
-from ..errors import SpecError
+from memledger.errors import SpecError
 
 EPILOG = """\
 sources:
@@ -78,10 +78,10 @@ def _seqs(text: str) -> list[int]:
 
 
 def _config_source(args):
-    from ..hf_config import from_hf_config
-    from ..params import layer_kind
-    from ..trace.shrink import choose_shrink
-    from ..trace.sources import ConfigSource, resolve_device
+    from memledger.model.hf_config import from_hf_config
+    from memledger.model.params import layer_kind
+    from memledger.trace.shrink import choose_shrink
+    from memledger.trace.sources import ConfigSource, resolve_device
     path = Path(args.hf_config)
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
@@ -115,8 +115,8 @@ def _guess_kinds(trace) -> dict[int, str]:
 
 def measure(args):
     """(rows, check point, profile doc) for parsed arguments."""
-    from ..trace.fit import Point, fit, residual
-    from ..trace.fitted import profile_doc
+    from memledger.trace.fit import Point, fit, residual
+    from memledger.trace.fitted import profile_doc
     try:
         import torch
     except ImportError:
@@ -129,7 +129,7 @@ def measure(args):
     if args.hf_config:
         src, divisors, kinds, top_k, model = _config_source(args)
     else:
-        from ..trace.sources import ModuleSource
+        from memledger.trace.sources import ModuleSource
         src, divisors, kinds, top_k, model = ModuleSource(args.module), (1, 1), None, None, {}
     fit_divs, check_div = sorted(set(divisors[:-1])), divisors[-1]
     points = [Point(s, F(1, d), src.trace(s, d, batch), batch) for d in fit_divs for s in seqs]

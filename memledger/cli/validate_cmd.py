@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import SpecError
+from memledger.errors import SpecError
 
 
 def add(sub) -> None:
@@ -34,7 +34,7 @@ def _device(choice: str) -> str:
 
 
 def run(args) -> int:
-    from ..validation.cases import CPU_CASES, GPU_CASES, cases_named
+    from memledger.validation.cases import CPU_CASES, GPU_CASES, cases_named
     if args.list:
         print("\n".join(c.name for c in GPU_CASES + CPU_CASES))
         return 0
@@ -44,8 +44,8 @@ def run(args) -> int:
     pool = GPU_CASES if device == "cuda" else CPU_CASES
     cases = cases_named(args.cases.split(",") if args.cases else None, pool=GPU_CASES + CPU_CASES) \
         if args.cases else pool
-    from ..validation.measure import environment, measure, workspace_bytes
-    from ..validation.report import compare, worst_by_row
+    from memledger.validation.measure import environment, measure, workspace_bytes
+    from memledger.validation.report import compare, worst_by_row
     env = environment()
     ws = workspace_bytes() if device == "cuda" else 0
     env["cublas_workspace_bytes"] = ws
@@ -65,7 +65,7 @@ def run(args) -> int:
 
 
 def rescore_file(path: Path) -> int:
-    from ..validation.report import rescore, worst_by_row
+    from memledger.validation.report import rescore, worst_by_row
     try:
         doc = json.loads(path.read_text())
         records = rescore(doc)

@@ -6,16 +6,16 @@ estimated step time (DESIGN.md §10).
 enumerates the structural layouts through the core's validity checks (`space`), evaluates the
 most-loaded-rank peak of every (layout, ZeRO stage, micro-batch size, recompute mode) with numpy
 — byte for byte `build_ledger(...).peak.peak_total_bytes` (`evaluate`) — estimates its step
-time (`memledger.steptime`), and returns a `Plan` (`result`).
+time (`memledger.costs.steptime`), and returns a `Plan` (`result`).
 """
 from __future__ import annotations
 
 import time
 
-from .evaluate import evaluate
-from .result import Plan, describe
-from .space import enumerate_space
-from .spec import Constraints, PlanSpec
+from memledger.planner.evaluate import evaluate
+from memledger.planner.result import Plan, describe
+from memledger.planner.space import enumerate_space
+from memledger.planner.spec import Constraints, PlanSpec
 
 __all__ = ["Constraints", "Plan", "PlanSpec", "describe", "plan"]
 

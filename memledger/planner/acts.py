@@ -16,15 +16,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import comm
-from ..act_policy import _decision
-from ..act_rows import autocast_cache, autocast_copies
-from ..activations import get_profile
-from ..activations.inventory import tensor_bytes
-from ..errors import SpecError
-from ..params import layer_kind
-from ..specs.parallel import ParallelSpec
-from .vec import VecParallel, VecTrain, quiet
+from memledger.errors import SpecError
+from memledger.ledger import communication as comm
+from memledger.ledger.activations import get_profile
+from memledger.ledger.activations.inventory import tensor_bytes
+from memledger.ledger.activations.policy import _decision
+from memledger.ledger.activations.row import autocast_cache, autocast_copies
+from memledger.model.params import layer_kind
+from memledger.planner.vec import VecParallel, VecTrain, quiet
+from memledger.specs.parallel import ParallelSpec
 
 decision = _decision.__wrapped__  # the storage rule without its cache (arrays are not hashable)
 KINDS = ("dense", "moe")

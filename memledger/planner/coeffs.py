@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import comm
-from ..ledger import step_temporaries
-from ..sharding import ZERO_SHARDED, shard_divisor
-from ..static import ROW_FUNCS, Held
-from ..units import ceil_div
-from .vec import VecParallel, VecTrain, quiet
+from memledger.ledger import communication as comm
+from memledger.ledger.runtime import step_temporaries
+from memledger.ledger.static.rows import ROW_FUNCS, Held
+from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor
+from memledger.planner.vec import VecParallel, VecTrain, quiet
+from memledger.units import ceil_div
+
 
 def _vp(tp, pp, cp, dp, ep, etp, zero=0) -> VecParallel:
     return VecParallel(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, sp=tp > 1, zero=zero)

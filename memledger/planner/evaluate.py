@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..units import ceil_div
-from .acts import act_arrays
-from .coeffs import block_arrays, static_tables
-from .ranks import pipe_tables, rank_held
-from .space import Group, Space, divisors
-from .spec import PLAN_RECOMPUTE, PlanSpec
-from .timing import block_seconds, pipe_flops
+from memledger.planner.acts import act_arrays
+from memledger.planner.coeffs import block_arrays, static_tables
+from memledger.planner.ranks import pipe_tables, rank_held
+from memledger.planner.space import Group, Space, divisors
+from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
+from memledger.planner.timing import block_seconds, pipe_flops
+from memledger.units import ceil_div
 
 COLUMNS = ("world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "schedule", "balanced", "zero",
            "micro_batch", "micro_batches", "recompute")

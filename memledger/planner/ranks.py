@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ledger import held_groups
-from ..params import layer_kind
-from ..schedules import bubble_fraction, first_stage_rank, in_flight, last_stage_rank, stage_layers
-from ..specs.model import ModelSpec
-from ..specs.train import TrainSpec
-from .space import Pipe
-
+from memledger.ledger.pipeline.schedules import (bubble_fraction, first_stage_rank, in_flight,
+                                                 last_stage_rank, stage_layers)
+from memledger.ledger.static.held import held_groups
+from memledger.model.params import layer_kind
+from memledger.planner.space import Pipe
+from memledger.specs.model import ModelSpec
+from memledger.specs.train import TrainSpec
 
 SATURATED = 1 << 40  # an m beyond every in-flight limit
 

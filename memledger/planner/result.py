@@ -11,13 +11,13 @@ from functools import cached_property
 
 import numpy as np
 
-from ..ledger import build_ledger
-from ..schedules import balanced_layout
-from ..specs.parallel import ParallelSpec
-from ..specs.train import TrainSpec
-from ..units import GIB, ceil_div
-from .evaluate import SCHEDULE_CODES, Evaluated
-from .spec import PLAN_RECOMPUTE, PlanSpec
+from memledger.ledger import build_ledger
+from memledger.ledger.pipeline.schedules import balanced_layout
+from memledger.planner.evaluate import SCHEDULE_CODES, Evaluated
+from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
+from memledger.specs.parallel import ParallelSpec
+from memledger.specs.train import TrainSpec
+from memledger.units import GIB, ceil_div
 
 
 @dataclass

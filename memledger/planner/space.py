@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import SpecError
-from ..schedules import balanced_layout
-from ..specs.parallel import ParallelSpec
-from ..validate import check_model_parallel, check_train
-from .spec import PLAN_SCHEDULES, PlanSpec
+from memledger.errors import SpecError
+from memledger.ledger.pipeline.schedules import balanced_layout
+from memledger.planner.spec import PLAN_SCHEDULES, PlanSpec
+from memledger.specs.checks import check_model_parallel, check_train
+from memledger.specs.parallel import ParallelSpec
 
 
 def divisors(n: int) -> list[int]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import SpecError, require, require_choice, require_positive
-from ..flops import DEFAULT_MFU_PCT
-from ..specs.hardware import Hardware
-from ..specs.model import ModelSpec
-from ..specs.parallel import ZERO_STAGES
-from ..specs.runtime import RuntimeSpec
-from ..specs.train import TrainSpec
+from memledger.costs.compute import DEFAULT_MFU_PCT
+from memledger.errors import SpecError, require, require_choice, require_positive
+from memledger.specs.hardware import Hardware
+from memledger.specs.model import ModelSpec
+from memledger.specs.parallel import ZERO_STAGES
+from memledger.specs.runtime import RuntimeSpec
+from memledger.specs.train import TrainSpec
 
 PLAN_SCHEDULES = ("1f1b", "interleaved", "dualpipe")  # dualpipe is searched for MoE models only
 PLAN_RECOMPUTE = ("none", "selective", "full")

@@ -1,4 +1,4 @@
-"""Step-time arrays for the planner's blocks: `memledger.steptime` (which documents the model and
+"""Step-time arrays for the planner's blocks: `memledger.costs.steptime` (which documents the model and
 what it ignores) evaluated over widths × pipeline shapes × ZeRO × micro-batch × recompute."""
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import steptime as st
-from ..activations import get_profile
-from ..flops import head_forward_flops_per_token, layer_forward_flops_per_token
-from ..params import padded_vocab
-from ..units import format_bytes
-from .vec import VecParallel
+from memledger.costs import steptime as st
+from memledger.ledger.activations import get_profile
+from memledger.model.flops import head_forward_flops_per_token, layer_forward_flops_per_token
+from memledger.model.params import padded_vocab
+from memledger.planner.vec import VecParallel
+from memledger.units import format_bytes
 
 
 @dataclass

@@ -16,8 +16,8 @@ from dataclasses import fields
 
 import numpy as np
 
-from ..specs.parallel import ParallelSpec
-from ..specs.train import TrainSpec
+from memledger.specs.parallel import ParallelSpec
+from memledger.specs.train import TrainSpec
 
 
 class VecParallel:

@@ -5,8 +5,8 @@ per direction: NVLink per GPU, PCIe x16 per direction, one network NIC per GPU.
 """
 from __future__ import annotations
 
-from ..errors import SpecError
-from ..specs.hardware import Hardware
+from memledger.errors import SpecError
+from memledger.specs.hardware import Hardware
 
 _MIB = 1024**2
 _G = 10**9

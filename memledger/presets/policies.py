@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import SpecError
-from ..specs.policy import ActivationPolicy
+from memledger.errors import SpecError
+from memledger.specs.policy import ActivationPolicy
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import require, require_positive
+from memledger.errors import require, require_positive
 
 
 @dataclass(frozen=True, kw_only=True)

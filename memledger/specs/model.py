@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hashing import cache_hash
-from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
+from memledger.errors import (SpecError, require, require_choice, require_non_negative,
+                              require_positive)
+from memledger.specs.hashing import cache_hash
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")

@@ -3,14 +3,14 @@
 world = tp · pp · cp · dp. Experts are laid over the same non-pipeline ranks as ep · etp groups
 (Megatron-Core "MoE parallel folding"), so ep · etp must divide tp · cp · dp and the expert
 data-parallel size is world / (pp · ep · etp). Checks that also need the model (tp dividing the
-heads, ep dividing the experts, ...) live in `memledger.validate`.
+heads, ep dividing the experts, ...) live in `memledger.specs.checks`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hashing import cache_hash
-from ..errors import SpecError, require, require_choice, require_positive
+from memledger.errors import SpecError, require, require_choice, require_positive
+from memledger.specs.hashing import cache_hash
 
 SCHEDULES: dict[str, str] = {
     "gpipe": "GPipe: all m micro-batches forward, then all backward",

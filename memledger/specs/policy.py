@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SpecError
+from memledger.errors import SpecError
 
 # Classes the built-in profiles use (memledger/activations/megatron.py, paper.py).
 CLASSES: dict[str, str] = {

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
-from .hashing import cache_hash
+from memledger.errors import (SpecError, require, require_choice, require_non_negative,
+                              require_positive)
+from memledger.specs.hashing import cache_hash
 
 A2A_SIZING = ("dynamic", "capacity", "worst-case", "deepep-ll")
 GRAD_BUCKETS = ("megatron", "deepspeed")

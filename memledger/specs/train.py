@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .hashing import cache_hash
-from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
-from .policy import ActivationPolicy
+from memledger.errors import (SpecError, require, require_choice, require_non_negative,
+                              require_positive)
+from memledger.specs.hashing import cache_hash
+from memledger.specs.policy import ActivationPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +97,7 @@ class TrainSpec:
     micro_batches: int = 1  # per step per pipeline (gradient accumulation)
     precision: str = "megatron"
     optimizer: str = "adamw"
-    profile: str = "megatron"  # or "traced:<name>" registered with memledger.activations
+    profile: str = "megatron"  # or "traced:<name>" registered with memledger.ledger.activations
     attention: str = "flash"
     recompute: str = "none"
     recompute_every: int = 0  # for every-k: checkpoint every k layers; 0 = ceil(sqrt(L)) (Chen 2016)

@@ -10,10 +10,10 @@
 torch is imported lazily inside the tracing functions: `import memledger.trace` works without it,
 and `Trace.from_json` reads a saved trace anywhere.
 """
-from .classify import classify
-from .hf import trace_causal_lm
-from .records import PARAM_COPY, SHARED, SavedTensor, Trace
-from .tracer import SavedTensorTracer, TraceError, layer_of, trace_call, trace_saved
+from memledger.trace.classify import classify
+from memledger.trace.hf import trace_causal_lm
+from memledger.trace.records import PARAM_COPY, SHARED, SavedTensor, Trace
+from memledger.trace.tracer import SavedTensorTracer, TraceError, layer_of, trace_call, trace_saved
 
 __all__ = ["PARAM_COPY", "SHARED", "SavedTensor", "SavedTensorTracer", "Trace", "TraceError",
            "classify", "layer_of", "trace_call", "trace_causal_lm", "trace_saved"]

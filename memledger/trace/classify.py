@@ -1,6 +1,6 @@
 """Class of a saved tensor from the module that saved it, its shape, dtype and producer.
 
-The classes are the activation-policy classes of memledger.activations (so a traced inventory
+The classes are the activation-policy classes of memledger.ledger.activations (so a traced inventory
 can be recomputed/quantized/offloaded by class): norm_in (a norm's own saves), norm_out (the
 input of a projection that follows a norm), qkv, attn_core (scores, probabilities, log-sum-exp,
 rng state), attn_out (o_proj input), mlp_fc1 / mlp_act, router, expert_in / expert_fc1 /

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction as F
 from itertools import combinations
 
-from .records import SavedTensor, Trace
+from memledger.trace.records import SavedTensor, Trace
 
 TERMS = ("T", "Ts", "1")
 _ORDER = (("T",), ("Ts",), ("1",), ("T", "1"), ("T", "Ts"), ("Ts", "1"), ("T", "Ts", "1"))

@@ -19,13 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction as F
 
-from ..activations.hf import SELECTIVE
-from ..activations.inventory import ActTensor
-from ..errors import SpecError
-from ..units import format_bytes
-from .fit import Point, Row
-from .profile import _FMT, split_of
-from .records import SHARED
+from memledger.errors import SpecError
+from memledger.ledger.activations.inventory import ActTensor
+from memledger.ledger.activations.profiles.hf import SELECTIVE
+from memledger.trace.fit import Point, Row
+from memledger.trace.records import _FMT, SHARED, split_of
+from memledger.units import format_bytes
 
 FORMAT = "memledger-fitted-profile/1"
 _ROUTED = ("expert_in", "expert_fc1", "expert_act", "expert_out", "expert_idx", "router")

@@ -6,8 +6,8 @@ transformers are imported by the caller, never here at import time.
 """
 from __future__ import annotations
 
-from .records import Trace
-from .tracer import TraceError, trace_saved
+from memledger.trace.records import Trace
+from memledger.trace.tracer import TraceError, trace_saved
 
 
 def trace_causal_lm(model, batch: int = 1, seq: int = 128, *, autocast_dtype=None,

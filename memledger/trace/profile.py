@@ -20,17 +20,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..activations.hf import SELECTIVE
-from ..activations.inventory import ActTensor
-from ..errors import SpecError
-from ..units import format_bytes
-from .records import PARAM_COPY, SHARED, SavedTensor, Trace
-
-_FMT = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64",
-        "int32": "int32", "bool": "bool", "uint8": "uint8"}
-_TP = {"qkv", "attn_core", "attn_out", "mlp_fc1", "mlp_act", "logits"}
-_ETP = {"expert_fc1", "expert_act"}
-_NONE = {"expert_in", "expert_out", "expert_idx", "embedding", SHARED, "loss"}
+from memledger.errors import SpecError
+from memledger.ledger.activations.inventory import ActTensor
+from memledger.ledger.activations.profiles.hf import SELECTIVE
+from memledger.trace.records import _FMT, PARAM_COPY, SHARED, SavedTensor, Trace, split_of
+from memledger.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -41,10 +35,6 @@ class _Row:
     fmt: str
     split: str
     seq_scaled: bool  # s×s: values grow with train.seq
-
-
-def split_of(cls: str) -> str:
-    return "tp" if cls in _TP else "etp" if cls in _ETP else "none" if cls in _NONE else "sp"
 
 
 def _row(x: SavedTensor, name: str, seq: int) -> _Row:
@@ -124,8 +114,8 @@ class TracedProfile:
 def register_traced(path: str) -> str:
     """Read a trace JSON (Trace.to_json) or a fitted profile (`memledger trace --out`, see
     memledger.trace.fitted), register it as `traced:<file stem>`, return that name."""
-    from ..activations import register
-    from .fitted import FORMAT, FittedProfile
+    from memledger.ledger.activations import register
+    from memledger.trace.fitted import FORMAT, FittedProfile
     f = Path(path)
     name = f"traced:{f.stem}"
     try:

@@ -83,3 +83,15 @@ class Trace:
         d = json.loads(text)
         rows = tuple(SavedTensor(**{**r, "shape": tuple(r["shape"])}) for r in d["tensors"])
         return cls(tensors=rows, tokens=int(d.get("tokens", 0)), meta=d.get("meta", {}))
+
+
+# Dtype names and tensor-parallel splits of traced classes (shared by profile and fitted).
+_FMT = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64",
+        "int32": "int32", "bool": "bool", "uint8": "uint8"}
+_TP = {"qkv", "attn_core", "attn_out", "mlp_fc1", "mlp_act", "logits"}
+_ETP = {"expert_fc1", "expert_act"}
+_NONE = {"expert_in", "expert_out", "expert_idx", "embedding", SHARED, "loss"}
+
+
+def split_of(cls: str) -> str:
+    return "tp" if cls in _TP else "etp" if cls in _ETP else "none" if cls in _NONE else "sp"

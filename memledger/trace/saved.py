@@ -8,7 +8,7 @@ by the weights, not the tokens.
 """
 from __future__ import annotations
 
-from .tracer import trace_call
+from memledger.trace.tracer import trace_call
 
 
 def saved_tensor_bytes(run, model, *, include_param_copies: bool = False) -> int:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SpecError
-from ..hf_config import from_hf_config
-from ..params import n_params
+from memledger.errors import SpecError
+from memledger.model.hf_config import from_hf_config
+from memledger.model.params import n_params
 
 WIDTH_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size",
               "shared_expert_intermediate_size", "head_dim", "q_lora_rank", "kv_lora_rank",

@@ -20,8 +20,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..errors import SpecError
-from .shrink import BUILD_TYPE, Shrink
+from memledger.errors import SpecError
+from memledger.trace.shrink import BUILD_TYPE, Shrink
 
 CONTRACT = ("MOD:FUNCTION must name a function that takes no arguments and returns "
             "(model, make_inputs), make_inputs(batch, seq) returning a dict or tuple of inputs")
@@ -92,7 +92,7 @@ class ModuleSource:
         return {"source": f"module {self.target}"}
 
     def trace(self, seq: int, divisor: int, batch: int):
-        from .tracer import trace_saved
+        from memledger.trace.tracer import trace_saved
         model, make_inputs = self._build()
         try:
             inputs = make_inputs(batch, seq)
@@ -154,7 +154,8 @@ class ConfigSource:
 
     def trace(self, seq: int, divisor: int, batch: int):
         import torch
-        from .hf import trace_causal_lm
+
+        from memledger.trace.hf import trace_causal_lm
         amp = torch.bfloat16 if self.precision == "amp" else None
         return trace_causal_lm(self.model(divisor), batch, seq, autocast_dtype=amp, seed=self.seed,
                                meta={"divisor": divisor})

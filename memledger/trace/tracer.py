@@ -22,8 +22,8 @@ import re
 import weakref
 from dataclasses import dataclass
 
-from .classify import classify
-from .records import PARAM_COPY, SHARED, SavedTensor, Trace
+from memledger.trace.classify import classify
+from memledger.trace.records import PARAM_COPY, SHARED, SavedTensor, Trace
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 # grad_fn nodes that only cast or re-view their single input: a chain of them ending at a

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..hf_config import from_hf_config
-from ..ledger import build_ledger
-from ..specs import ParallelSpec, TrainSpec
-from ..specs.runtime import RuntimeSpec
+from memledger.ledger import build_ledger
+from memledger.model.hf_config import from_hf_config
+from memledger.specs import ParallelSpec, TrainSpec
+from memledger.specs.runtime import RuntimeSpec
 
 VOCAB = 32000
 
@@ -128,7 +128,7 @@ def cases_named(names: list[str] | None, pool=GPU_CASES + CPU_CASES) -> tuple[Ca
     by_name = {c.name: c for c in pool}
     missing = [n for n in names if n not in by_name]
     if missing:
-        from ..errors import SpecError
+        from memledger.errors import SpecError
         raise SpecError("cases", f"unknown case(s) {missing}; valid: {', '.join(by_name)}")
     return tuple(by_name[n] for n in names)
 

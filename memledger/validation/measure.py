@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from .cases import Case
+from memledger.validation.cases import Case
 
 
 def _tensor_bytes(t) -> int:
@@ -108,7 +108,7 @@ def _forward(model, case, batches):
 def _saved_bytes(model, case, batches) -> int:
     """Saved-for-backward bytes, storage-deduplicated, parameters excluded but autocast's
     weight casts included (they are per-micro-batch memory like any activation)."""
-    from ..trace.saved import saved_tensor_bytes
+    from memledger.trace.saved import saved_tensor_bytes
     return saved_tensor_bytes(lambda: _forward(model, case, batches), model, include_param_copies=True)
 
 
@@ -191,6 +191,7 @@ def workspace_bytes() -> int:
 
 def environment() -> dict:
     import platform
+
     import torch
     import transformers
     env = {"torch": torch.__version__, "transformers": transformers.__version__,

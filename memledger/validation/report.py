@@ -6,7 +6,7 @@ outside the model — the measured cuBLAS workspace and the input ids/labels —
 """
 from __future__ import annotations
 
-from .cases import Case, predict
+from memledger.validation.cases import Case, predict
 
 TOLERANCE = {"weights": 0.005, "gradients": 0.005, "optimizer": 0.005, "activations": 0.03,
              "peak_allocated": 0.10}
@@ -52,7 +52,7 @@ def worst_by_row(records: list[dict]) -> dict[str, float]:
 def rescore(doc: dict) -> list[dict]:
     """Records for stored measurements, predicted by the ledger as it is now. Measurements are
     facts of a run; predictions are re-derived, so a stored GPU run keeps checking the model."""
-    from .cases import CPU_CASES, GPU_CASES
+    from memledger.validation.cases import CPU_CASES, GPU_CASES
     by_name = {c.name: c for c in GPU_CASES + CPU_CASES}
     env = doc["environment"]
     ws = env.get("cublas_workspace_bytes", 0)

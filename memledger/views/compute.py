@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..ledger import Ledger, build_ledger
-from ..params import n_params
-from ..presets.policies import apply_policy
-from ..specs import ModelSpec, ParallelSpec, TrainSpec
-from ..specs.runtime import RuntimeSpec
-from ..textbook import SEED_EXAMPLES
-from .options import problem, with_value
-from .state import Config, hardware, to_specs
+from memledger.costs.textbook import SEED_EXAMPLES
+from memledger.ledger import Ledger, build_ledger
+from memledger.model.params import n_params
+from memledger.presets.policies import apply_policy
+from memledger.specs import ModelSpec, ParallelSpec, TrainSpec
+from memledger.specs.runtime import RuntimeSpec
+from memledger.views.options import problem, with_value
+from memledger.views.state import Config, hardware, to_specs
 
 
 @lru_cache(maxsize=256)

@@ -15,7 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .export import find_browser
+from memledger.views.export import find_browser
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

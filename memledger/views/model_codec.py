@@ -14,8 +14,8 @@ import typing
 import zlib
 from dataclasses import asdict, fields
 
-from ..errors import SpecError
-from ..specs.model import MLASpec, ModelSpec, MoESpec
+from memledger.errors import SpecError
+from memledger.specs.model import MLASpec, ModelSpec, MoESpec
 
 PREFIX = "spec:"
 MAX_JSON_BYTES = 16_384

@@ -1,7 +1,7 @@
 """Which values each dashboard setting may take, and the repair of an invalid configuration.
 
 Validity is the core's call only: a configuration is valid when its specs construct, the
-cross-spec checks `memledger.validate.check_all` pass and the activation profile is registered.
+cross-spec checks `memledger.specs.checks.check_all` pass and the activation profile is registered.
 This module proposes candidates (divisors of the world size for parallel degrees, the tables for
 choices), keeps those the core accepts with every other setting held fixed, and, when a setting
 must change (a stale link, a new model), moves it to the nearest valid value. Results are cached:
@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..activations import get_profile
-from ..errors import SpecError
-from ..presets import GPUS
-from ..specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
-from ..specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
-from ..validate import check_all
-from .state import LAYOUT_WORDS, Config, to_specs
+from memledger.errors import SpecError
+from memledger.ledger.activations import get_profile
+from memledger.presets import GPUS
+from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
+from memledger.specs.checks import check_all
+from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
+from memledger.views.state import LAYOUT_WORDS, Config, to_specs
 
 # Which setting to move when the core names a field (None: move something else).
 FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",

@@ -6,7 +6,7 @@ moves with every training knob, get the warm accent.
 """
 from __future__ import annotations
 
-from ..items import ROW_LABELS, ROWS
+from memledger.ledger.items import ROW_LABELS, ROWS
 
 ROW_COLORS: dict[str, str] = {
     "weights": "#0072B2",

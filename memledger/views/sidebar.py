@@ -11,15 +11,15 @@ import json
 
 import streamlit as st
 
-from ..errors import SpecError
-from ..presets import GPUS, MODELS
-from ..specs.parallel import SCHEDULES
-from ..specs.train import OPTIMIZERS, RECIPES
-from ..units import gib
-from .model_codec import PREFIX, decode_model, encode_model
-from .options import DEGREE_KEYS, valid_values
-from .state import INT_LIMITS, PageParam
-from .sync import Resolved, W, resolve
+from memledger.errors import SpecError
+from memledger.presets import GPUS, MODELS
+from memledger.specs.parallel import SCHEDULES
+from memledger.specs.train import OPTIMIZERS, RECIPES
+from memledger.units import gib
+from memledger.views.model_codec import PREFIX, decode_model, encode_model
+from memledger.views.options import DEGREE_KEYS, valid_values
+from memledger.views.state import INT_LIMITS, PageParam
+from memledger.views.sync import Resolved, W, resolve
 
 MAX_CONFIG_BYTES = 1_000_000
 
@@ -94,10 +94,10 @@ def _import_config() -> None:
         config = json.loads(text or b"null")
         if not isinstance(config, dict):
             raise ValueError("expected a JSON object (the contents of config.json)")
-        from ..hf_config import from_hf_config  # lands with the importer branch
+        from memledger.model.hf_config import from_hf_config  # lands with the importer branch
         ss[W + "model"] = encode_model(from_hf_config(config))
     except ImportError:
-        ss["_ml_import_error"] = ("Importing needs memledger.hf_config, which this build does "
+        ss["_ml_import_error"] = ("Importing needs memledger.model.hf_config, which this build does "
                                   "not include yet; pick a preset instead.")
     except (SpecError, ValueError, KeyError, TypeError) as e:
         ss["_ml_import_error"] = f"Could not import this config: {e}"

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
-from ..errors import SpecError
-from ..presets import GPUS, MODELS, gpu, model
-from ..schedules import balanced_layout
-from ..specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
-from ..specs.hardware import Hardware
-from ..specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
-from .model_codec import PREFIX as SPEC_PREFIX
-from .model_codec import decode_model
+from memledger.errors import SpecError
+from memledger.ledger.pipeline.schedules import balanced_layout
+from memledger.presets import GPUS, MODELS, gpu, model
+from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
+from memledger.specs.hardware import Hardware
+from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
+from memledger.views.model_codec import PREFIX as SPEC_PREFIX
+from memledger.views.model_codec import decode_model
 
 # The share-link keys, in URL order (the planner builds links with the same names).
 KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",

@@ -14,20 +14,10 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from ..specs import ModelSpec
-from .options import repair
-from .state import (
-    CONFIG_KEYS,
-    KEYS,
-    Config,
-    PageParam,
-    ParamIssue,
-    load_model,
-    page_to_params,
-    parse_page_params,
-    parse_params,
-    to_params,
-)
+from memledger.specs import ModelSpec
+from memledger.views.options import repair
+from memledger.views.state import (CONFIG_KEYS, KEYS, Config, PageParam, ParamIssue, load_model,
+                                   page_to_params, parse_page_params, parse_params, to_params)
 
 CFG, PAGE, RECENT = "_ml_cfg", "_ml_page", "_ml_recent"
 W, P = "sb_", "pg_"  # widget key prefixes: shared (sidebar) settings, page settings

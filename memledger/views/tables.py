@@ -10,11 +10,9 @@ import json
 
 import pandas as pd
 
-from ..checkpointing import seed_checkpoints, seed_percent
-from ..items import ROW_LABELS, ROWS, RankLedger
-from ..ledger import Ledger
-from ..textbook import static_bytes
-from ..units import GIB
+from memledger.ledger import Ledger
+from memledger.ledger.items import ROW_LABELS, ROWS, RankLedger
+from memledger.units import GIB
 
 RANK_COLUMNS = ["pp_rank"] + [f"{r}_bytes" for r in ROWS] + ["peak_allocated_bytes",
                                                            "peak_total_bytes"]
@@ -59,27 +57,3 @@ def items_csv(led: Ledger) -> str:
 
 def ledger_json(led: Ledger) -> str:
     return json.dumps(led.to_dict(), indent=1)
-
-
-def staircase_frame(led: Ledger) -> pd.DataFrame:
-    """Per pipeline rank: its layers, micro-batches in flight, activations and total (GiB)."""
-    return pd.DataFrame({
-        "pp rank": [r.pp_rank for r in led.ranks],
-        "layers": [len(r.layers) for r in led.ranks],
-        "micro-batches in flight": [" + ".join(str(n) for _, n in r.in_flight) for r in led.ranks],
-        "activations (GiB)": [r.rows["activations"] / GIB for r in led.ranks],
-        "static rows (GiB)": [r.static_bytes / GIB for r in led.ranks],
-        "peak total (GiB)": [r.peak_total_bytes / GIB for r in led.ranks],
-    })
-
-
-def seed_numbers_frame(examples) -> pd.DataFrame:
-    """Seed 2's two printed results (and any other sizes): 16N in GiB, ⌈√L⌉ + 1 checkpoints."""
-    return pd.DataFrame({
-        "model": [e[0] for e in examples],
-        "parameters N": [e[1] for e in examples],
-        "static 16N (GiB)": [sum(static_bytes(e[1]).values()) / GIB for e in examples],
-        "layers L": [e[2] for e in examples],
-        "checkpoints ⌈√L⌉+1": [seed_checkpoints(e[2]) for e in examples],
-        "activations kept (≈)": [f"{seed_percent(e[2])}%" for e in examples],
-    })

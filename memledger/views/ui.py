@@ -6,11 +6,11 @@ import re
 
 import streamlit as st
 
-from ..ledger import Ledger
-from ..specs.parallel import SCHEDULES
-from . import export, tables
-from .state import PageParam
-from .sync import Resolved, share_url, write_url
+from memledger.ledger import Ledger
+from memledger.specs.parallel import SCHEDULES
+from memledger.views import export, tables
+from memledger.views.state import PageParam
+from memledger.views.sync import Resolved, share_url, write_url
 
 SCHEDULE_HELP = "\n".join(f"- **{k}**: {v}" for k, v in SCHEDULES.items())
 

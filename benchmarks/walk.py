@@ -1,0 +1,84 @@
+"""Walk one configuration through `build_ledger` and count how the call path crosses modules.
+
+Run: python benchmarks/walk.py
+Reports, for one cold build of a Llama-3 70B ledger (tp8 pp4 dp2, ZeRO-1, selective recompute):
+  modules entered      distinct memledger modules whose code runs
+  module calls         calls that cross from one memledger module into another
+  back up              calls into a module that is already on the call stack below the caller
+                       (the path re-enters a layer it came from instead of returning to it)
+The last list shows every (caller → re-entered module) pair with its count. Used for the
+restructure's before/after figures (docs/architecture.md).
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import memledger  # noqa: E402
+from memledger import ParallelSpec, TrainSpec, build_ledger, model  # noqa: E402
+
+ROOT = str(Path(memledger.__file__).parent)
+
+
+def module_of(frame) -> str | None:
+    f = frame.f_code.co_filename
+    return frame.f_globals.get("__name__") if f.startswith(ROOT) else None
+
+
+def walk(fn) -> tuple[set, Counter, Counter]:
+    entered, crossings, back_up = set(), Counter(), Counter()
+    stack: list[str | None] = []
+
+    def tracer(frame, event, arg):
+        if event == "call":
+            mod = module_of(frame)
+            caller = next((s for s in reversed(stack) if s), None)
+            if mod:
+                entered.add(mod)
+                if caller and caller != mod:
+                    crossings[(caller, mod)] += 1
+                    if mod in stack:
+                        back_up[(caller, mod)] += 1
+            stack.append(mod)
+            return tracer
+        if event == "return" and stack:
+            stack.pop()
+        return tracer
+
+    sys.setprofile(None)
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return entered, crossings, back_up
+
+
+def clear_caches() -> None:
+    import functools
+    import gc
+    for obj in gc.get_objects():
+        if isinstance(obj, functools._lru_cache_wrapper) and getattr(obj, "__module__", "").startswith("memledger"):
+            obj.cache_clear()
+
+
+def main() -> None:
+    m = model("llama3-70b")
+    p = ParallelSpec(tp=8, pp=4, dp=2, sp=True, zero=1)
+    t = TrainSpec(seq=8192, micro_batches=16, recompute="selective")
+    build_ledger(m, p, t)  # import everything first: imports are not the walk
+    clear_caches()
+    entered, crossings, back_up = walk(lambda: build_ledger(m, p, t))
+    print(f"modules entered: {len(entered)}")
+    print(f"module calls: {sum(crossings.values())} ({len(crossings)} distinct caller→callee pairs)")
+    print(f"back up: {sum(back_up.values())} calls ({len(back_up)} distinct pairs)")
+    for (a, b), n in back_up.most_common():
+        print(f"  {a} → {b}: {n}")
+    print("modules:", ", ".join(sorted(x.removeprefix("memledger.") for x in entered)))
+
+
+if __name__ == "__main__":
+    main()

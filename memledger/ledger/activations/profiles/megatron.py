@@ -1,0 +1,120 @@
+"""The `megatron` profile: tensors Megatron-Core + Transformer Engine save, flash attention, no
+dropout (DESIGN.md §5). Per token per layer: norm-1 input h, QKV input h, Q a·dh, K and V g·dh,
+attention output a·dh (+ fp32 log-sum-exp a), norm-2 input h, MLP input h, fc1 output 2f
+(SwiGLU) or f, activation output f; norms keep fp32 rstd (and mean for LayerNorm).
+MoE: fp32 router logits and probs (E each), top-k indices/weights, and per routed row the
+permuted input h, fc1 output 2fe/etp, activation output fe/etp, expert output h (for the
+probability-weighted combine). MLA keeps the compressed q/kv and their normed copies.
+Ignores: RoPE cos/sin caches (shared, tiny), TE fp8 amax histories.
+"""
+from __future__ import annotations
+
+from memledger.ledger.activations.inventory import ActTensor as A
+from memledger.specs.model import ModelSpec
+from memledger.specs.parallel import ParallelSpec
+from memledger.specs.train import TrainSpec
+
+SELECTIVE = frozenset({"attn_core", "norm_out", "mlp_act", "expert_act"})
+
+
+def norm(m: ModelSpec, name: str) -> list[A]:
+    stats = 2 if m.norm == "layernorm" else 1
+    return [A(f"{name}.input", "norm_in", m.hidden), A(f"{name}.stats", "norm_in", stats, "fp32")]
+
+
+def attention(m: ModelSpec) -> list[A]:
+    h, a, g, dh = m.hidden, m.n_heads, m.n_kv_heads, m.head_dim
+    if m.mla is not None:
+        return mla(m)
+    return [
+        A("attn.qkv_in", "norm_out", h, flops=4 * h),
+        A("attn.q", "qkv", a * dh, split="tp", flops=2 * h * a * dh),
+        A("attn.k", "qkv", g * dh, split="tp", flops=2 * h * g * dh),
+        A("attn.v", "qkv", g * dh, split="tp", flops=2 * h * g * dh),
+        A("attn.out", "attn_out", a * dh, split="tp", flops=4 * a * dh),
+        A("attn.lse", "attn_core", a, "fp32", split="tp", flops=4 * a * dh),
+    ]
+
+
+def mla(m: ModelSpec) -> list[A]:
+    x, h, a = m.mla, m.hidden, m.n_heads
+    kv_in = x.kv_lora_rank + x.qk_rope_dim
+    out = [A("attn.down_in", "norm_out", h, flops=4 * h)]
+    if x.q_lora_rank:
+        out += [A("attn.q_compressed", "mla_down", x.q_lora_rank, flops=2 * h * x.q_lora_rank),
+                A("attn.q_normed", "norm_out", x.q_lora_rank, flops=4 * x.q_lora_rank)]
+    out += [
+        A("attn.kv_compressed", "mla_down", kv_in, flops=2 * h * kv_in),
+        A("attn.kv_normed", "norm_out", x.kv_lora_rank, flops=4 * x.kv_lora_rank),
+        A("attn.q", "mla_up", a * x.qk_dim, split="tp",
+          flops=2 * (x.q_lora_rank or h) * a * x.qk_dim),
+        A("attn.k", "mla_up", a * x.qk_dim, split="tp", flops=2 * x.kv_lora_rank * a * x.qk_nope_dim),
+        A("attn.v", "mla_up", a * x.v_dim, split="tp", flops=2 * x.kv_lora_rank * a * x.v_dim),
+        A("attn.out", "attn_out", a * x.v_dim, split="tp", flops=4 * a * x.qk_dim),
+        A("attn.lse", "attn_core", a, "fp32", split="tp", flops=4 * a * x.qk_dim),
+    ]
+    return out
+
+
+def mlp(m: ModelSpec, f: int, prefix: str, split: str = "tp", per: str = "token") -> list[A]:
+    h = m.hidden
+    fc1 = 2 * f if m.mlp == "swiglu" else f
+    return [
+        A(f"{prefix}.fc1_out", "expert_fc1" if per == "routed" else "mlp_fc1", fc1, split=split,
+          per=per, flops=2 * h * fc1),
+        A(f"{prefix}.act_out", "expert_act" if per == "routed" else "mlp_act", f, split=split,
+          per=per, flops=4 * f),
+    ]
+
+
+def moe(m: ModelSpec) -> list[A]:
+    x, h = m.moe, m.hidden
+    out = [
+        A("moe.in", "norm_out", h, flops=4 * h),
+        A("moe.router_logits", "router", x.n_experts, "fp32", flops=2 * h * x.n_experts),
+        A("moe.router_probs", "router", x.n_experts, "fp32", flops=4 * x.n_experts),
+        A("moe.topk_idx", "router", x.top_k, "int64"),
+        A("moe.topk_weights", "router", x.top_k, "fp32"),
+        A("experts.in", "expert_in", h, split="none", per="routed"),
+    ]
+    out += mlp(m, x.expert_ffn, "experts", split="etp", per="routed")
+    out.append(A("experts.out", "expert_out", h, split="none", per="routed",
+                 flops=2 * x.expert_ffn * h))
+    if x.n_shared:
+        out += mlp(m, x.n_shared * x.shared_ffn_size, "shared")
+    return out
+
+
+class MegatronProfile:
+    name = "megatron"
+    selective = SELECTIVE
+
+    def layer(self, m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> tuple[A, ...]:
+        ffn = moe(m) if kind == "moe" else [A("mlp.in", "norm_out", m.hidden, flops=4 * m.hidden)] + mlp(
+            m, m.ffn_hidden, "mlp")
+        return tuple(norm(m, "norm1") + attention(m) + norm(m, "norm2") + ffn)
+
+    def first_stage(self, m, t, p) -> tuple[A, ...]:
+        return (A("embedding.ids", "embedding", 1, "int64", split="none"),) if m.vocab else ()
+
+    def last_stage(self, m, t, p) -> tuple[A, ...]:
+        if not m.vocab:
+            return ()
+        return tuple(norm(m, "final_norm")) + (
+            A("head.input", "norm_out", m.hidden, flops=4 * m.hidden),
+            A("loss.softmax", "logits", _vocab(m, t, p), "fp32", split="tp",
+              flops=2 * m.hidden * _vocab(m, t, p)),
+        )
+
+    def layer_input(self, m, t, p) -> A:
+        return A("layer.input", "layer_input", m.hidden)
+
+    def transients(self, m, t, p) -> tuple[A, ...]:
+        if not m.vocab:
+            return ()
+        return (A("logits.grad", "logits", _vocab(m, t, p), split="tp"),)
+
+
+def _vocab(m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> int:
+    from memledger.model.params import padded_vocab
+    return padded_vocab(m, p.tp, t.pad_multiple())

@@ -1,0 +1,117 @@
+"""build_ledger: the six-row memory ledger of every pipeline rank (docs/design.md §2), top-down.
+
+For each pipeline rank: which stages and micro-batches it holds (`pipeline.schedules`), its
+parameter groups and their static rows (`static.held`, moved by `static.moves`), its activation
+row (`activations.row`), its communication row (`communication`), then the runtime row and the
+peak (`runtime.finalize`); storage policies that send activations to later ranks are levelled
+across the ranks last (`pipeline.remote`). Each step takes the previous step's result; nothing
+below calls back up here.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from memledger.ledger.activations.policy import payments
+from memledger.ledger.activations.row import (activation_items, activation_moves,
+                                              activation_transients)
+from memledger.ledger.communication import comm_items
+from memledger.ledger.items import ROWS, RankLedger
+from memledger.ledger.pipeline.remote import remote_offload
+from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, last_stage_rank,
+                                                 stage_layers)
+from memledger.ledger.runtime import RankParts, finalize, step_temporaries
+from memledger.ledger.static.held import held_groups, static_items
+from memledger.ledger.static.moves import move_static, opt_partition_params
+from memledger.model.params import n_active_params, n_params
+from memledger.specs.checks import check_all
+from memledger.specs.hardware import Hardware
+from memledger.specs.model import ModelSpec
+from memledger.specs.parallel import ParallelSpec
+from memledger.specs.runtime import RuntimeSpec
+from memledger.specs.train import TrainSpec
+
+
+@dataclass(frozen=True)
+class Ledger:
+    model: ModelSpec
+    parallel: ParallelSpec
+    train: TrainSpec
+    runtime: RuntimeSpec
+    hardware: Hardware | None
+    ranks: tuple[RankLedger, ...]
+    n_params: int
+    n_active_params: int
+
+    @property
+    def most_loaded_rank(self) -> int:
+        return max(self.ranks, key=lambda r: (r.peak_total_bytes, -r.pp_rank)).pp_rank
+
+    @property
+    def peak(self) -> RankLedger:
+        return self.ranks[self.most_loaded_rank]
+
+    def to_dict(self) -> dict:
+        """The CLI's --json object: every byte figure an integer."""
+        return {
+            "n_params": self.n_params,
+            "n_active_params": self.n_active_params,
+            "ranks": [{
+                "pp_rank": r.pp_rank,
+                "rows": {k: r.rows[k] for k in ROWS},
+                "peak_allocated_bytes": r.peak_allocated_bytes,
+                "peak_total_bytes": r.peak_total_bytes,
+                "items": [{"row": i.row, "name": i.name, "bytes": i.bytes, "formula": i.formula,
+                           "source": i.source} for i in r.items],
+                "moves": [move_dict(mv) for mv in r.moves if mv.policy != "keep"],
+                "payments": payments(r.moves, self.train.micro_batches),
+                "transfers": [asdict(x) for x in r.transfers],
+                "host": asdict(r.host) if r.host else None,
+            } for r in self.ranks],
+            "most_loaded_rank": self.most_loaded_rank,
+            "config": {"model": asdict(self.model), "parallel": asdict(self.parallel),
+                       "train": asdict(self.train), "runtime": asdict(self.runtime),
+                       "hardware": asdict(self.hardware) if self.hardware else None},
+        }
+
+
+def move_dict(mv) -> dict:
+    """A TensorMove as JSON: its fields plus the derived per-peak / per-micro-batch integers."""
+    return {**mv._asdict(), "saved_bytes": mv.saved_bytes, "host_bytes": mv.host_bytes,
+            "host_bytes_per_micro_batch": mv.host_bytes_per_micro_batch,
+            "movable_bytes": mv.movable_bytes,
+            "recompute_flops_per_micro_batch": mv.recompute_flops_per_micro_batch}
+
+
+def rank_parts(m, p, t, rt, r: int) -> RankParts:
+    held = held_groups(m, p, t, r)
+    flights = in_flight(p, r, t.micro_batches)
+    stage_mb = dict(flights)
+    first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
+    last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
+    items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
+    moves = activation_moves(m, p, t, flights, first, last)
+    items += activation_items(m, p, t, flights, first, last, moves)
+    items += comm_items(m, p, t, rt, held)
+    stages = stage_layers(m, p)
+    return RankParts(r=r, items=tuple(items),
+                     transients=tuple(activation_transients(m, p, t, flights, bool(last), moves)),
+                     step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
+                     layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights)
+
+
+def build_rank(m, p, t, rt, r: int) -> RankLedger:
+    return finalize(rank_parts(m, p, t, rt, r), rt)
+
+
+def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
+                 runtime: RuntimeSpec | None = None, hardware: Hardware | None = None) -> Ledger:
+    """Every pipeline rank's ledger. Raises SpecError on an invalid combination."""
+    rt = runtime or RuntimeSpec()
+    check_all(model, parallel, train)
+    parts = [rank_parts(model, parallel, train, rt, r) for r in range(parallel.pp)]
+    if train.policy.uses_pp_offload:  # with pp = 1 nothing moves and no staging is kept
+        ranks = remote_offload(parts, rt)
+    else:
+        ranks = tuple(finalize(x, rt) for x in parts)
+    return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
+                  ranks=ranks, n_params=n_params(model), n_active_params=n_active_params(model))

@@ -1,0 +1,107 @@
+"""The runtime row and the peak of one rank: optimizer-step temporaries, the largest transient,
+allocator slack and the CUDA context, assembled with the other rows into peak_allocated and
+peak_total.
+
+peak_allocated = weights + gradients + optimizer + max(activations + communication + the largest
+forward/backward transient, optimizer-step temporaries): the two phases never overlap, because
+activations are freed before the optimizer step (docs/design-notes.md §1). peak_total adds the
+CUDA context and the allocator slack. The runtime row holds context, slack and whatever the
+transient adds at the peak, so the six rows always sum to peak_total.
+Ignores: fragmentation beyond the slack percentage; NCCL's own host-side memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memledger.ledger.items import Item, RankLedger, sum_rows
+from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partition_params
+from memledger.ledger.static.rows import Held
+from memledger.specs.runtime import RuntimeSpec
+from memledger.specs.train import TrainSpec
+from memledger.units import ceil_div, format_bytes
+
+
+def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
+    """The optimizer-step phase: the step's temporaries, Muon's Newton-Schulz workspace and its
+    gather, whichever is largest (the AdamW part and the Muon part run one after the other)."""
+    muon = muon_gather_item([(h.group, h.instances) for h in held if h.group.matrix], p, t, rt)
+    if rt.optimizer_offload:
+        return Item("runtime", "optimizer-step temporaries", 0, "the step runs on the CPU",
+                    "ZeRO-Offload (arXiv 2101.06840)")
+    if rt.optimizer_impl == "fused":
+        base = Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
+                    "Apex/TE/torch fused AdamW")
+    else:
+        n = opt_partition_params(held, p)
+        fmt = t.opt.fixed_fmt or t.recipe.state_fmt
+        base = Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
+                    f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
+                    "torch.optim foreach implementation")
+    if t.optimizer != "muon":
+        return base
+    ns = muon_workspace(held, t)
+    if muon is not None:
+        ns = Item("runtime", f"optimizer step: {muon.name} + newton-schulz", ns.bytes + muon.bytes,
+                  f"{muon.formula}; {ns.formula}", muon.source)
+    return max(base, ns, key=lambda i: i.bytes)
+
+
+def muon_workspace(held: list[Held], t: TrainSpec) -> Item:
+    """Newton-Schulz on the largest matrix: the momentum-mixed update (grad dtype) plus, in bf16,
+    the old and new iterate (r·c each) and the Gram matrix and its update (min(r,c)² each)."""
+    def need(g):
+        rc, mn = g.rows * g.cols, min(g.rows, g.cols)
+        return format_bytes(t.recipe.grad_fmt, rc) + format_bytes("bf16", 2 * rc + 2 * mn * mn)
+    mats = [h.group for h in held if h.group.matrix]
+    if not mats:
+        return Item("runtime", "muon newton-schulz workspace", 0, "no matrices on this rank", "")
+    g = max(mats, key=need)
+    mn = min(g.rows, g.cols)
+    return Item("runtime", "muon newton-schulz workspace", need(g),
+                f"{g.name} {g.rows}×{g.cols}: update ({t.recipe.grad_fmt}) + 2 bf16 iterates + "
+                f"2 bf16 {mn}×{mn} Gram matrices", "torch.optim.Muon (_zeropower_via_newtonschulz)")
+
+
+@dataclass(frozen=True)
+class RankParts:
+    """A rank's items before the peak is assembled (and before any remote offload)."""
+
+    r: int
+    items: tuple[Item, ...]
+    transients: tuple[Item, ...]
+    step: Item
+    moves: tuple
+    host: HostSide
+    layers: tuple[int, ...]
+    flights: tuple[tuple[int, int], ...]
+
+    def sums(self) -> tuple[int, int, int]:
+        """(static, forward/backward-phase bytes, largest transient)."""
+        rows = sum_rows(self.items)
+        static = rows["weights"] + rows["gradients"] + rows["optimizer"]
+        worst = max((i.bytes for i in self.transients), default=0)
+        return static, rows["activations"] + rows["communication"], worst
+
+
+def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
+    """Assemble the peak: static + max(forward/backward + largest transient, optimizer step)."""
+    items = list(parts.items)
+    static, fwd_bwd, _ = parts.sums()
+    worst = max(parts.transients, key=lambda i: i.bytes, default=None)
+    step = parts.step
+    peak_alloc = static + max(fwd_bwd + (worst.bytes if worst else 0), step.bytes)
+    added = peak_alloc - static - fwd_bwd
+    if worst is not None and fwd_bwd + worst.bytes >= step.bytes:
+        items.append(Item("runtime", f"largest transient: {worst.name}", added, worst.formula, worst.source))
+    else:
+        items.append(Item("runtime", "largest transient: " + step.name, added,
+                          f"{step.formula}, minus the freed activations and buffers", step.source))
+    slack = ceil_div(peak_alloc * rt.allocator_slack_pct, 100)
+    items.append(Item("runtime", "allocator slack", slack,
+                      f"{rt.allocator_slack_pct}% of peak allocated", "PyTorch caching allocator"))
+    items.append(Item("runtime", "cuda context", rt.cuda_context_bytes,
+                      "CUDA context + library handles", "REFERENCE.md: 0.6 GiB on H200, PyTorch 2.11"))
+    return RankLedger(pp_rank=parts.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
+                      peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
+                      layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),
+                      moves=parts.moves, transfers=tuple(transfers), host=parts.host)

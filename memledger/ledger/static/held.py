@@ -1,0 +1,61 @@
+"""Which parameter groups a pipeline rank holds, and their weights / gradients / optimizer items.
+
+A rank holds the layers of its stages (counted per layer kind), the embedding on the first stage,
+the head (and MTP modules, with an embedding copy when MTP sits away from the embedding) on the
+last stage (docs/design.md §4). Each group's three static items come from the sharding table
+(`sharding`) and the per-row byte functions (`rows`); cached, because middle ranks hold the same
+groups. Ignores: parameters outside the transformer (none in the supported families).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from memledger.ledger.items import Item
+from memledger.ledger.pipeline.schedules import first_stage_rank, last_stage_rank, stage_layers
+from memledger.ledger.static.rows import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
+from memledger.ledger.static.sharding import shard_divisor
+from memledger.model.params import (embedding_groups, head_groups, layer_groups, layer_kind,
+                                    mtp_groups, padded_vocab)
+from memledger.specs.model import ModelSpec
+from memledger.specs.parallel import ParallelSpec
+from memledger.specs.train import TrainSpec
+from memledger.units import ceil_div
+
+
+def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Held]:
+    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules."""
+    stages = stage_layers(m, p)
+    layers = [i for s in p.rank_stages(r) for i in stages[s]]
+    held: list[Held] = []
+    for kind in ("dense", "moe"):
+        n = sum(layer_kind(m, i) == kind for i in layers)
+        held += [Held(f"{kind} layers", g, n) for g in layer_groups(m, kind)] if n else []
+    vocab = padded_vocab(m, p.tp, t.pad_multiple())
+    first, last = r == first_stage_rank(p), r == last_stage_rank(p)
+    if first:
+        held += [Held("embedding", g, 1) for g in embedding_groups(m, vocab)]
+    if last:
+        held += [Held("head", g, 1) for g in head_groups(m, vocab, m.tied_embeddings and first)]
+        if m.n_mtp_layers:
+            held += [Held("mtp", g, m.n_mtp_layers) for g in mtp_groups(m)]
+            if not first:  # MTP re-embeds tokens: the last stage keeps an embedding copy
+                held += [Held("mtp", g, 1) for g in embedding_groups(m, vocab)[:1]]
+    return held
+
+
+@lru_cache(maxsize=65536)
+def held_items(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[Item, ...]:
+    """The weights, gradients and optimizer items of one held group (cached: middle pipeline
+    ranks hold the same groups)."""
+    n = ceil_div(h.group.count, shard_divisor(h.group, p))
+    out = []
+    for row, fn in ROW_FUNCS.items():
+        b, f = fn(h, p, t)
+        out.append(Item(row, f"{h.section} / {h.group.name}", b,
+                        f"{h.instances} × {n} params{zero_note(row, h, p)}: {f}", SOURCE_ZERO))
+    return tuple(out)
+
+
+def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec) -> list[Item]:
+    per_group = [held_items(h, p, t) for h in held]
+    return [g[k] for k in range(len(ROW_FUNCS)) for g in per_group]

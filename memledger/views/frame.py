@@ -1,0 +1,51 @@
+"""The frame every page draws first (Streamlit glue): page config, the app menu, the house CSS,
+and kaleido's browser started once per server process for fast exports.
+
+Each page calls `page_frame("<url path>")` before anything else. Pages do this themselves rather
+than through `st.navigation` in app.py, because Streamlit runs a `pages/` file directly when a
+deep link is the first request of a fresh server; a page that draws its own frame looks the same
+whichever way it was reached.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from memledger.views import export
+from memledger.views.navigation import available, page
+
+ROOT = Path(__file__).resolve().parents[2]
+CSS = ("<style>[data-testid='stMainBlockContainer']{padding-top:3.8rem;padding-bottom:2rem}"
+       "[data-testid='stPageLink'] p{font-size:0.92rem}</style>")
+
+
+@st.cache_resource
+def _start_exports() -> bool:
+    """Start kaleido's browser once per server process, so the first export is fast
+    (MEMLEDGER_EXPORT_WARMUP=0 skips it, e.g. in unit tests)."""
+    return os.environ.get("MEMLEDGER_EXPORT_WARMUP", "1") != "0" and export.warm_up()
+
+
+def page_frame(url_path: str) -> None:
+    """Page config, menu and CSS for the page served at `/<url_path>`."""
+    info = page(url_path)
+    st.set_page_config(page_title=f"{info.title} · memledger", page_icon=":material/memory:",
+                       layout="wide", initial_sidebar_state="auto")
+    st.html(CSS)  # less empty space above the first line: a dashboard, not prose
+    _menu(url_path)
+    _start_exports()
+
+
+def _menu(current: str) -> None:
+    """One link per page along the top. A page run on its own (AppTest of one file) has no
+    registered pages to link to, and shows no menu."""
+    with st.container(horizontal=True, gap="small", key="ml_menu"):
+        for p in available(ROOT):
+            try:
+                st.page_link(p.file, label=p.title, icon=p.icon, disabled=p.url_path == current,
+                             width="content")
+            except StreamlitAPIException:
+                return

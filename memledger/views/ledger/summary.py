@@ -1,0 +1,53 @@
+"""The headline numbers above the Ledger chart, formatted for display (GiB = 2^30 bytes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memledger.ledger import Ledger
+from memledger.specs.hardware import Hardware
+from memledger.units import gib
+from memledger.views.figures import fit
+
+
+@dataclass(frozen=True)
+class Metric:
+    label: str
+    value: str
+    delta: str | None = None
+    delta_color: str = "normal"
+    help: str = ""
+
+
+def _count(n: int) -> str:
+    if n >= 1e12:
+        return f"{n / 1e12:.2f} T"
+    return f"{n / 1e9:.1f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
+
+
+def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
+    v = fit(led, hw)
+    peak = led.peak
+    active = (f"{_count(led.n_active_params)} active" if led.n_active_params != led.n_params
+              else None)
+    return [
+        Metric("Parameters", _count(led.n_params), active, "off",
+               "All parameters the framework instantiates (MoE: active = routed top-K only)."),
+        Metric("Busiest GPU peak", f"{gib(peak.peak_total_bytes):.1f} GiB",
+               f"pp rank {peak.pp_rank} of {led.parallel.pp}", "off",
+               "Peak allocated + allocator slack + CUDA context on the most loaded pipeline rank."),
+        Metric("GPU capacity", f"{gib(hw.hbm_bytes):.1f} GiB", hw.name, "off",
+               "HBM the driver reports as total."),
+        Metric("Headroom", f"{gib(v.headroom_bytes):+.1f} GiB",
+               "fits" if v.fits else "over capacity", "normal" if v.fits else "inverse",
+               "Capacity minus the peak of the most loaded rank."),
+    ]
+
+
+def table_rank(led: Ledger, requested: int) -> int:
+    """The rank whose items the table lists: the requested one, or the most loaded."""
+    return requested if 0 <= requested < len(led.ranks) else led.most_loaded_rank
+
+
+def verdict(led: Ledger, hw: Hardware) -> tuple[bool, str]:
+    v = fit(led, hw)
+    return v.fits, v.sentence(hw.name)

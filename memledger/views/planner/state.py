@@ -1,0 +1,111 @@
+"""The Planner page's own settings, as page parameters next to the shared configuration, and
+the PlanSpec they make with it. Pure: no Streamlit.
+
+From the shared configuration (`state.Config`): model, GPU, the world size searched when no list
+is given, sequence length, precision, optimizer, activation profile, attention kernel. The
+planner's own keys carry a `fix_` / `max_` prefix where the shared link already has the name
+(`tp=8` is the sidebar's layout; `fix_tp=8` restricts the search to it). 0 means "search this
+axis" for `fix_*` numbers and "no bound" for `max_*`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from memledger.errors import SpecError
+from memledger.planner import Constraints, Plan, PlanSpec, plan
+from memledger.planner.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
+from memledger.presets import gpu
+from memledger.specs import ModelSpec
+from memledger.views.state import INT_LIMITS, BadValue, Config, PageParam
+
+MAX_WORLDS = 16
+ANY = "any"
+# page key -> Constraints field
+FIXED = {"fix_tp": "tp", "fix_pp": "pp", "fix_vpp": "vpp", "fix_ep": "ep", "fix_etp": "etp",
+         "fix_cp": "cp", "fix_mb": "micro_batch", "max_vpp": "max_vpp", "max_cp": "max_cp",
+         "max_mb": "max_micro_batch"}
+NUMBER_CONSTRAINTS = tuple(FIXED)
+CHOSEN = {"fix_zero": "zero", "fix_recompute": "recompute", "fix_schedule": "schedule"}
+
+
+def parse_worlds(raw: str) -> str:
+    """World sizes, comma separated ("" = the sidebar's): canonical "8,16", duplicates kept out."""
+    lo, hi = INT_LIMITS["world"]
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if len(parts) > MAX_WORLDS or not all(p.isdigit() and lo <= int(p) <= hi for p in parts):
+        raise BadValue(f"expected at most {MAX_WORLDS} integers {lo}..{hi}, comma separated")
+    return ",".join(str(w) for w in dict.fromkeys(int(p) for p in parts))
+
+
+SPECS = (
+    PageParam("worlds", "", parse=parse_worlds),
+    PageParam("gb", 64, limits=(1, 1 << 24)),
+    PageParam("gpn", 8, limits=(1, 64)),
+    PageParam("headroom", 0, limits=(0, 90)),
+    PageParam("top", 20, limits=(1, 500)),
+    PageParam("row", 1, limits=(1, 500)),
+    PageParam("fix_zero", ANY, choices=(ANY, "0", "1", "2", "3")),
+    PageParam("fix_recompute", ANY, choices=(ANY,) + PLAN_RECOMPUTE),
+    PageParam("fix_schedule", ANY, choices=(ANY,) + PLAN_SCHEDULES),
+    *(PageParam(k, 0, limits=(0, 4096 if k.endswith("mb") else 1024)) for k in FIXED),
+)
+LABEL = {"worlds": "World sizes", "gb": "Global batch (sequences)", "gpn": "GPUs per node",
+         "headroom": "Headroom (% HBM)", "top": "Top K",
+         "row": "Configuration #", "fix_zero": "ZeRO stage",
+         "fix_recompute": "Recompute", "fix_schedule": "Schedule", "fix_tp": "tp (0 = search)",
+         "fix_pp": "pp (0 = search)", "fix_vpp": "vpp (0 = search)", "fix_ep": "ep (0 = search)",
+         "fix_etp": "etp (0 = search)", "fix_cp": "cp (0 = search)",
+         "fix_mb": "micro-batch (0 = search)", "max_vpp": "max vpp (0 = none)",
+         "max_cp": "max cp (0 = none)", "max_mb": "max micro-batch (0 = none)"}
+HELP = {"worlds": "Comma separated, e.g. 64,128,256. Empty: the sidebar's world size.",
+        "gb": "Sequences per optimizer step over all data-parallel replicas: fixes "
+              "micro-batch × micro-batches × dp.",
+        "gpn": "GPUs per node: which groups cross the slower inter-node network.",
+        "headroom": "Keep this share of each GPU's memory free (fragmentation, spikes).",
+        "row": "Marked with a star in the chart; the link opens it on the Ledger page."}
+
+
+def worlds(page: Mapping, cfg: Config) -> tuple[int, ...]:
+    """The world sizes to search; raises SpecError('worlds') for text that is not a list."""
+    try:
+        text = parse_worlds(page["worlds"])
+    except BadValue as e:
+        raise SpecError("worlds", f"{page['worlds']!r}: {e}") from None
+    return tuple(int(w) for w in text.split(",")) if text else (cfg.world,)
+
+
+def clean(page: Mapping) -> dict:
+    """The page's values for the link: a world list in canonical spelling when it parses."""
+    try:
+        return {**page, "worlds": parse_worlds(page["worlds"])}
+    except BadValue:
+        return dict(page)
+
+
+def worlds_text(text: str, default: int) -> str:
+    return (text.replace(",", ", ") if text else f"{default:,}") + " GPUs"
+
+
+def plan_settings(cfg: Config, page: Mapping) -> dict:
+    """Everything the search depends on besides model and GPU, as plain hashable values."""
+    return {"worlds": ",".join(map(str, worlds(page, cfg))), "seq": cfg.seq, "gb": page["gb"],
+            "gpn": page["gpn"], "precision": cfg.precision, "optimizer": cfg.optimizer,
+            "profile": cfg.profile, "attention": cfg.attention, "headroom": page["headroom"],
+            **{k: page[k] for k in FIXED}, **{k: page[k] for k in CHOSEN}}
+
+
+def plan_spec(m: ModelSpec, gpu_key: str, v: Mapping) -> PlanSpec:
+    """The PlanSpec of `plan_settings`; raises SpecError as the planner does."""
+    fixed = {field: (v[k] or None) for k, field in FIXED.items()}
+    chosen = {field: None if v[k] == ANY else (int(v[k]) if field == "zero" else v[k])
+              for k, field in CHOSEN.items()}
+    return PlanSpec(model=m, hardware=gpu(gpu_key), worlds=tuple(map(int, v["worlds"].split(","))),
+                    seq=v["seq"], global_batch=v["gb"], gpus_per_node=v["gpn"],
+                    precision=v["precision"], optimizer=v["optimizer"], profile=v["profile"],
+                    attention=v["attention"], headroom=v["headroom"] / 100,
+                    constraints=Constraints(**fixed, **chosen))
+
+
+def run_plan(m: ModelSpec, gpu_key: str, v: Mapping) -> Plan:
+    return plan(plan_spec(m, gpu_key, v))
+

@@ -1,0 +1,1 @@
+"""The staircase page. per-rank stacks and schedule comparison."""

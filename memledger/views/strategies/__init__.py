@@ -1,0 +1,1 @@
+"""The strategies page. storage policies per tensor class, what each costs, and the advisor's answers."""

@@ -1,0 +1,1 @@
+"""The validation page. stored measurements re-predicted by the current ledger, parity plot and tables."""

@@ -1,0 +1,1 @@
+"""The where page. the 16-bytes-per-parameter column, what each technique cuts, the checkpointing curve."""

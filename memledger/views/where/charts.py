@@ -1,0 +1,120 @@
+"""Figures for "where memory goes" (seed 2): the 16N column, the savings path and the
+checkpoint curve. Numbers come from `memledger.costs.textbook` and `memledger.costs.checkpointing`."""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from memledger.costs import checkpointing as ck
+from memledger.costs.textbook import OPTIMIZER_PARTS, Column, static_bytes
+from memledger.units import gib
+from memledger.views.figures import GIB_AXIS, _layout, capacity_label
+from memledger.views.palette import CAPACITY_COLOR, OPTIMUM_COLOR, ROW_COLORS, ROW_SHORT
+
+SEED_ROWS = ("weights", "gradients", "optimizer", "activations")
+SEED_NAMES = {"weights": "Parameters (bf16)", "gradients": "Gradients (bf16)",
+              "optimizer": "Optimizer states", "activations": "Activations"}
+PATTERNS = ("", "/", "x")  # master copy, m, v: one colour, three textures
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e9:,.1f}B" if n >= 1e9 else f"{n / 1e6:,.0f}M"
+
+
+def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str) -> go.Figure:
+    """Seed 2's ledger as one horizontal strip: 2N + 2N + 12N (+ activations), to scale."""
+    rows = static_bytes(n_params)
+    segs = [("weights", "Parameters 2N", "Params 2N", rows["weights"], ""),
+            ("gradients", "Gradients 2N", "Grads 2N", rows["gradients"], "")]
+    segs += [("optimizer", f"{part} {b}N", f"{short} {b}N", b * n_params, pat)
+             for (part, b), short, pat in zip(OPTIMIZER_PARTS.items(),
+                                             ("Master", "Adam m", "Adam v"), PATTERNS)]
+    if act_bytes is not None:
+        segs.append(("activations", "Activations", "Activations", act_bytes, ""))
+    fig = go.Figure()
+    for row, label, short, b, pat in segs:
+        v = gib(b)
+        fig.add_bar(x=[v], y=[""], orientation="h", name=f"{short}: {v:,.1f}",
+                    marker=dict(color=ROW_COLORS[row], line=dict(color="white", width=1.5),
+                                pattern=dict(shape=pat, fgcolor="white", solidity=0.15,
+                                             fillmode="overlay")),
+                    text=[f"{label}<br><b>{v:,.1f} GiB</b>"], textposition="inside",
+                    insidetextanchor="middle", textfont=dict(color="white", size=13), textangle=0,
+                    hovertemplate=f"<b>{label}</b><br>%{{x:,.1f}} GiB<extra></extra>")
+    static = gib(sum(rows.values()))
+    w, g = gib(rows["weights"]), gib(rows["gradients"])
+    fig.add_annotation(x=w + g + gib(rows["optimizer"]) / 2, y=0.5, yanchor="bottom",
+                       showarrow=False, yshift=-4,
+                       text="optimizer states 12N: three quarters of the static ledger",
+                       font=dict(color=ROW_COLORS["optimizer"], size=13))
+    total = static + (gib(act_bytes) if act_bytes is not None else 0)
+    act = (f" + activations {gib(act_bytes):,.1f} GiB ({act_note})" if act_bytes is not None
+           else "; activations vary with batch × sequence")
+    title = f"{name}: {_billions(n_params)} parameters × 16 bytes = {static:,.1f} GiB static"
+    _layout(fig, title, "mixed precision + Adam, one GPU, no ZeRO (seed 2)" + act, height=330,
+            bottom=125)
+    fig.update_xaxes(title_text=GIB_AXIS, range=[0, total * 1.01])
+    fig.update_yaxes(showticklabels=False, range=[-0.5, 0.9])
+    fig.update_layout(uniformtext=dict(minsize=10, mode="hide"), bargap=0.2)
+    return fig
+
+
+def techniques(columns: tuple[Column, ...], capacity_bytes: int, gpu_name: str,
+               name: str) -> go.Figure:
+    """The savings path: per-GPU ledgers after each technique, against one GPU's capacity."""
+    x = [c.label for c in columns]
+    fig = go.Figure()
+    for row in SEED_ROWS:
+        fig.add_bar(x=x, y=[gib(c.rows[row]) for c in columns], name=SEED_NAMES[row],
+                    marker=dict(color=ROW_COLORS[row]), customdata=[[c.cuts] for c in columns],
+                    hovertemplate=f"<b>{ROW_SHORT[row]}</b>: %{{y:,.1f}} GiB<br>%{{customdata[0]}}"
+                                  "<extra></extra>")
+    totals = [gib(sum(c.rows.values())) for c in columns]
+    for label, t in zip(x, totals):
+        fig.add_annotation(x=label, y=t, yanchor="bottom", showarrow=False, text=f"{t:,.1f}",
+                           font=dict(size=12))
+    cap = gib(capacity_bytes)
+    fig.add_hline(y=cap, line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))
+    _layout(fig, f"{name}: what each technique cuts, per GPU",
+            "each column adds one technique to the one on its left", height=470, bottom=90)
+    capacity_label(fig, gpu_name, capacity_bytes)
+    fig.update_yaxes(title_text=GIB_AXIS, range=[0, max(totals + [cap]) * 1.12])
+    fig.update_xaxes(showgrid=False)
+    return fig
+
+
+def checkpoint_curve(n_layers: int, name: str) -> go.Figure:
+    """Activation memory against the number of checkpoints, the √L optimum marked."""
+    pts = ck.curve(n_layers)
+    ks = [p.checkpoints for p in pts]
+    fig = go.Figure()
+    fig.add_scatter(x=ks, y=[100 * p.peak_share(n_layers) for p in pts], mode="lines",
+                    name="kept + one segment recomputed (Chen et al. 2016)",
+                    line=dict(color=ROW_COLORS["activations"], width=3),
+                    hovertemplate="%{x} checkpoints: peak %{y:.1f}% of storing all<extra></extra>")
+    fig.add_scatter(x=ks, y=[100 * p.kept_share(n_layers) for p in pts], mode="lines",
+                    name="checkpoints kept (seed 2's count)",
+                    line=dict(color=ROW_COLORS["activations"], width=2, dash="dot"),
+                    hovertemplate="%{x} checkpoints kept: %{y:.1f}%<extra></extra>")
+    k_seed, root = ck.seed_checkpoints(n_layers), math.sqrt(n_layers)
+    best = ck.optimum(n_layers)
+    fig.add_vline(x=root, line=dict(color=OPTIMUM_COLOR, width=1.5, dash="dash"))
+    fig.add_annotation(x=root, y=100, yanchor="bottom", xanchor="left", showarrow=False,
+                       text=f"√L = {root:.1f}", font=dict(color=OPTIMUM_COLOR))
+    share, pct = 100 * ck.seed_fraction(n_layers), ck.seed_percent(n_layers)
+    fig.add_scatter(x=[min(k_seed, n_layers)], y=[share], mode="markers+text", showlegend=False,
+                    marker=dict(color=OPTIMUM_COLOR, size=11), textposition="middle right",
+                    text=[f"  seed 2: ⌈√L⌉+1 = {k_seed} checkpoints ≈ {pct}%"],
+                    hovertemplate="%{x} checkpoints: %{y:.1f}%<extra></extra>")
+    peak = 100 * ck.segment_peak_layers(n_layers, best) / n_layers
+    fig.add_scatter(x=[best], y=[peak], mode="markers+text", showlegend=False,
+                    marker=dict(color=OPTIMUM_COLOR, size=11, symbol="diamond"),
+                    textposition="top right", text=[f"  minimum: {best} checkpoints, {peak:.0f}%"],
+                    hovertemplate="%{x} checkpoints: peak %{y:.1f}%<extra></extra>")
+    _layout(fig, f"{name}: gradient checkpointing over L = {n_layers} layers",
+            "activation memory as % of storing every layer, one layer = one unit; "
+            "the price is one extra forward pass", height=440, bottom=95)
+    fig.update_xaxes(title_text="checkpoints kept (k)", range=[0, n_layers + 1], zeroline=False)
+    fig.update_yaxes(title_text="activations (% of all layers)", range=[0, 109])
+    return fig

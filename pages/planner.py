@@ -1,0 +1,105 @@
+"""Planner: every layout of the sidebar's model on a GPU budget that fits, fastest first.
+
+The model, GPU, default world size, sequence length, precision, optimizer, activation profile
+and attention kernel are the shared sidebar's; the planner's own inputs (world sizes to search,
+global batch, GPUs per node, headroom, constraints, top K, the row to open) are page parameters
+(`planner_state.SPECS`). Widgets → PlanSpec → memledger.planner.plan → chart/table builders
+(memledger.views.planner.charts). The selected configuration opens on the Ledger page.
+"""
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from memledger.errors import SpecError
+from memledger.views import export, sidebar, ui
+from memledger.views.frame import page_frame
+from memledger.views.planner import state as pst
+from memledger.views.planner.charts import (describe_row, ledger_query, plan_scatter, top_csv,
+                                            top_table)
+from memledger.views.state import hardware, load_model
+from memledger.views.sync import resolve
+
+page_frame("planner")
+LEDGER_PAGE = "ledger"  # url path of the Ledger page (memledger.views.navigation)
+SPECS = pst.SPECS
+LIMITS = {s.key: s.limits for s in SPECS}
+
+
+@st.cache_resource(max_entries=2, show_spinner="Evaluating every configuration…")
+def _plan(model_key: str, gpu_key: str, items: tuple):
+    """Cached by the model's key (a preset name or an encoded spec) and the settings."""
+    return pst.run_plan(load_model(model_key), gpu_key, dict(items))
+
+
+def _number(col, key: str) -> None:
+    col.number_input(pst.LABEL[key], *LIMITS[key], key=f"pg_{key}", help=pst.HELP.get(key))
+
+
+res = resolve("planner", SPECS)
+ui.issues(res)
+cfg, page = res.cfg, res.page
+share = ui.header(f"Planner: {res.model.name} on {pst.worlds_text(page['worlds'], cfg.world)} "
+                  f"× {hardware(cfg).name}")
+st.caption("Every parallel layout that fits, ranked by an estimated step time. Peaks are the "
+           "ledger's, byte for byte; times are a simple model (memledger.costs.steptime). Model, GPU, "
+           "sequence length and precision come from the sidebar.")
+
+c1, c2, c3, c4 = st.columns(4)
+c1.text_input(pst.LABEL["worlds"], key="pg_worlds", placeholder=f"{cfg.world} (sidebar)",
+              help=pst.HELP["worlds"])
+for key, col in (("gb", c2), ("gpn", c3), ("headroom", c4)):
+    _number(col, key)
+with st.expander("Constraints and search bounds", icon=":material/filter_alt:"):
+    cols = st.columns(4)
+    for i, key in enumerate(("fix_zero", "fix_recompute", "fix_schedule")):
+        cols[i].selectbox(pst.LABEL[key], next(s.choices for s in SPECS if s.key == key),
+                          key=f"pg_{key}")
+    _number(cols[3], "top")
+    cols = st.columns(5)
+    for i, key in enumerate(pst.NUMBER_CONSTRAINTS):
+        _number(cols[i % 5], key)
+
+
+def body() -> None:
+    try:
+        settings = pst.plan_settings(cfg, page)
+        result = _plan(cfg.model, cfg.gpu, tuple(sorted(settings.items())))
+    except SpecError as e:
+        st.error(ui.md_escape(str(e)), icon=":material/error:")
+        return
+    c = result.counts()
+    m = st.columns(5)
+    m[0].metric("layouts", f"{c['structural']:,}", f"{c['invalid']:,} invalid",
+                delta_color="off", delta_arrow="off")
+    m[1].metric("configurations", f"{c['evaluated']:,}")
+    m[2].metric("over capacity", f"{c['over_capacity']:,}")
+    m[3].metric("fit", f"{c['fits']:,}")
+    m[4].metric("search time", f"{result.wall_s:.2f} s")
+    if result.reason:
+        st.warning(ui.md_escape(result.reason), icon=":material/warning:")
+        return
+    table = top_table(result, page["top"])
+    if st.session_state.get("pg_row", 1) > len(table):
+        st.session_state["pg_row"] = 1
+    stem = export.file_stem("planner", cfg.model if not cfg.model.startswith("spec:")
+                            else res.model.name, cfg.gpu, settings["worlds"].replace(",", "-"))
+    left, right = st.columns([1, 4], vertical_alignment="bottom")
+    row_no = left.number_input(pst.LABEL["row"], 1, len(table), key="pg_row", help=pst.HELP["row"])
+    row = result.rows(result.top(page["top"]))[row_no - 1]
+    query = urlencode(ledger_query(result, row, cfg.model, cfg.gpu))
+    right.markdown(f"**#{row_no}**: {describe_row(row)} · "
+                   f"[open it on the Ledger page]({LEDGER_PAGE}?{query})")
+    ui.chart(plan_scatter(result, selected=row), stem, key="plan_chart")
+    st.dataframe(table, width="stretch", column_config={
+        "peak GiB": st.column_config.NumberColumn(format="%.2f"),
+        "free GiB": st.column_config.NumberColumn(format="%.2f"),
+        "est. s/step": st.column_config.NumberColumn(format="%.3f")})
+    st.download_button("Top configurations (CSV)", lambda: top_csv(result, page["top"]),
+                       f"{stem}_top{page['top']}.csv", "text/csv", key="dl_plan_csv",
+                       on_click="ignore", icon=":material/table:",
+                       help="The table's configurations with their peaks in exact bytes.")
+
+
+body()
+sidebar.draw(res, sections=("model", "workload"))
+ui.finish(res, SPECS, pst.clean(page), share=share)

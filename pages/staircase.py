@@ -1,0 +1,56 @@
+"""Pipeline staircase: every pipeline rank's ledger, early ranks full, late ranks empty (seed 1)."""
+import streamlit as st
+
+from memledger.specs.parallel import SCHEDULES
+from memledger.views import sidebar, tables, ui
+from memledger.views.compute import ledger_for, schedule_ledgers
+from memledger.views.frame import page_frame
+from memledger.views.staircase import charts
+from memledger.views.staircase import tables as stair_tables
+from memledger.views.state import PageParam, hardware
+from memledger.views.sync import resolve
+
+page_frame("staircase")
+DEFAULT_COMPARE = ("1f1b", "interleaved", "zb-v", "dualpipev")
+MAX_PANELS = 4  # more panels are too narrow to read
+SPECS = (PageParam("compare", False),
+         PageParam("schedules", DEFAULT_COMPARE, choices=tuple(SCHEDULES), multi=True,
+                   max_items=MAX_PANELS))
+
+res = resolve("staircase", SPECS)
+ui.issues(res)
+led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
+
+share = ui.header(f"Pipeline staircase: {res.model.name}, pp {res.cfg.pp}, {res.cfg.schedule}")
+st.caption("Under 1F1B, pipeline rank r holds min(pp − r, m) micro-batches of activations at the "
+           "start of its first backward, so early ranks are full and late ranks have room: the "
+           "staircase. Interleaving raises it; zero-bubble V and DualPipe flatten it.")
+if res.cfg.pp == 1:
+    st.info("pp = 1: a single pipeline rank, so there is no staircase. Raise PP in the sidebar.",
+            icon=":material/info:")
+
+compare = st.toggle("Compare schedules side by side", key="pg_compare",
+                    help="Same configuration, one panel per schedule (vpp = 2 for interleaved).")
+chosen = tuple(res.page["schedules"])
+if compare:
+    chosen = tuple(st.multiselect("Schedules", list(SCHEDULES), key="pg_schedules",
+                                  max_selections=MAX_PANELS, help=ui.SCHEDULE_HELP))
+    chosen = chosen or DEFAULT_COMPARE
+    ledgers, skipped = schedule_ledgers(res.model, res.cfg, chosen)
+    for s, why in skipped.items():
+        st.warning(f"{s} is not valid for this configuration: {why}", icon=":material/block:")
+    fig = charts.staircase_compare(ledgers, hw, skipped)
+else:
+    fig = charts.staircase(led, hw)
+ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led)
+
+per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",
+                       icon=":material/table_rows:", key="ranks_open", on_change="rerun")
+if per_rank.open:
+    per_rank.dataframe(stair_tables.staircase_frame(led), hide_index=True, width="stretch",
+                       column_config={c: st.column_config.NumberColumn(format="%.2f")
+                                      for c in ("activations (GiB)", "static rows (GiB)",
+                                                "peak total (GiB)")})
+
+sidebar.draw(res)
+ui.finish(res, SPECS, {"compare": compare, "schedules": chosen}, share=share)
