@@ -9,7 +9,7 @@ latency that is the ledger arithmetic.
 
     python benchmarks/bench_slider.py [--moves 39] [--json out.json] [--floor]
 
-Targets (DESIGN §11 / the dashboard issue): median latency ≤ 400 ms; build_ledger ≤ 5% of it.
+Targets (docs/design.md §11, the dashboard issue): median latency ≤ 400 ms; build_ledger ≤ 5% of it.
 --floor also times the same keyboard moves on a one-slider, one-bar Streamlit app: what this
 machine's Streamlit + Chromium cost before any of memledger's work (the machine is shared, so
 the load average is printed with the figures).

@@ -6,8 +6,9 @@ Reports, for one cold build of a Llama-3 70B ledger (tp8 pp4 dp2, ZeRO-1, select
   module calls         calls that cross from one memledger module into another
   back up              calls into a module that is already on the call stack below the caller
                        (the path re-enters a layer it came from instead of returning to it)
-The last list shows every (caller → re-entered module) pair with its count. Used for the
-restructure's before/after figures (docs/architecture.md).
+  entries per module   calls into a module from another module: how often the walk comes back
+                       to it (one row's data computed once and passed down enters each once)
+Used for the restructure's before/after figures (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -77,6 +78,24 @@ def main() -> None:
     print(f"back up: {sum(back_up.values())} calls ({len(back_up)} distinct pairs)")
     for (a, b), n in back_up.most_common():
         print(f"  {a} → {b}: {n}")
+    both = sorted({tuple(sorted(k)) for k in crossings if (k[1], k[0]) in crossings})
+    print(f"two-way module pairs (each calls the other): {len(both)}")
+    for a, b in both:
+        print(f"  {a.removeprefix('memledger.')} ⇄ {b.removeprefix('memledger.')}")
+    callers = {}
+    for (a, b) in crossings:
+        callers.setdefault(b, set()).add(a)
+    print("modules calling into each activation module:")
+    for mod in sorted(callers):
+        if "activ" in mod or "act_" in mod:
+            print(f"  {len(callers[mod]):3d}  {mod.removeprefix('memledger.')}: "
+                  + ", ".join(sorted(c.removeprefix('memledger.') for c in callers[mod])))
+    entries = {}
+    for (_, b), n in crossings.items():
+        entries[b] = entries.get(b, 0) + n
+    print("entries per module:")
+    for mod, n in sorted(entries.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:6d}  {mod.removeprefix('memledger.')}")
     print("modules:", ", ".join(sorted(x.removeprefix("memledger.") for x in entered)))
 
 

@@ -55,9 +55,8 @@ with st.expander("Constraints and search bounds", icon=":material/filter_alt:"):
         cols[i].selectbox(pst.LABEL[key], next(s.choices for s in SPECS if s.key == key),
                           key=f"pg_{key}")
     _number(cols[3], "top")
-    cols = st.columns(5)
-    for i, key in enumerate(pst.NUMBER_CONSTRAINTS):
-        _number(cols[i % 5], key)
+    for col, key in ui.grid(pst.NUMBER_CONSTRAINTS, 5):
+        _number(col, key)
 
 
 def body() -> None:

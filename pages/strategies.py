@@ -70,10 +70,9 @@ st.subheader("Storage policy per tensor class")
 st.caption("Before = the sidebar's configuration; after = the preset (its recompute mode and "
            "rules), then these choices. Recompute pays FLOPs, fp8/int8/int4 pay precision, "
            "offload pays PCIe or NVLink bandwidth.")
-cols = st.columns(4)
-for i, cls in enumerate(present):
+for col, cls in ui.grid(present, 4):
     st.session_state[POL + cls] = shown.get(cls, "keep")
-    cols[i % 4].selectbox(cls, pstate.POLICY_OPTIONS, key=POL + cls, help=CLASSES[cls],
+    col.selectbox(cls, pstate.POLICY_OPTIONS, key=POL + cls, help=CLASSES[cls],
                           on_change=_policy_changed, args=(present,))
 
 

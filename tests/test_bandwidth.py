@@ -1,4 +1,4 @@
-"""Offload feasibility (DESIGN.md §8) on Llama-3 70B, tp 8 · pp 4 · dp 2, 16k tokens, 8
+"""Offload feasibility (docs/design.md §8) on Llama-3 70B, tp 8 · pp 4 · dp 2, 16k tokens, 8
 micro-batches, rank 0 (20 layers), fc1 output (bf16) offloaded to the host.
 
 Bytes per micro-batch: 20 layers × 16384 tokens × 57344/8 values × 2 B = 4,697,620,480.

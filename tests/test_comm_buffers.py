@@ -1,4 +1,4 @@
-"""Communication buffers (DESIGN.md §7, seed 1 通信缓冲) on worked examples."""
+"""Communication buffers (docs/design.md §7, seed 1 通信缓冲) on worked examples."""
 from dataclasses import replace
 
 from memledger import ParallelSpec, RuntimeSpec, TrainSpec, build_ledger, model

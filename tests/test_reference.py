@@ -1,9 +1,9 @@
-"""Every published number in REFERENCE.md, reproduced by the ledger core."""
+"""Every published number in docs/reference.md, reproduced by the ledger core."""
 import pytest
 
 from memledger import (ParallelSpec, TrainSpec, build_ledger, gb, gib, model, n_active_params,
                        n_params)
-from memledger.ledger.activations.row import layer_bytes
+from memledger.ledger.activations.held import layer_bytes
 from memledger.ledger.static.rows import flat_static_bytes
 
 

@@ -1,4 +1,4 @@
-"""In-flight micro-batches per schedule (DESIGN.md §6) and stage placement."""
+"""In-flight micro-batches per schedule (docs/design.md §6) and stage placement."""
 import pytest
 
 from memledger import ParallelSpec, TrainSpec, build_ledger, model

@@ -1,4 +1,4 @@
-"""Offload feasibility (DESIGN.md §8): does moving bytes hide behind compute?
+"""Offload feasibility (docs/design.md §8): does moving bytes hide behind compute?
 
 Compute per micro-batch on pipeline rank r (memledger.model.flops): forward = rank_forward_flops
 (2 × active matmul params per token + causal attention, ÷ tp·cp; experts under balanced

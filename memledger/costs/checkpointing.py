@@ -9,7 +9,7 @@ activations, is k + ⌈n/k⌉, smallest near k = √n: O(√n) memory for one ex
 Seed 2 counts it more simply: keep ⌈√L⌉ + 1 checkpoints, so activations shrink to about
 (⌈√L⌉ + 1)/L of storing every layer (32 layers → 7 ≈ 22%, 80 layers → 10 ≈ 13%). That count
 leaves out the segment being recomputed; `segment_peak_layers` includes it. Both treat a
-checkpoint as one layer's worth of activations; the ledger itself (`act_rows`, recompute
+checkpoint as one layer's worth of activations; the ledger itself (`ledger.activations.row`, recompute
 "every-k") keeps only each layer's input, which is smaller. Layers are uniform here.
 """
 from __future__ import annotations

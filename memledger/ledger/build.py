@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.policy import payments
-from memledger.ledger.activations.row import (activation_items, activation_moves,
-                                              activation_transients)
+from memledger.ledger.activations.row import activation_items, activation_moves
+from memledger.ledger.activations.transients import activation_transients
 from memledger.ledger.communication import comm_items
 from memledger.ledger.items import ROWS, RankLedger
 from memledger.ledger.pipeline.remote import remote_offload
@@ -23,7 +24,7 @@ from memledger.ledger.runtime import RankParts, finalize, step_temporaries
 from memledger.ledger.static.held import held_groups, static_items
 from memledger.ledger.static.moves import move_static, opt_partition_params
 from memledger.model.params import n_active_params, n_params
-from memledger.specs.checks import check_all
+from memledger.ledger.checks import check_all
 from memledger.specs.hardware import Hardware
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
@@ -89,12 +90,12 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
     items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
-    moves = activation_moves(m, p, t, flights, first, last)
-    items += activation_items(m, p, t, flights, first, last, moves)
+    acts = held_activations(m, p, t, flights, first, last)
+    moves = activation_moves(acts)
+    items += activation_items(acts, moves)
     items += comm_items(m, p, t, rt, held)
     stages = stage_layers(m, p)
-    return RankParts(r=r, items=tuple(items),
-                     transients=tuple(activation_transients(m, p, t, flights, bool(last), moves)),
+    return RankParts(r=r, items=tuple(items), transients=tuple(activation_transients(acts, moves)),
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
                      layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights)
 

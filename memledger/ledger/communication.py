@@ -1,4 +1,4 @@
-"""The communication-buffer row of one pipeline rank (DESIGN.md §7).
+"""The communication-buffer row of one pipeline rank (docs/design.md §7).
 
 - MoE all-to-all dispatch and combine, one MoE layer at a time: T = b·s/cp (÷tp with SP)
   tokens leave the rank. Rows received per buffer: dynamic (sized after a count exchange,

@@ -37,7 +37,7 @@ class RankLedger:
     layers: tuple[int, ...] = ()
     in_flight: tuple[tuple[int, int], ...] = ()  # (stage, micro-batches held at the peak)
     rows: dict = field(default_factory=dict)
-    moves: tuple = ()  # act_policy.TensorMove per saved tensor: what each policy kept and paid
+    moves: tuple = ()  # activations.policy.TensorMove per saved tensor: what each policy kept and paid
     transfers: tuple = ()  # levelling.Transfer in or out of this rank (remote offload)
     host: object = None  # static_moves.HostSide: static rows moved to host memory
 

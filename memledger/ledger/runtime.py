@@ -100,7 +100,7 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     items.append(Item("runtime", "allocator slack", slack,
                       f"{rt.allocator_slack_pct}% of peak allocated", "PyTorch caching allocator"))
     items.append(Item("runtime", "cuda context", rt.cuda_context_bytes,
-                      "CUDA context + library handles", "REFERENCE.md: 0.6 GiB on H200, PyTorch 2.11"))
+                      "CUDA context + library handles", "docs/reference.md: 0.6 GiB on H200, PyTorch 2.11"))
     return RankLedger(pp_rank=parts.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
                       layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),

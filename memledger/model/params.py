@@ -1,6 +1,6 @@
 """Parameter groups of a model: what one layer (dense or MoE), the embedding and the head hold.
 
-Counts follow the Hugging Face / Megatron-Core module definitions (DESIGN.md §4):
+Counts follow the Hugging Face / Megatron-Core module definitions (docs/design.md §4):
 attention h·a·dh + 2·h·g·dh + a·dh·h (+ biases, + q/k norms), SwiGLU 3·h·f, GeLU 2·h·f,
 MoE E·3·h·fe + shared + router h·E, MLA h·qr + qr + qr·a·(dn+dr) + h·(kvr+dr) + kvr
 + kvr·a·(dn+dv) + a·dv·h. DeepSeek-V3's router correction bias (E values) is a buffer, not a

@@ -1,5 +1,5 @@
 """The planner: every parallel layout of a model on a GPU budget that fits, ranked by an
-estimated step time (DESIGN.md §10).
+estimated step time (docs/design.md §10).
 
     plan(PlanSpec(model=..., hardware=..., worlds=(2048,), seq=4096, global_batch=15360))
 

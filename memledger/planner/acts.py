@@ -2,11 +2,11 @@
 
 For one (tp, cp), over every candidate etp (rows) and micro-batch size b (columns): each layer
 kind's bytes kept per layer-micro-batch under recompute none / selective — each tensor's GPU
-bytes as `act_policy` decides them (selective drops the profile's selective classes that have a
+bytes as `activations.policy` decides them (selective drops the profile's selective classes that have a
 producer to re-run) — one layer's whole inventory (the full-recompute transient), the
 checkpointed layer input, the first / last stage tensors, the largest last-stage transient, the
 MoE all-to-all buffers per ep (`comm.moe_items`), and the autocast weight casts of the `amp`
-recipe (`act_rows.autocast_copies`, probed with unit counts: it is linear in them).
+recipe (`activations.row.autocast_copies`, probed with unit counts: it is linear in them).
 Everything is evaluated on `VecTrain` / `VecParallel` arrays; a profile whose inventory branches
 on the micro-batch (the `hf` profiles) is evaluated one (etp, b) at a time instead.
 """
@@ -21,7 +21,9 @@ from memledger.ledger import communication as comm
 from memledger.ledger.activations import get_profile
 from memledger.ledger.activations.inventory import tensor_bytes
 from memledger.ledger.activations.policy import _decision
-from memledger.ledger.activations.row import autocast_cache, autocast_copies
+from memledger.ledger.activations.held import held_activations
+from memledger.ledger.activations.row import autocast_copies
+from memledger.ledger.activations.transients import autocast_cache
 from memledger.model.params import layer_kind
 from memledger.planner.vec import VecParallel, VecTrain, quiet
 from memledger.specs.parallel import ParallelSpec
@@ -73,7 +75,7 @@ def _columns(m, t, tp, cp, etp, b) -> dict:
     out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)), 0)
     out["logits"], out["logits_fwd"] = 0, 0
     for x in prof.transients(m, tv, pv):
-        if x.cls == "forward":  # summed into the forward working set (act_rows)
+        if x.cls == "forward":  # summed into the forward working set (activations.transients)
             out["logits_fwd"] = out["logits_fwd"] + tensor_bytes(x, m, tv, pv)
         else:
             out["logits"] = np.maximum(out["logits"], tensor_bytes(x, m, tv, pv))
@@ -128,23 +130,25 @@ def autocast_coefficients(m, t, tp: int) -> dict:
         for kind in KINDS:
             p = _one_layer(m, kind, tp)
             one, two = (0, 0) if p is None else (
-                _bytes(autocast_copies(m, p, tr, ((1, n),), 0)) for n in (1, 2))
+                _bytes(autocast_copies(held_activations(m, p, tr, ((1, n),), 0, 0)))
+                for n in (1, 2))
             if two != 2 * one:
                 raise SpecError("precision", f"the planner assumes autocast casts scale with "
                                              f"the copies in flight ({one} vs {two})")
             per.append(one)
         p = ParallelSpec(tp=tp, sp=tp > 1)
-        per.append(_bytes(autocast_copies(m, p, tr, (), 1)))
+        per.append(_bytes(autocast_copies(held_activations(m, p, tr, (), 0, 1))))
         out[rc] = tuple(per)
     return out
 
 
 def cast_cache_coefficients(m, t, tp: int) -> tuple:
-    """Bytes of `act_rows.autocast_cache` per dense and per MoE layer held, under full
+    """Bytes of `activations.transients.autocast_cache` per dense and per MoE layer held, under full
     recompute (the only recompute mode the planner searches that has one)."""
     tr = replace(t, recompute="full")
     probes = ((kind, _one_layer(m, kind, tp)) for kind in KINDS)
-    return tuple(0 if p is None else _bytes(autocast_cache(m, p, tr, ((1, 1),))) for _, p in probes)
+    return tuple(0 if p is None else _bytes(autocast_cache(held_activations(m, p, tr, ((1, 1),), 0, 0)))
+                 for _, p in probes)
 
 
 def _bytes(item) -> int:

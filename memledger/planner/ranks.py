@@ -4,7 +4,7 @@ For a Pipe and a set of micro-batch counts m, from the core's `stage_layers`, `i
 `first_stage_rank` / `last_stage_rank` and `held_groups`: per rank, the layers it holds by
 kind, whether it holds the first / last stage, and per m the layer-micro-batches in flight by
 kind (m ascending; once a rank's in-flight counts reach their m → ∞ values they are reused —
-every schedule's count is a min(·, m)) (Σ over its stages of in-flight × layers of the kind — `act_rows.layer_micro_batches`
+every schedule's count is a min(·, m)) (Σ over its stages of in-flight × layers of the kind — `activations.held`
 summed per stage once instead of per layer) and the first / last stage's micro-batches.
 
 Candidate ranks: two ranks with the same signature (dense layers, MoE layers, first, last) have

@@ -3,7 +3,7 @@
 world = tp · pp · cp · dp. Experts are laid over the same non-pipeline ranks as ep · etp groups
 (Megatron-Core "MoE parallel folding"), so ep · etp must divide tp · cp · dp and the expert
 data-parallel size is world / (pp · ep · etp). Checks that also need the model (tp dividing the
-heads, ep dividing the experts, ...) live in `memledger.specs.checks`.
+heads, ep dividing the experts, ...) live in `memledger.ledger.checks`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ActivationPolicy: a storage policy per activation tensor class (DESIGN.md §5, seed 1
+"""ActivationPolicy: a storage policy per activation tensor class (docs/design.md §5, seed 1
 "搬走一行，付一种货币").
 
 A policy is data: a tuple of (class, policy) rules. Classes are the `ActTensor.cls` labels of the

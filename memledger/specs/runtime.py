@@ -6,7 +6,7 @@ Adam) and PyTorch/NCCL defaults (NCCL_BUFFSIZE 4 MiB for the Simple protocol; th
 buffers are off by default here and their NCCL defaults are `NCCL_LL_DEFAULT_BYTES` /
 `NCCL_LL128_DEFAULT_BYTES`). DeepSpeed defaults: reduce/allgather buckets 5e8 elements,
 stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9 (DeepSpeed config docs).
-The CUDA context default is the 0.6 GiB measured on an H200 with PyTorch 2.11 (REFERENCE.md).
+The CUDA context default is the 0.6 GiB measured on an H200 with PyTorch 2.11 (docs/reference.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """TrainSpec plus the two tables it names: precision recipes and optimizers.
 
 A recipe says in which format weights, gradients, master weights, optimizer states and saved
-activations live (DESIGN.md §4 table; Megatron-LM distributed-optimizer docs for 18 and 6+12/d).
+activations live (docs/design.md §4 table; Megatron-LM distributed-optimizer docs for 18 and 6+12/d).
 An optimizer says how many state values it keeps per parameter of a group (matrix or vector).
 Ignores: loss-scaler state, gradient-norm scratch, and EMA copies of the weights.
 """

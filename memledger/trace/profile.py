@@ -1,4 +1,4 @@
-"""A `traced:<name>` activation profile made from a trace JSON (DESIGN.md §5).
+"""A `traced:<name>` activation profile made from a trace JSON (docs/design.md §5).
 
 Per layer kind ("moe" when the layer saved any expert or router tensor, else "dense") the
 heaviest traced layer of that kind is the inventory; outside the layers, the embedding's and

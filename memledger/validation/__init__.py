@@ -1,4 +1,4 @@
-"""Truth: predicted vs measured memory of real training steps (DESIGN.md §12).
+"""Truth: predicted vs measured memory of real training steps (docs/design.md §12).
 
 `cases` holds the cases and the ledger's predictions (pure); `measure` runs them with torch
 (imported lazily; CUDA when available, else CPU); `report` compares the two into rows with

@@ -1,7 +1,7 @@
 """Which values each dashboard setting may take, and the repair of an invalid configuration.
 
 Validity is the core's call only: a configuration is valid when its specs construct, the
-cross-spec checks `memledger.specs.checks.check_all` pass and the activation profile is registered.
+cross-spec checks `memledger.ledger.checks.check_all` pass and the activation profile is registered.
 This module proposes candidates (divisors of the world size for parallel degrees, the tables for
 choices), keeps those the core accepts with every other setting held fixed, and, when a setting
 must change (a stale link, a new model), moves it to the nearest valid value. Results are cached:
@@ -17,7 +17,7 @@ from memledger.errors import SpecError
 from memledger.ledger.activations import get_profile
 from memledger.presets import GPUS
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
-from memledger.specs.checks import check_all
+from memledger.ledger.checks import check_all
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.state import LAYOUT_WORDS, Config, to_specs
 

@@ -1,4 +1,4 @@
-"""Dashboard state: URL query parameters <-> one validated configuration (DESIGN.md §11).
+"""Dashboard state: URL query parameters <-> one validated configuration (docs/design.md §11).
 
 The URL is the state. Every setting is a query parameter named as in `KEYS`; a setting at its
 default is left out of the URL. Parsing never raises: a value that does not parse (unknown

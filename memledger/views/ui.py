@@ -96,3 +96,10 @@ def stem(res: Resolved, page: str) -> str:
     model = c.model if not c.model.startswith("spec:") else res.model.name
     return export.file_stem(page, model, f"tp{c.tp}", f"pp{c.pp}", f"ep{c.ep}", f"cp{c.cp}",
                             f"dp{c.dp}", f"zero{c.zero}", f"mb{c.mb}x{c.seq}")
+
+
+def grid(items, n_cols: int):
+    """(column, item) pairs that fill `n_cols` columns row by row: one layout for every
+    grid of small widgets."""
+    cols = st.columns(n_cols)
+    return [(cols[i % n_cols], x) for i, x in enumerate(items)]

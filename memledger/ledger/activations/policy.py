@@ -120,11 +120,11 @@ def chosen(x: ActTensor, t: TrainSpec, in_layer: bool) -> TensorPolicy:
 
 
 @lru_cache(maxsize=65536)
-def _decision(x: ActTensor, m, t, p, in_layer: bool) -> tuple:
+def _decision(x: ActTensor, m, t, p, in_layer: bool, native: int | None = None) -> tuple:
     """Everything about x's storage that does not depend on how many copies a rank holds
     (cached: every rank and every layer of a kind asks the same question)."""
     pol = chosen(x, t, in_layer)
-    native = tensor_bytes(x, m, t, p)
+    native = tensor_bytes(x, m, t, p) if native is None else native  # the inventory's, if given
     producer = recompute_flops(x, m, t, p)
     if pol.recompute and x.flops:
         return ("recompute", native, 0, 0, 0, None, producer, producer, "recomputed in backward: ", "")
@@ -146,9 +146,18 @@ def _decision(x: ActTensor, m, t, p, in_layer: bool) -> tuple:
 
 
 def decide(x: ActTensor, m, t, p, *, section: str, copies: int, per_mb: int,
-           in_layer: bool, base_formula: str) -> TensorMove:
-    """The move for tensor x held `copies` times at the peak, created `per_mb` times per micro-batch."""
-    policy, native, stored, gpu, bits, off, producer, paid, prefix, suffix = _decision(x, m, t, p, in_layer)
+           in_layer: bool, base_formula: str, native: int | None = None) -> TensorMove:
+    """The move for tensor x held `copies` times at the peak, created `per_mb` times per
+    micro-batch (`native`: its bytes per copy, when the caller's inventory has them)."""
+    decision = _decision(x, m, t, p, in_layer, native)
+    return move(x, decision, section=section, copies=copies, per_mb=per_mb,
+                base_formula=base_formula)
+
+
+def move(x: ActTensor, decision: tuple, *, section: str, copies: int, per_mb: int,
+         base_formula: str) -> TensorMove:
+    """A TensorMove from a decision made once per tensor (see `_decision`)."""
+    policy, native, stored, gpu, bits, off, producer, paid, prefix, suffix = decision
     return TensorMove(section=section, tensor=x.name, cls=x.cls, policy=policy, copies=copies,
                       per_micro_batch=per_mb, native_bytes=native, stored_bytes=stored,
                       gpu_bytes=gpu, recompute_flops=paid, producer_flops=producer, bits_lost=bits,

@@ -1,7 +1,7 @@
 """Pipeline placement and schedules: which layers each rank holds, and how many micro-batches of
 each of its stages are in flight at the activation peak (the start of the first backward).
 
-In-flight counts (DESIGN.md §6; p ranks, rank r, m micro-batches per step, v chunks):
+In-flight counts (docs/design.md §6; p ranks, rank r, m micro-batches per step, v chunks):
   gpipe        m for every stage
   1f1b, zb-h1  min(p - r, m)                                  (Narayanan et al. 2021; Qi et al. 2023)
   interleaved  N = min(2(p - r - 1) + (v - 1)·p + 1, m·v) chunk-micro-batches, assigned to

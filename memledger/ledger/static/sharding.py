@@ -1,4 +1,4 @@
-"""Sharding rules as tables (DESIGN.md §4, Megatron-Core conventions).
+"""Sharding rules as tables (docs/design.md §4, Megatron-Core conventions).
 
 SHARD_DIVISOR: how many ranks split one parameter group (tp for attention/MLP matrices and the
 vocab-parallel embedding/head; ep·etp for routed experts; 1 for norms, routers and MLA

@@ -1,1 +1,1 @@
-"""The ledger page. the headline numbers and the six-row bar of the most loaded rank."""
+"""The Ledger page: the headline numbers and the six-row bar of the most loaded rank."""

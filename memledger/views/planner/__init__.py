@@ -1,1 +1,1 @@
-"""The planner page. the page's settings and the views of a Plan (scatter, top table, share links)."""
+"""The Planner page: its settings and the views of a Plan (scatter, top table, share links)."""

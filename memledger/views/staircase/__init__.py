@@ -1,1 +1,1 @@
-"""The staircase page. per-rank stacks and schedule comparison."""
+"""The Pipeline staircase page: per-rank stacks, the schedule comparison, the per-rank table."""

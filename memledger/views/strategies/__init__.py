@@ -1,1 +1,2 @@
-"""The strategies page. storage policies per tensor class, what each costs, and the advisor's answers."""
+"""The Strategies page: storage policies per tensor class, what each costs, the advisor's
+answers."""

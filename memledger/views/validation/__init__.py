@@ -1,1 +1,2 @@
-"""The validation page. stored measurements re-predicted by the current ledger, parity plot and tables."""
+"""The Validation page: stored measurements re-predicted by the current ledger, parity plot
+and tables."""

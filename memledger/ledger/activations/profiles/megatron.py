@@ -1,5 +1,5 @@
 """The `megatron` profile: tensors Megatron-Core + Transformer Engine save, flash attention, no
-dropout (DESIGN.md §5). Per token per layer: norm-1 input h, QKV input h, Q a·dh, K and V g·dh,
+dropout (docs/design.md §5). Per token per layer: norm-1 input h, QKV input h, Q a·dh, K and V g·dh,
 attention output a·dh (+ fp32 log-sum-exp a), norm-2 input h, MLP input h, fc1 output 2f
 (SwiGLU) or f, activation output f; norms keep fp32 rstd (and mean for LayerNorm).
 MoE: fp32 router logits and probs (E each), top-k indices/weights, and per routed row the

@@ -1,0 +1,133 @@
+"""What one pipeline rank holds of the activation inventory, computed once and passed down.
+
+Two steps, each done once:
+  tables    per layer kind (dense, moe) and configuration: every tensor the profile saves, its
+            bytes for one micro-batch on this rank, its formula and its storage decision
+            (memledger.ledger.activations.policy) — the same on every rank and layer, so cached;
+  held      per rank: how many layer-micro-batches of each kind it holds at the activation peak
+            (micro-batches in flight × layers of the kind in each stage, pipeline.schedules),
+            how many layers one micro-batch passes through, the checkpoints every-k keeps, and
+            the micro-batches of the first / last stage it holds.
+The row (`row`) and the transients (`transients`) read a `HeldActivations`; nothing below it
+calls back up.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+
+from memledger.ledger.activations import get_profile
+from memledger.ledger.activations.inventory import ActTensor, formula, tensor_bytes
+from memledger.ledger.activations.policy import _decision
+from memledger.ledger.pipeline.schedules import stage_layers
+from memledger.model.flops import layer_forward_flops_per_token
+from memledger.model.params import layer_kind
+from memledger.specs.model import ModelSpec
+from memledger.specs.parallel import ParallelSpec
+from memledger.specs.train import TrainSpec
+
+KINDS = ("dense", "moe")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One saved tensor on this rank: bytes of one micro-batch's copy and its formula."""
+
+    tensor: ActTensor
+    bytes: int
+    formula: str
+
+
+@dataclass(frozen=True)
+class KindTable:
+    """One layer of a kind: its tensors with their storage decisions (inside a layer)."""
+
+    kind: str
+    entries: tuple[Entry, ...]
+    decisions: tuple[tuple, ...]  # policy._decision of each entry, in order
+    full_bytes: int  # every tensor kept as the profile stores it
+    forward_flops: int  # one layer's forward, one micro-batch, per GPU (re-run by full recompute)
+
+
+def entry(x: ActTensor, m, t, p) -> Entry:
+    return Entry(x, tensor_bytes(x, m, t, p), formula(x, m, t, p))
+
+
+@lru_cache(maxsize=4096)
+def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> KindTable:
+    entries = tuple(entry(x, m, t, p) for x in get_profile(t.profile).layer(m, kind, t, p))
+    tokens = t.micro_batch * t.seq
+    return KindTable(
+        kind=kind, entries=entries,
+        decisions=tuple(_decision(e.tensor, m, t, p, True, e.bytes) for e in entries),
+        full_bytes=sum(e.bytes for e in entries),
+        forward_flops=layer_forward_flops_per_token(m, kind, t.seq) * tokens // (p.tp * p.cp))
+
+
+@lru_cache(maxsize=4096)
+def outer_entries(m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> dict[str, tuple[Entry, ...]]:
+    """Tensors outside the layers: first stage, last stage, the layer input (checkpoints) and
+    the last stage's transients (logits and their gradients)."""
+    prof = get_profile(t.profile)
+    return {"first stage": tuple(entry(x, m, t, p) for x in prof.first_stage(m, t, p)),
+            "last stage": tuple(entry(x, m, t, p) for x in prof.last_stage(m, t, p)),
+            "layer input": (entry(prof.layer_input(m, t, p), m, t, p),),
+            "transients": tuple(entry(x, m, t, p) for x in prof.transients(m, t, p))}
+
+
+@dataclass(frozen=True)
+class HeldActivations:
+    """A rank's share of the inventory at its activation peak."""
+
+    m: ModelSpec
+    p: ParallelSpec
+    t: TrainSpec
+    layer_mbs: dict[str, int]  # kind -> layer-micro-batches held
+    per_mb: dict[str, int]  # kind -> layers one micro-batch passes through on this rank
+    checkpoints: int  # every-k: layer inputs kept, × micro-batches
+    checkpoints_per_mb: int
+    first: int  # micro-batches of the first stage held here (0: not on this rank)
+    last: int  # micro-batches of the last stage held here
+    tables: dict[str, KindTable]  # the kinds this rank holds
+    outer: dict[str, tuple[Entry, ...]]
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(k for k in KINDS if self.layer_mbs.get(k))
+
+
+def _per_kind(m, p, flights) -> Counter:
+    stages = stage_layers(m, p)
+    out = Counter()
+    for stage, n in flights:
+        for i in stages[stage]:
+            out[layer_kind(m, i)] += n
+    return out
+
+
+def _checkpoints(m, p, t, flights) -> int:
+    stages = stage_layers(m, p)
+    k = t.checkpoint_every(m.n_layers)
+    return sum(n * -(-len(stages[s]) // k) for s, n in flights)
+
+
+def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first: int,
+                     last: int) -> HeldActivations:
+    """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
+    of the first/last stage held on this rank (0 if it does not hold that stage)."""
+    layer_mbs = _per_kind(m, p, flights)
+    ones = tuple((s, 1) for s, _ in flights)
+    every_k = t.recompute == "every-k"
+    return HeldActivations(
+        m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, p, ones)),
+        checkpoints=_checkpoints(m, p, t, flights) if every_k else 0,
+        checkpoints_per_mb=_checkpoints(m, p, t, ones) if every_k else 0,
+        first=first, last=last,
+        tables={k: kind_table(m, k, t, p) for k, n in layer_mbs.items() if n},
+        outer=outer_entries(m, t, p))
+
+
+def layer_bytes(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> int:
+    """One layer's full inventory for one micro-batch on this rank."""
+    return kind_table(m, kind, t, p).full_bytes
