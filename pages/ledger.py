@@ -25,7 +25,7 @@ with st.container(horizontal=True, gap="medium"):
         st.metric(m.label, m.value, m.delta, delta_color=m.delta_color, help=m.help,
                   delta_arrow="off", width=160)  # two per row on a phone
 
-ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led)
+ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led, setting=ui.setting(res))
 
 chosen = res.page["rank"]
 items = st.expander("Every item, with its formula and source", icon=":material/receipt_long:",

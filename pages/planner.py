@@ -88,7 +88,7 @@ def body() -> None:
     query = urlencode(ledger_query(result, row, cfg.model, cfg.gpu))
     right.markdown(f"**#{row_no}**: {describe_row(row)} · "
                    f"[open it on the Ledger page]({LEDGER_PAGE}?{query})")
-    ui.chart(plan_scatter(result, selected=row), stem, key="plan_chart")
+    ui.chart(plan_scatter(result, selected=row), stem, key="plan_chart", setting=ui.setting(res))
     st.dataframe(table, width="stretch", column_config={
         "peak GiB": st.column_config.NumberColumn(format="%.2f"),
         "free GiB": st.column_config.NumberColumn(format="%.2f"),

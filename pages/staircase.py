@@ -42,7 +42,7 @@ if compare:
     fig = charts.staircase_compare(ledgers, hw, skipped)
 else:
     fig = charts.staircase(led, hw)
-ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led)
+ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led, setting=ui.setting(res))
 
 per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",
                        icon=":material/table_rows:", key="ranks_open", on_change="rerun")

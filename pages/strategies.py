@@ -90,7 +90,7 @@ def body() -> None:
                      "GiB per micro-batch": st.column_config.NumberColumn(format="%.3f"),
                      "GiB saved at peak": st.column_config.NumberColumn(format="%.3f")})
     ui.chart(charts.before_after(before, after, target, target_label), stem + "_policy",
-             key="before_after")
+             key="before_after", setting=ui.setting(res))
 
     st.subheader("Bandwidth: does the offload hide behind compute?")
     verdicts = (cpu_offload_verdicts(after, hw, page["mfu"])
@@ -102,7 +102,7 @@ def body() -> None:
 
     st.subheader("The staircase, levelled")
     ui.chart(charts.levelled_staircase(advice.staircase, target, target_label),
-             stem + "_levelled", key="levelled")
+             stem + "_levelled", key="levelled", setting=ui.setting(res))
 
     st.subheader("The advisor's four questions")
     if advice.fits:

@@ -19,33 +19,33 @@ res = resolve("where", SPECS)
 ui.issues(res)
 hw = hardware(res.cfg)
 
-share = ui.header("Where memory goes: four ledgers, and what cuts each")
+share = ui.header("Where memory goes: weights, gradients, optimizer states, activations — and what cuts each")
 size = st.radio("Size", SIZES, key="pg_size", horizontal=True,
                 format_func=lambda s: f"Sidebar model ({res.model.name})" if s == "model"
                 else SEED_EXAMPLES[s][0],
-                help="The seed's two worked examples have no shape, so no activation estimate.")
+                help="The two textbook examples (7B and 70B parameters) give only a parameter count: no layer shapes, so no activation estimate.")
 z = sizing(res.model, res.cfg, size)
 stem = ui.stem(res, f"where-{size}")
 act_note = f"micro-batch {res.cfg.mb} × {res.cfg.seq:,} tokens"
 
 ui.chart(seed_charts.static_strip(z.n_params, z.act_mixed, z.name, act_note), stem + "_16n",
-         key="strip_chart")
+         key="strip_chart", setting=ui.setting(res))
 cols = technique_columns(z.n_params, res.cfg.world, z.act_mixed or 0, z.act_fp32 or 0,
                          z.n_layers)
 ui.chart(seed_charts.techniques(cols, hw.hbm_bytes, hw.name, z.name), stem + "_techniques",
-         key="techniques_chart")
+         key="techniques_chart", setting=ui.setting(res))
 st.caption(f"ZeRO shards over d = world size = {res.cfg.world} data-parallel GPUs (sidebar). "
            "Activations are the ledger's activation row for one micro-batch through all layers "
            f"({res.cfg.profile} profile)" + ("" if z.act_mixed is not None else
-                                             "; the seed's examples have none"))
+                                             "; the textbook examples have no layer shapes"))
 
 ui.chart(seed_charts.checkpoint_curve(z.n_layers, z.name), stem + "_checkpoints",
-         key="checkpoint_chart")
+         key="checkpoint_chart", setting=ui.setting(res))
 st.caption("Chen et al. 2016 (arXiv 1604.06174): keep k checkpoints, re-run one segment of "
-           "⌈L/k⌉ layers in backward; k + ⌈L/k⌉ is smallest near k = √L. Seed 2 counts only the "
+           "⌈L/k⌉ layers in backward; k + ⌈L/k⌉ is smallest near k = √L. The textbook count keeps only the "
            "kept checkpoints, ⌈√L⌉ + 1 of them.")
 
-st.subheader("Seed 2's numbers")
+st.subheader("The textbook numbers: 16 bytes per parameter, ⌈√L⌉ + 1 checkpoints")
 examples = [SEED_EXAMPLES[k] for k in SEED_EXAMPLES]
 if size == "model":
     examples.append((z.name, z.n_params, z.n_layers))

@@ -264,3 +264,11 @@ def test_no_link_crashes_a_page(app_test, page, query):
     ok(at)
     assert len(figures(at)) >= 1
     assert parse_params(at.query_params)[1] == []  # the rewritten link is clean
+
+
+def test_the_share_popover_says_when_its_link_only_works_on_this_machine(app_test):
+    from memledger.views.ui import link_is_local
+    assert link_is_local("http://localhost:8501/?tp=4") and link_is_local("http://127.0.0.1:80/")
+    assert not link_is_local("https://memledger.example.com/ledger?tp=4")
+    at = ok(app_test(LEDGER).run())  # AppTest's address is localhost
+    assert any("opens only here" in w.value for w in at.warning)

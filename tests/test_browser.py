@@ -87,6 +87,7 @@ def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
     dl.value.save_as(svg)
     text = svg.read_text()
     assert text.lstrip().startswith("<svg") and "tp 4" in text
+    assert "64 × H100 SXM · memledger " in text  # what produced the chart, and when
     assert dl.value.suggested_filename.endswith("_tp4_pp4_ep1_cp1_dp4_zero1_mb1x4096.svg")
 
     with page.expect_download(timeout=30_000) as dl:

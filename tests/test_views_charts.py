@@ -1,6 +1,7 @@
 """Chart builders: the numbers drawn are the ledger's, titles state the configuration, units are
 labelled, the capacity is a line and every row has one colour on every chart."""
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import plotly.graph_objects as go
@@ -110,3 +111,12 @@ def test_checkpoint_curve_marks_the_seed_point_and_sqrt_l():
     texts = " ".join(str(tr.get("text")) for tr in fig["data"])
     assert "10 checkpoints ≈ 13%" in texts
     assert any(abs(s["x0"] - 80**0.5) < 1e-9 for s in fig["layout"]["shapes"])
+
+
+def test_the_app_follows_the_viewer_theme_and_charts_carry_their_own_background():
+    import tomllib
+    cfg = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit/config.toml").read_text())
+    assert "base" not in cfg.get("theme", {})  # light or dark, as the viewer's browser says
+    fig = plain(ledger_charts.ledger_bar(LED, HW))
+    assert fig["layout"]["paper_bgcolor"] == fig["layout"]["plot_bgcolor"] == "white"
+    assert fig["layout"]["font"]["color"] == "#262730"  # dark ink on the chart's own white

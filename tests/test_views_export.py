@@ -53,3 +53,14 @@ def test_kaleido_renders_png_and_svg():
     png = export.to_image(FIG, "png")
     assert svg.lstrip().startswith(b"<svg") and b"Llama-3 70B" in svg
     assert png.startswith(b"\x89PNG")
+
+
+def test_exported_charts_state_the_setting_the_version_and_the_date():
+    from datetime import date
+
+    fig = FIG
+    text = export.stamp_text("64 × H100 SXM", today=date(2026, 12, 1))
+    assert text.startswith("64 × H100 SXM · memledger ") and text.endswith(" · 2026-12-01")
+    out = export.stamped(fig, text)
+    assert [a.text for a in out.layout.annotations][-1] == text
+    assert len(out.layout.annotations) == len(fig.layout.annotations) + 1  # the original is untouched

@@ -9,6 +9,7 @@ import math
 from dataclasses import asdict
 
 from memledger.advisor import advise
+from memledger.advisor.text import flops_text, price
 from memledger.cli.args import add_config_args, specs_from_args
 from memledger.errors import SpecError
 from memledger.ledger import build_ledger
@@ -50,18 +51,8 @@ def run(args) -> int:
     return 0
 
 
-def flops_text(flops: int) -> str:
-    return f"{flops / 1e12:,.1f} TFLOP" if flops >= 1e12 else f"{flops / 1e9:,.1f} GFLOP"
-
-
 def _g(n: int) -> str:
     return f"{gib(n):.2f} GiB"
-
-
-def _bits(c) -> str:
-    """int formats keep 7 (int8) or 3 (int4) magnitude bits relative to the block's absmax."""
-    rel = " relative to the block max" if c.policy.startswith("int") else ""
-    return f"{c.bits_lost} mantissa bits{rel}"
 
 
 def render(a) -> str:
@@ -78,12 +69,7 @@ def render(a) -> str:
             f"({_g(act.largest_layer_bytes)} per layer per micro-batch); largest tensor "
             f"{act.largest_tensor} [{act.largest_tensor_class}] {_g(act.largest_tensor_bytes)}"]
     for c in act.currencies:
-        price = (f"{flops_text(c.recompute_flops_per_step)}/step ≈ {c.recompute_s_per_step:.3f} s"
-                 if c.policy == "recompute" else _bits(c) if not c.link else
-                 f"{c.offload_bytes_per_step / 1e9:.1f} GB/step over {c.link}, needs "
-                 f"{c.required_bytes_per_s / 1e9:.1f} of {c.link_bytes_per_s / 1e9:.0f} GB/s, "
-                 f"exposed {c.exposed_s_per_step:.3f} s/step")
-        out.append(f"   {c.policy:<12} saves {_g(c.saved_bytes):>12}  costs {price}"
+        out.append(f"   {c.policy:<12} saves {_g(c.saved_bytes):>12}  costs {price(c)}"
                    f"{'  → fits' if c.fits else ''}")
     mb = act.smaller_micro_batch
     out.append(f"   smaller micro-batch, no offload: {mb.micro_batch} × {mb.micro_batches} per step → "

@@ -69,5 +69,5 @@ def technique_columns(n_params: int, d: int, act_mixed: int, act_fp32: int,
 
 # Seed 2's worked examples: (label, N parameters, L layers) — its script prints 104.3 GiB and
 # 7 checkpoints ≈ 22% for the first, 1043.1 GiB and 10 ≈ 13% for the second.
-SEED_EXAMPLES = {"seed-7b": ("7B, 32 layers (seed 2)", 7_000_000_000, 32),
-                 "seed-70b": ("70B, 80 layers (seed 2)", 70_000_000_000, 80)}
+SEED_EXAMPLES = {"seed-7b": ("7B, 32 layers (textbook example)", 7_000_000_000, 32),
+                 "seed-70b": ("70B, 80 layers (textbook example)", 70_000_000_000, 80)}

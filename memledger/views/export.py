@@ -10,11 +10,13 @@ say so instead of failing.
 """
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
 import threading
 from dataclasses import dataclass
+from datetime import date
 from importlib import metadata
 
 import plotly.graph_objects as go
@@ -82,6 +84,30 @@ def warm_up() -> bool:
 
     threading.Thread(target=_tiny, daemon=True, name="kaleido-warm-up").start()
     return True
+
+
+def stamp_text(setting: str = "", today: date | None = None) -> str:
+    """What an exported chart says about itself: the setting (world size and GPU), the
+    memledger version that computed it, and the date."""
+    parts = [setting, f"memledger {_version()}", (today or date.today()).isoformat()]
+    return " · ".join(p for p in parts if p)
+
+
+def stamped(fig: go.Figure, stamp: str) -> go.Figure:
+    """A copy of `fig` with `stamp` in small type under its bottom-right corner (reviews need
+    to know what produced a chart and when)."""
+    out = go.Figure(fig)
+    out.add_annotation(text=html.escape(stamp), x=1, xref="paper", xanchor="right",
+                       y=0, yref="paper", yanchor="top", yshift=-(out.layout.margin.b or 80) + 14,
+                       showarrow=False, font=dict(size=10, color="#6b6b6b"))
+    return out
+
+
+def _version() -> str:
+    try:
+        return metadata.version("memledger")
+    except metadata.PackageNotFoundError:
+        return "dev"
 
 
 def to_image(fig: go.Figure, fmt: str) -> bytes:

@@ -114,7 +114,7 @@ def _model_section(res: Resolved) -> None:
         if st.session_state.get("_ml_import_error"):
             st.error(st.session_state["_ml_import_error"])
     st.selectbox("GPU", list(GPUS), key=W + "gpu", help=HELP["gpu"],
-                 format_func=lambda k: f"{GPUS[k].name} ({gib(GPUS[k].hbm_bytes):.0f} GiB)")
+                 format_func=lambda k: f"{GPUS[k].name} ({gib(GPUS[k].hbm_bytes):.1f} GiB)")
     lo, hi = INT_LIMITS["world"]
     st.number_input("World size (GPUs)", lo, hi, key=W + "world", step=8, help=HELP["world"])
 

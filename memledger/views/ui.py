@@ -9,7 +9,7 @@ import streamlit as st
 from memledger.ledger import Ledger
 from memledger.specs.parallel import SCHEDULES
 from memledger.views import export, tables
-from memledger.views.state import PageParam
+from memledger.views.state import PageParam, hardware
 from memledger.views.sync import Resolved, share_url, write_url
 
 SCHEDULE_HELP = "\n".join(f"- **{k}**: {v}" for k, v in SCHEDULES.items())
@@ -51,16 +51,23 @@ def finish(res: Resolved, specs: tuple[PageParam, ...] = (), page: dict | None =
     params = write_url(res, specs, page)
     url = share_url(params)
     with share if share is not None else st.sidebar:
-        st.caption("Opens exactly this view. Copy it with the icon on the right.")
+        st.caption("Opens exactly this view. Copy it with the copy button at the box's top right "
+                   "(it appears when the pointer is over the box, or on tap).")
         st.code(url, language=None, wrap_lines=True)
+        if link_is_local(url):
+            st.warning("This link names this machine (localhost): it opens only here. To share "
+                       "it, serve memledger on an address your team can reach — see Hosting in "
+                       "the README.", icon=":material/lan:")
     return url
 
 
-def chart(fig, stem: str, key: str, led: Ledger | None = None) -> None:
+def chart(fig, stem: str, key: str, led: Ledger | None = None, setting: str = "") -> None:
     """A Plotly chart, then one row of downloads built only when clicked: the chart as PNG,
-    SVG and standalone HTML and, given a ledger, its table as CSV and JSON."""
+    SVG and standalone HTML — stamped with `setting` (see `setting`), the version and the date —
+    and, given a ledger, its table as CSV and JSON."""
     st.plotly_chart(fig, config=export.modebar_config(stem), key=key, theme=None,
                     width="stretch")
+    fig = export.stamped(fig, export.stamp_text(setting))
     status = export.status()
     why = status.reason or "Rendered on the server (kaleido), 1200 px wide."
     with st.container(horizontal=True, gap="small"):
@@ -103,3 +110,18 @@ def grid(items, n_cols: int):
     grid of small widgets."""
     cols = st.columns(n_cols)
     return [(cols[i % n_cols], x) for i, x in enumerate(items)]
+
+
+def setting(res: Resolved) -> str:
+    """World size and GPU of the shared configuration, for exported charts."""
+    return f"{res.cfg.world:,} × {hardware(res.cfg).name}"
+
+
+LOOPBACK = ("localhost", "127.0.0.1", "0.0.0.0", "::1", "[::1]")
+
+
+def link_is_local(url: str) -> bool:
+    """True when the link's host is this machine's loopback name or address."""
+    from urllib.parse import urlsplit
+    host = (urlsplit(url).hostname or "").lower()
+    return host in LOOPBACK or host.startswith("127.")

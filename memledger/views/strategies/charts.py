@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from memledger.advisor.text import flops_text, price
 from memledger.costs.compute import seconds
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.units import gib
@@ -21,10 +22,6 @@ from memledger.views.figures import GIB_AXIS, describe, house_layout, merge
 from memledger.views.palette import CAPACITY_COLOR, ROW_COLORS, ROW_SHORT
 
 BEFORE_COLOR = "#BBBBBB"  # the staircase before levelling, behind the levelled bars
-
-
-def flops_text(flops: int) -> str:
-    return f"{flops / 1e12:,.1f} TFLOP" if flops >= 1e12 else f"{flops / 1e9:,.1f} GFLOP"
 
 
 def _price(moves, hw, mfu: int, m: int) -> str:
@@ -150,11 +147,7 @@ def advice_sections(a) -> dict[str, list[str]]:
         "2. Activations": [f"{g(act.activation_bytes)}; largest layer: {act.largest_layer} "
                            f"({g(act.largest_layer_bytes)}/layer/micro-batch); largest tensor "
                            f"{act.largest_tensor} [{act.largest_tensor_class}] {g(act.largest_tensor_bytes)}"]
-        + [f"{c.policy}: saves {g(c.saved_bytes)}; " + (
-            f"{flops_text(c.recompute_flops_per_step)}/step" if c.policy == "recompute" else
-            f"{c.offload_bytes_per_step / 1e9:,.1f} GB/step over {c.link}, exposed "
-            f"{c.exposed_s_per_step:.3f} s" if c.link else f"{c.bits_lost} mantissa bits")
-           for c in act.currencies]
+        + [f"{c.policy}: saves {g(c.saved_bytes)}; costs {price(c)}" for c in act.currencies]
         + [f"smaller micro-batch without offload: {act.smaller_micro_batch.micro_batch} × "
            f"{act.smaller_micro_batch.micro_batches}/step → {g(act.smaller_micro_batch.peak_bytes)}"
            if act.smaller_micro_batch else "no smaller micro-batch fits without offload"],
@@ -162,7 +155,8 @@ def advice_sections(a) -> dict[str, list[str]]:
                          "levelled activations per rank: "
                          + ", ".join(f"{gib(x):.1f}" for x in st.levelled_activation_bytes) + " GiB",
                          f"levelled peak {g(max(st.levelled_peak_bytes, default=0))}; "
-                         f"{st.bytes_per_step / 1e9:,.1f} GB/step; fits after: {st.fits_after}"]
+                         f"{st.bytes_per_step / 1e9:,.1f} GB/step; "
+                         + ("fits after levelling" if st.fits_after else "still over after levelling")]
         + [f"pp rank {x.src} → {x.dst}: {g(x.bytes)}" for x in st.transfers],
         "4. Buffers": [f"communication row {g(b.communication_bytes)}"]
         + ([f"all-to-all '{b.a2a_mode}': " + ", ".join(f"{k} {g(v)}" for k, v in b.a2a_bytes.items()),

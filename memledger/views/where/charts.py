@@ -52,7 +52,7 @@ def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str)
     act = (f" + activations {gib(act_bytes):,.1f} GiB ({act_note})" if act_bytes is not None
            else "; activations vary with batch × sequence")
     title = f"{name}: {_billions(n_params)} parameters × 16 bytes = {static:,.1f} GiB static"
-    _layout(fig, title, "mixed precision + Adam, one GPU, no ZeRO (seed 2)" + act, height=330,
+    _layout(fig, title, "mixed precision + Adam, one GPU, no ZeRO (16 bytes per parameter)" + act, height=330,
             bottom=125)
     fig.update_xaxes(title_text=GIB_AXIS, range=[0, total * 1.01])
     fig.update_yaxes(showticklabels=False, range=[-0.5, 0.9])
@@ -94,7 +94,7 @@ def checkpoint_curve(n_layers: int, name: str) -> go.Figure:
                     line=dict(color=ROW_COLORS["activations"], width=3),
                     hovertemplate="%{x} checkpoints: peak %{y:.1f}% of storing all<extra></extra>")
     fig.add_scatter(x=ks, y=[100 * p.kept_share(n_layers) for p in pts], mode="lines",
-                    name="checkpoints kept (seed 2's count)",
+                    name="checkpoints kept (textbook count ⌈√L⌉+1)",
                     line=dict(color=ROW_COLORS["activations"], width=2, dash="dot"),
                     hovertemplate="%{x} checkpoints kept: %{y:.1f}%<extra></extra>")
     k_seed, root = ck.seed_checkpoints(n_layers), math.sqrt(n_layers)
@@ -105,7 +105,7 @@ def checkpoint_curve(n_layers: int, name: str) -> go.Figure:
     share, pct = 100 * ck.seed_fraction(n_layers), ck.seed_percent(n_layers)
     fig.add_scatter(x=[min(k_seed, n_layers)], y=[share], mode="markers+text", showlegend=False,
                     marker=dict(color=OPTIMUM_COLOR, size=11), textposition="middle right",
-                    text=[f"  seed 2: ⌈√L⌉+1 = {k_seed} checkpoints ≈ {pct}%"],
+                    text=[f"  textbook: ⌈√L⌉+1 = {k_seed} checkpoints ≈ {pct}%"],
                     hovertemplate="%{x} checkpoints: %{y:.1f}%<extra></extra>")
     peak = 100 * ck.segment_peak_layers(n_layers, best) / n_layers
     fig.add_scatter(x=[best], y=[peak], mode="markers+text", showlegend=False,
