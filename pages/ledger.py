@@ -4,6 +4,7 @@ import streamlit as st
 from memledger.views import sidebar, tables, ui
 from memledger.views.compute import ledger_for
 from memledger.views.frame import page_frame
+from memledger.views.ledger.verdict import verdict
 from memledger.views.ledger import charts, summary
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
@@ -17,9 +18,7 @@ led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
 stem = ui.stem(res, "ledger")
 
 share = ui.header(f"Memory ledger: {res.model.name} on {res.cfg.world:,} × {hw.name}")
-fits, sentence = summary.verdict(led, hw)
-(st.success if fits else st.error)(f"**{sentence}**", icon=":material/check_circle:" if fits
-                                   else ":material/error:")
+verdict(res, led, hw)
 with st.container(horizontal=True, gap="medium"):
     for m in summary.metrics(led, hw):
         st.metric(m.label, m.value, m.delta, delta_color=m.delta_color, help=m.help,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields, replace
 from memledger.errors import SpecError
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.presets import GPUS, MODELS, gpu, model
+from memledger.presets.layouts import LAYOUT_KEYS, start_layout
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
 from memledger.specs.hardware import Hardware
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
@@ -319,3 +320,16 @@ def parse_page_params(params: Mapping[str, object], specs: tuple[PageParam, ...]
 
 def page_to_params(values: Mapping[str, object], specs: tuple[PageParam, ...]) -> dict[str, str]:
     return {s.key: _format_page_value(values[s.key]) for s in specs if values[s.key] != s.default}
+
+
+def start_of(model: str, cfg: Config) -> tuple[Config, str]:
+    """`cfg` with `model` chosen and its start layout (memledger.presets.layouts) in place of
+    the layout settings, and a sentence saying where that layout comes from ("" for a model
+    without one, e.g. an imported config: its settings stay)."""
+    start = start_layout(model)
+    if start is None:
+        return replace(cfg, model=model), ""
+    base = {k: getattr(DEFAULT, k) for k in LAYOUT_KEYS}
+    new = replace(cfg, model=model, **(base | start.settings))
+    kind = "the layout its authors published" if start.published else "a layout that fits"
+    return new, f"{MODELS[model].name} starts from {kind} ({start.source})"

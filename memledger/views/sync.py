@@ -17,7 +17,8 @@ import streamlit as st
 from memledger.specs import ModelSpec
 from memledger.views.options import repair
 from memledger.views.state import (CONFIG_KEYS, KEYS, Config, PageParam, ParamIssue, load_model,
-                                   page_to_params, parse_page_params, parse_params, to_params)
+                                   page_to_params, parse_page_params, parse_params, start_of,
+                                   to_params)
 
 CFG, PAGE, RECENT = "_ml_cfg", "_ml_page", "_ml_recent"
 W, P = "sb_", "pg_"  # widget key prefixes: shared (sidebar) settings, page settings
@@ -33,6 +34,7 @@ class Resolved:
     page: dict
     issues: list[ParamIssue] = field(default_factory=list)  # from the URL: shown as errors
     notes: list[str] = field(default_factory=list)  # the app's own moves: shown as notices
+    started: str = ""  # where a newly chosen preset's layout comes from (shown once)
 
 
 def _query() -> dict[str, str]:
@@ -65,11 +67,14 @@ def _from_widgets(specs) -> Resolved:
     ss = st.session_state
     prev: Config = ss[CFG]
     cfg = replace(prev, **{k: ss[W + k] for k in CONFIG_KEYS if W + k in ss})
+    started = ""
+    if cfg.model != prev.model:  # a newly chosen preset starts from its own layout
+        cfg, started = start_of(cfg.model, cfg)
     pinned = frozenset(k for k in CONFIG_KEYS if getattr(cfg, k) != getattr(prev, k)) - NEVER_PINNED
     m = load_model(cfg.model)
     cfg, moves = repair(m, cfg, pinned)
     page = {s.key: ss.get(P + s.key, ss.get("_ml_pv", {}).get(s.key, s.default)) for s in specs}
-    return Resolved(cfg, m, page, notes=[str(a) for a in moves])
+    return Resolved(cfg, m, page, notes=[str(a) for a in moves], started=started)
 
 
 def resolve(page_name: str, specs: tuple[PageParam, ...] = ()) -> Resolved:

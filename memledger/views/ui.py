@@ -22,6 +22,8 @@ def issues(res: Resolved) -> None:
                  f"Using `{_code(i.key)}={_code(i.fallback)}`.", icon=":material/link_off:")
     for text in res.notes:
         st.toast(md_escape(f"Adjusted {text}"), icon=":material/tune:")
+    if res.started:
+        st.info(md_escape(res.started) + ".", icon=":material/flag:")
 
 
 def md_escape(text: str) -> str:
