@@ -200,7 +200,7 @@ class RankParts:
 
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     held = held_groups(m, p, t, r)
-    flights = in_flight(p, r, t.micro_batches)
+    flights = in_flight(p, r, t.micro_batches, rt.pp_engine, rt.zb_w_holds)
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0

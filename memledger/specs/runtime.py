@@ -7,6 +7,9 @@ buffers are off by default here and their NCCL defaults are `NCCL_LL_DEFAULT_BYT
 `NCCL_LL128_DEFAULT_BYTES`). DeepSpeed defaults: reduce/allgather buckets 5e8 elements,
 stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9 (DeepSpeed config docs).
 The CUDA context default is the 0.6 GiB measured on an H200 with PyTorch 2.11 (REFERENCE.md).
+Pipeline: `pp_engine` picks whose order of a schedule the ledger follows ("auto": the first
+engine that runs the micro-batch count) and `zb_w_holds` what a zero-bubble I/W split keeps
+between I and W — default "graph", PyTorch's (docs/schedules.md, memledger.schedule_order).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
 from .hashing import cache_hash
+from ..schedule_order import ENGINES, W_HOLDS
 
 A2A_SIZING = ("dynamic", "capacity", "worst-case", "deepep-ll")
 GRAD_BUCKETS = ("megatron", "deepspeed")
@@ -56,6 +60,8 @@ class RuntimeSpec:
     grad_offload: bool = False  # gradient shards on the CPU, a two-chunk double buffer on the GPU
     grad_offload_chunk_params: int = 0  # chunk of the double buffer; 0 = bucket_params
     muon_gather: str = "on-demand"  # Muon: gather one matrix at a time, or all at once
+    pp_engine: str = "auto"  # whose pipeline order: auto, megatron, pytorch, deepseek
+    zb_w_holds: str = "graph"  # zero-bubble I..W: whole graph (torch) or only W's inputs
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -77,6 +83,8 @@ class RuntimeSpec:
         require_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         require_choice("grad_lifetime", self.grad_lifetime, GRAD_LIFETIMES)
         require_choice("muon_gather", self.muon_gather, MUON_GATHER)
+        require_choice("pp_engine", self.pp_engine, ENGINES)
+        require_choice("zb_w_holds", self.zb_w_holds, W_HOLDS)
         if self.grad_offload and not self.optimizer_offload:
             raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
                                             "optimizer step must run where the gradients are (CPU)")

@@ -1,0 +1,287 @@
+"""Pipeline schedules as the engines run them: per-rank action orders, and the micro-batches each
+stage holds at the rank's activation peak, found by walking the order.
+
+An order is a tuple of actions (kind, stage, micro-batch) per pipeline rank, kinds F (forward),
+B (full backward), I (input gradient) and W (weight gradient). A stage's micro-batch is held from
+its F until its B, or, for a zero-bubble I/W split, until the pass that frees it (`W_HOLDS`):
+  graph     until W: PyTorch keeps the whole autograd graph of the stage between I and W
+            (torch/distributed/pipelining/_backward.py `stage_backward_input` calls autograd.grad
+            with retain_graph=True; stage.py keeps it in `backward_state` until
+            `backward_weight_one_chunk`), torch 2.13 — the default
+  w-inputs  until I: a runtime that keeps only W's inputs (DeepSeek DualPipe's WeightGradStore,
+            the zero-bubble repo's) frees the graph at I; the W inputs are not charged here
+The peak of a rank is the first state, over its order, with the most held stage-micro-batches
+(for the 1F1B family: the start of the first backward, DESIGN.md §6).
+Counts depend only on the rank's own order, not on the cross-rank timing.
+
+Orders, by engine (facts carried over, not code; sources):
+  gpipe        all F, then all B (GPipe, Huang et al. 2019; torch ScheduleGPipe)
+  1f1b         min(p-r-1, m) warm-up F, then F B pairs (Megatron-Core schedules.py
+               forward_backward_pipelining_without_interleaving; torch Schedule1F1B, m >= p)
+  interleaved  forward table in groups of g micro-batches per chunk, warm-up
+               2(p-r-1) + (v-1)·g capped at m·v, backward table with chunks reversed.
+               megatron: g = p, a last short group keeps its size (Megatron-Core
+               get_schedule_table; needs m >= p); pytorch: g = m // max(1, m // p), refused when
+               that does not divide m (torch ScheduleInterleaved1F1B, "rounds")
+  zb-h1        torch ScheduleInterleavedZeroBubble (ZB1P) on one stage per rank: 1F1B with I for
+               B, rank r delaying its W's by r (Qi et al. 2023, arXiv 2401.10241); same rounds rule
+  zb-v         torch ScheduleZBVZeroBubble: the V of Qi et al. 2024 §6, generated for
+               max(2p-1, m) micro-batches and truncated to m (so m < 2p-1 holds less)
+  dualpipe     DeepSeek DualPipe (github.com/deepseek-ai/DualPipe dualpipe.py, 8 steps; m even,
+               m >= 2p), m/2 micro-batches from each end
+  dualpipev    torch ScheduleDualPipeV = DeepSeek DualPipeV (m >= 2p, the V's stage count)
+Ignores: communication actions and idle slots (they do not change what a rank holds).
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from functools import lru_cache
+
+from .errors import SpecError
+
+W_HOLDS = ("graph", "w-inputs")
+ENGINES = ("auto", "megatron", "pytorch", "deepseek")
+# engines that run each schedule, preferred first ("auto" takes the first that runs m)
+SCHEDULE_ENGINES = {
+    "gpipe": ("megatron", "pytorch"), "1f1b": ("megatron", "pytorch"),
+    "interleaved": ("megatron", "pytorch"), "zb-h1": ("pytorch",), "zb-v": ("pytorch",),
+    "dualpipe": ("deepseek",), "dualpipev": ("pytorch", "deepseek"),
+}
+ENGINE_NAMES = {"megatron": "Megatron-Core", "pytorch": "PyTorch (torch.distributed.pipelining)",
+                "deepseek": "DeepSeek's DualPipe"}
+# beyond this many micro-batches every schedule is in its steady state: counts stop changing
+STEADY_EXTRA = 4
+
+Action = tuple[str, int, int]
+
+
+def refusal(schedule: str, engine: str, p: int, m: int) -> str | None:
+    """Why `engine` refuses m micro-batches of `schedule` on p ranks (None: it runs them)."""
+    if (schedule == "1f1b" and engine == "pytorch" or schedule == "interleaved"
+            and engine == "megatron") and m < p:
+        return f"needs micro_batches >= pp = {p}"
+    if schedule in ("interleaved", "zb-h1") and engine == "pytorch" and m % max(1, m // p):
+        rounds = m // p
+        return (f"needs micro_batches divisible by its rounds max(1, micro_batches // pp) = "
+                f"{rounds} (e.g. {rounds * p} or {(rounds + 1) * p})")
+    if schedule == "dualpipev" and m < 2 * p:
+        return f"needs micro_batches >= 2·pp = {2 * p}, the V's stage count"
+    if schedule == "dualpipe" and (m < 2 * p or m % 2):
+        return f"needs an even micro_batches >= 2·pp = {2 * p}"
+    return None
+
+
+def resolve_engine(schedule: str, engine: str, p: int, m: int) -> str:
+    """The engine whose order the ledger follows; SpecError naming the engines and their limits
+    when none (or not the chosen one) runs m micro-batches."""
+    runs = SCHEDULE_ENGINES[schedule]
+    if engine != "auto" and engine not in runs:
+        raise SpecError("pp_engine", f"{ENGINE_NAMES.get(engine, engine)} does not run schedule="
+                                     f"{schedule}; engines that do: {', '.join(runs)}")
+    tried = runs if engine == "auto" else (engine,)
+    reasons: dict[str, list[str]] = {}
+    for e in tried:
+        why = refusal(schedule, e, p, m)
+        if why is None:
+            return e
+        reasons.setdefault(why, []).append(ENGINE_NAMES[e])
+    raise SpecError("micro_batches", f"{m} micro-batches of schedule={schedule} on pp={p}: " + "; ".join(
+        f"{' and '.join(names)}: {why}" for why, names in reasons.items()))
+
+
+def engine_notes(schedule: str, p: int, m: int) -> dict[str, str | None]:
+    """Per engine that runs the schedule: None if it runs m micro-batches, else why not."""
+    return {e: refusal(schedule, e, p, m) for e in SCHEDULE_ENGINES[schedule]}
+
+
+def rank_stages(schedule: str, p: int, v: int, r: int) -> tuple[int, ...]:
+    """Stages on rank r (ParallelSpec.rank_stages, repeated so this module needs no spec)."""
+    if schedule in ("zb-v", "dualpipev"):
+        return (r, 2 * p - 1 - r)
+    if schedule == "dualpipe":
+        return (r, p - 1 - r)
+    return tuple(c * p + r for c in range(v))
+
+
+@lru_cache(maxsize=8192)
+def rank_order(schedule: str, p: int, v: int, m: int, r: int, engine: str) -> tuple[Action, ...]:
+    """Rank r's actions in the order `engine` runs them (engine as resolved: not "auto")."""
+    if schedule == "gpipe":
+        stages = rank_stages(schedule, p, v, r)
+        return tuple(("F", s, i) for i in range(m) for s in stages) + tuple(
+            ("B", s, i) for i in range(m) for s in reversed(stages))
+    if schedule == "1f1b":
+        return _one_f_one_b(p, 1, m, r, m, min(p - r - 1, m), zb_delay=None)
+    if schedule in ("interleaved", "zb-h1"):
+        g = p if engine == "megatron" else m // max(1, m // p)
+        factor = 2 if schedule == "interleaved" else 1
+        warm = min(factor * (p - r - 1) + (v - 1) * g, m * v)
+        return _one_f_one_b(p, v, m, r, g, warm, zb_delay=r if schedule == "zb-h1" else None)
+    if schedule == "zb-v":
+        return _zb_v(p, m, r)
+    if schedule == "dualpipev":
+        return _dualpipe(p, m, r, (r, 2 * p - 1 - r), p, r)
+    if schedule == "dualpipe":
+        h = min(r, p - 1 - r)
+        return _dualpipe(p // 2, m // 2, r, (h, p - 1 - h), p, h)
+    raise SpecError("schedule", f"unknown schedule {schedule!r}")
+
+
+def _table(m: int, v: int, g: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) in forward order: groups of g micro-batches per chunk, the last
+    group of whatever is left (Megatron-Core get_schedule_table)."""
+    out = []
+    for start in range(0, m, g):
+        end = min(start + g, m)
+        out += [(mb, c) for c in range(v) for mb in range(start, end)]
+    return out
+
+
+def _one_f_one_b(p, v, m, r, g, warm, zb_delay):
+    """Warm-up forwards, then one forward and one backward, then the backwards (Megatron-Core and
+    torch _get_1f1b_rank_ops). zb_delay: I for B and W after `zb_delay` I's (torch ZB1P)."""
+    fwd = [("F", c * p + r, mb) for mb, c in _table(m, v, g)]
+    bwd_kind = "B" if zb_delay is None else "I"
+    bwd = [(bwd_kind, (v - 1 - c) * p + r, mb) for mb, c in _table(m, v, g)]
+    out, pending = list(fwd[:warm]), deque()
+    for k in range(len(bwd)):
+        if warm + k < len(fwd):
+            out.append(fwd[warm + k])
+        out.append(bwd[k])
+        if zb_delay is not None:
+            pending.append(bwd[k])
+            if k >= zb_delay:
+                _, s, mb = pending.popleft()
+                out.append(("W", s, mb))
+    out += [("W", s, mb) for _, s, mb in pending]
+    return tuple(out)
+
+
+class _Emit:
+    """Numbers micro-batches per (stage, pass) as actions are appended; a full B counts as the
+    stage's I and W; an I queues its W, popped oldest first."""
+
+    def __init__(self, m: int):
+        self.m, self.out, self.n, self.queue = m, [], Counter(), deque()
+
+    def __call__(self, kind: str, stage: int) -> None:
+        mb = self.n[stage, "I" if kind == "B" else kind]
+        self.n[stage, kind] += 1
+        if kind == "B":
+            self.n[stage, "I"] += 1
+            self.n[stage, "W"] += 1
+        elif kind == "I":
+            self.queue.append((stage, mb))
+        self.out.append((kind, stage, mb))
+
+    def w(self) -> None:
+        if self.queue:
+            s, mb = self.queue.popleft()
+            self.n[s, "W"] += 1
+            self.out.append(("W", s, mb))
+
+    def result(self) -> tuple[Action, ...]:
+        return tuple(a for a in self.out if a[2] < self.m)
+
+
+def _zb_v(p: int, m: int, r: int) -> tuple[Action, ...]:
+    """torch ScheduleZBVZeroBubble: warm-up F0 ×(2(p-r)-1), (F1 F0) ×r, (F1 I1 W1) ×(p-r), steady
+    (F0 I0 W0 F1 I1 W1) until max(2p-1, m) are in, cool-down (I0 I1) ×r, (I0 W0) ×(p-r), then
+    the W's left; actions of micro-batches >= m dropped."""
+    n = max(2 * p - 1, m)
+    c0, c1 = r, 2 * p - 1 - r
+    e = _Emit(m)
+    f0 = f1 = 0
+    for _ in range(2 * (p - r) - 1):
+        e("F", c0)
+    for _ in range(r):
+        e("F", c1), e("F", c0)
+    for _ in range(p - r):
+        e("F", c1), e("I", c1), e.w()
+    f0, f1 = 2 * (p - r) - 1 + r, r + (p - r)
+    while f1 < f0 or f0 < n:
+        if f0 < n:
+            e("F", c0)
+            f0 += 1
+        e("I", c0), e.w(), e("F", c1), e("I", c1), e.w()
+        f1 += 1
+    for _ in range(r):
+        e("I", c0), e("I", c1)
+    for _ in range(p - r):
+        e("I", c0)
+        e.queue = deque(sorted(e.queue, key=lambda x: x[0] != c0))  # W0 of the oldest I0
+        e.w()
+    e.queue = deque(sorted(e.queue, key=lambda x: x[0] != c1))  # the W1's left, then W0's
+    while e.queue:
+        e.w()
+    return e.result()
+
+
+def _dualpipe(n_ranks: int, n_chunks: int, r: int, stages: tuple[int, int], p: int, h: int):
+    """DeepSeek's eight steps (DualPipe on its half-ranks, DualPipeV on all ranks): stage 0 is the
+    phase fed first. n_ranks: ranks of one direction; n_chunks: micro-batches per direction."""
+    c0, c1 = stages
+    e = _Emit(n_chunks)
+    for _ in range(2 * (n_ranks - h - 1)):
+        e("F", c0)
+    for _ in range(h + 1):
+        e("F", c0), e("F", c1)
+    for _ in range(n_ranks - h - 1):
+        e("I", c1), e.w(), e("F", c1)
+    for _ in range(n_chunks - 2 * n_ranks + h + 1):
+        e("F", c0), e("B", c1), e("F", c1), e("B", c0)  # F before B of each overlapped pair
+    for _ in range(n_ranks - h - 1):
+        e("B", c1), e("F", c1), e("B", c0)
+    zb = False
+    for i in range(h + 1):
+        zb = zb or (i == (h + 1) // 2 and h % 2 == 1)
+        e("I" if zb else "B", c1)
+        zb = zb or (i == (h + 1) // 2 and h % 2 == 0)
+        e("I" if zb else "B", c0)
+    for _ in range(n_ranks - h - 1):
+        e.w(), e("I", c0)
+    for _ in range(h + 1):
+        e.w()
+    while e.queue:
+        e.w()
+    return e.result()
+
+
+def peak_counts(order: tuple[Action, ...], stages: tuple[int, ...],
+                w_holds: str) -> tuple[tuple[int, ...], int]:
+    """(micro-batches held per stage, I's whose W is pending) at the peak of one rank's order."""
+    frees = {"B", "I" if w_holds == "w-inputs" else "W"}
+    held, total, pending = Counter(), 0, 0
+    best, best_total, best_pending = Counter(), -1, 0
+    for kind, s, _ in order:
+        if kind == "F":
+            held[s] += 1
+            total += 1
+            if total > best_total:
+                best, best_total, best_pending = Counter(held), total, pending
+            continue
+        if kind in frees:
+            held[s] -= 1
+            total -= 1
+        pending += (kind == "I") - (kind == "W")
+    return tuple(best[s] for s in stages), best_pending
+
+
+def steady_m(schedule: str, p: int, v: int) -> int:
+    """A micro-batch count beyond which no rank's peak changes (warm-ups are at most 2p·v)."""
+    return 2 * p * v + STEADY_EXTRA * p
+
+
+@lru_cache(maxsize=65536)
+def stage_flights(schedule: str, p: int, v: int, m: int, r: int, engine: str = "auto",
+                  w_holds: str = "graph") -> tuple[tuple[int, int], ...]:
+    """(stage, micro-batches held) for each stage on rank r at its activation peak."""
+    if w_holds not in W_HOLDS:
+        raise SpecError("zb_w_holds", f"must be one of {', '.join(W_HOLDS)}, got {w_holds!r}")
+    e = resolve_engine(schedule, engine, p, m)
+    cap = steady_m(schedule, p, v)
+    if m > cap and (e != "pytorch" or schedule not in ("interleaved", "zb-h1") or m % p == 0):
+        m = cap  # torch's rounds give groups of g = p only when p divides m
+    stages = rank_stages(schedule, p, v, r)
+    counts, _ = peak_counts(rank_order(schedule, p, v, m, r, e), stages, w_holds)
+    return tuple(zip(stages, counts))
