@@ -121,9 +121,12 @@ def kind_decisions(m, kind: str, t, p) -> tuple:
                  for x, _ in layer_tensors(m, kind, t, p))
 
 
-def activation_moves(m, p, t, flights, first: int, last: int) -> list[TensorMove]:
+def activation_moves(m, p, t, flights, first: int, last: int,
+                     loss: int | None = None) -> list[TensorMove]:
     """Every saved tensor of the rank and its storage decision. `first`/`last`: micro-batches of
-    the first/last stage held on this rank (0 if it does not hold that stage)."""
+    the first/last stage held on this rank (0 if it does not hold that stage); `loss`: those of
+    the last stage whose loss graph (class "logits") is still alive (default `last`; fewer when
+    a zero-bubble I has detached the loss but W still holds the stage, memledger.schedule_order)."""
     prof = get_profile(t.profile)
     if t.recompute in ("full", "every-k"):
         moves = _structural_moves(m, p, t, flights)
@@ -142,8 +145,11 @@ def activation_moves(m, p, t, flights, first: int, last: int) -> list[TensorMove
     for section, held, tensors in (("first stage", first, prof.first_stage(m, t, p)),
                                    ("last stage", last, prof.last_stage(m, t, p))):
         for x in tensors if held else ():
-            moves.append(decide(x, m, t, p, section=section, copies=held, per_mb=1, in_layer=False,
-                                base_formula=f"{held} micro-batches × {formula(x, m, t, p)}"))
+            n = loss if loss is not None and section == "last stage" and x.cls == "logits" else held
+            if n:
+                moves.append(decide(x, m, t, p, section=section, copies=n, per_mb=1,
+                                    in_layer=False,
+                                    base_formula=f"{n} micro-batches × {formula(x, m, t, p)}"))
     return moves
 
 

@@ -18,7 +18,7 @@ from .act_rows import activation_items, activation_moves, activation_transients
 from .items import ROWS, Item, RankLedger, sum_rows
 from .params import (embedding_groups, head_groups, layer_groups, layer_kind, mtp_groups,
                      n_active_params, n_params, padded_vocab)
-from .schedules import first_stage_rank, in_flight, last_stage_rank, stage_layers
+from .schedules import first_stage_rank, in_flight, last_stage_open, last_stage_rank, stage_layers
 from .sharding import shard_divisor
 from .specs.hardware import Hardware
 from .specs.model import ModelSpec
@@ -205,7 +205,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
     items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
-    moves = activation_moves(m, p, t, flights, first, last)
+    loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
+    moves = activation_moves(m, p, t, flights, first, last, loss)
     items += activation_items(m, p, t, flights, first, last, moves)
     items += comm_items(m, p, t, rt, held)
     stages = stage_layers(m, p)

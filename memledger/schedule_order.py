@@ -248,23 +248,28 @@ def _dualpipe(n_ranks: int, n_chunks: int, r: int, stages: tuple[int, int], p: i
 
 
 def peak_counts(order: tuple[Action, ...], stages: tuple[int, ...],
-                w_holds: str) -> tuple[tuple[int, ...], int]:
-    """(micro-batches held per stage, I's whose W is pending) at the peak of one rank's order."""
+                w_holds: str) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """At the peak of one rank's order: micro-batches held per stage, those of them not yet
+    through I or B per stage (the loss's graph: torch detaches the loss at I), and the I's
+    whose W is pending."""
     frees = {"B", "I" if w_holds == "w-inputs" else "W"}
-    held, total, pending = Counter(), 0, 0
-    best, best_total, best_pending = Counter(), -1, 0
+    held, open_, total, pending = Counter(), Counter(), 0, 0
+    best, best_open, best_total, best_pending = Counter(), Counter(), -1, 0
     for kind, s, _ in order:
         if kind == "F":
             held[s] += 1
+            open_[s] += 1
             total += 1
             if total > best_total:
-                best, best_total, best_pending = Counter(held), total, pending
+                best, best_open, best_total, best_pending = (Counter(held), Counter(open_),
+                                                             total, pending)
             continue
         if kind in frees:
             held[s] -= 1
             total -= 1
+        open_[s] -= kind in ("I", "B")
         pending += (kind == "I") - (kind == "W")
-    return tuple(best[s] for s in stages), best_pending
+    return tuple(best[s] for s in stages), tuple(best_open[s] for s in stages), best_pending
 
 
 def steady_m(schedule: str, p: int, v: int) -> int:
@@ -272,10 +277,25 @@ def steady_m(schedule: str, p: int, v: int) -> int:
     return 2 * p * v + STEADY_EXTRA * p
 
 
-@lru_cache(maxsize=65536)
 def stage_flights(schedule: str, p: int, v: int, m: int, r: int, engine: str = "auto",
                   w_holds: str = "graph") -> tuple[tuple[int, int], ...]:
     """(stage, micro-batches held) for each stage on rank r at its activation peak."""
+    held, _ = peak_state(schedule, p, v, m, r, engine, w_holds)
+    return held
+
+
+def stage_open(schedule: str, p: int, v: int, m: int, r: int, stage: int, engine: str = "auto",
+               w_holds: str = "graph") -> int:
+    """Micro-batches of `stage` on rank r whose forward has not yet met its I or B at the peak:
+    the loss tensors of the last stage live that long (torch `stage_backward_input` detaches
+    the loss; DeepSeek frees the graph at I)."""
+    return dict(peak_state(schedule, p, v, m, r, engine, w_holds)[1]).get(stage, 0)
+
+
+@lru_cache(maxsize=65536)
+def peak_state(schedule: str, p: int, v: int, m: int, r: int, engine: str = "auto",
+               w_holds: str = "graph"):
+    """((stage, held), ...), ((stage, not yet through I/B), ...) at rank r's peak."""
     if w_holds not in W_HOLDS:
         raise SpecError("zb_w_holds", f"must be one of {', '.join(W_HOLDS)}, got {w_holds!r}")
     e = resolve_engine(schedule, engine, p, m)
@@ -283,5 +303,5 @@ def stage_flights(schedule: str, p: int, v: int, m: int, r: int, engine: str = "
     if m > cap and (e != "pytorch" or schedule not in ("interleaved", "zb-h1") or m % p == 0):
         m = cap  # torch's rounds give groups of g = p only when p divides m
     stages = rank_stages(schedule, p, v, r)
-    counts, _ = peak_counts(rank_order(schedule, p, v, m, r, e), stages, w_holds)
-    return tuple(zip(stages, counts))
+    held, open_, _ = peak_counts(rank_order(schedule, p, v, m, r, e), stages, w_holds)
+    return tuple(zip(stages, held)), tuple(zip(stages, open_))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .errors import SpecError
-from .schedule_order import resolve_engine, stage_flights
+from .schedule_order import resolve_engine, stage_flights, stage_open
 from .specs.model import ModelSpec
 from .specs.parallel import ParallelSpec
 
@@ -61,6 +61,15 @@ def in_flight(p: ParallelSpec, r: int, m: int, engine: str = "auto",
     if s == "gpipe":
         return tuple((st, m) for st in stages)
     return ((stages[0], min(pp - r, m)),)
+
+
+def last_stage_open(p: ParallelSpec, r: int, m: int, rt) -> int:
+    """Micro-batches of the last stage on rank r whose loss is alive at the peak (those held,
+    except zero-bubble ones past I whose W is pending; RuntimeSpec rt picks engine and I/W)."""
+    last = p.n_stages - 1
+    if p.schedule in ("gpipe", "1f1b"):
+        return dict(in_flight(p, r, m, rt.pp_engine, rt.zb_w_holds)).get(last, 0)
+    return stage_open(p.schedule, p.pp, p.vpp, m, r, last, rt.pp_engine, rt.zb_w_holds)
 
 
 @lru_cache(maxsize=4096)
