@@ -49,8 +49,8 @@ SCHEDULE_ENGINES = {
 }
 ENGINE_NAMES = {"megatron": "Megatron-Core", "pytorch": "PyTorch (torch.distributed.pipelining)",
                 "deepseek": "DeepSeek's DualPipe"}
-# beyond this many micro-batches every schedule is in its steady state: counts stop changing
-STEADY_EXTRA = 4
+# beyond this many rounds of p micro-batches every schedule is steady: counts stop changing
+STEADY_ROUNDS = 3
 
 Action = tuple[str, int, int]
 
@@ -162,23 +162,27 @@ class _Emit:
     stage's I and W; an I queues its W, popped oldest first."""
 
     def __init__(self, m: int):
-        self.m, self.out, self.n, self.queue = m, [], Counter(), deque()
+        self.m, self.out, self.n, self.queue = m, [], {}, deque()
 
     def __call__(self, kind: str, stage: int) -> None:
-        mb = self.n[stage, "I" if kind == "B" else kind]
-        self.n[stage, kind] += 1
-        if kind == "B":
-            self.n[stage, "I"] += 1
-            self.n[stage, "W"] += 1
-        elif kind == "I":
+        n = self.n
+        key = (stage, "I" if kind == "B" else kind)
+        mb = n.get(key, 0)
+        n[key] = mb + 1
+        if kind == "I":
             self.queue.append((stage, mb))
         self.out.append((kind, stage, mb))
 
     def w(self) -> None:
         if self.queue:
             s, mb = self.queue.popleft()
-            self.n[s, "W"] += 1
             self.out.append(("W", s, mb))
+
+    def w_of(self, stage: int) -> None:
+        """W of the stage's oldest I without one (for orders that pick the stage)."""
+        mb = self.n.get((stage, "W"), 0)
+        self.n[stage, "W"] = mb + 1
+        self.out.append(("W", stage, mb))
 
     def result(self) -> tuple[Action, ...]:
         return tuple(a for a in self.out if a[2] < self.m)
@@ -187,33 +191,30 @@ class _Emit:
 def _zb_v(p: int, m: int, r: int) -> tuple[Action, ...]:
     """torch ScheduleZBVZeroBubble: warm-up F0 ×(2(p-r)-1), (F1 F0) ×r, (F1 I1 W1) ×(p-r), steady
     (F0 I0 W0 F1 I1 W1) until max(2p-1, m) are in, cool-down (I0 I1) ×r, (I0 W0) ×(p-r), then
-    the W's left; actions of micro-batches >= m dropped."""
+    the W1's and W0's left; actions of micro-batches >= m dropped."""
     n = max(2 * p - 1, m)
     c0, c1 = r, 2 * p - 1 - r
     e = _Emit(m)
-    f0 = f1 = 0
     for _ in range(2 * (p - r) - 1):
         e("F", c0)
     for _ in range(r):
         e("F", c1), e("F", c0)
     for _ in range(p - r):
-        e("F", c1), e("I", c1), e.w()
-    f0, f1 = 2 * (p - r) - 1 + r, r + (p - r)
+        e("F", c1), e("I", c1), e.w_of(c1)
+    f0, f1 = 2 * (p - r) - 1 + r, p
     while f1 < f0 or f0 < n:
         if f0 < n:
             e("F", c0)
             f0 += 1
-        e("I", c0), e.w(), e("F", c1), e("I", c1), e.w()
+        e("I", c0), e.w_of(c0), e("F", c1), e("I", c1), e.w_of(c1)
         f1 += 1
     for _ in range(r):
         e("I", c0), e("I", c1)
     for _ in range(p - r):
-        e("I", c0)
-        e.queue = deque(sorted(e.queue, key=lambda x: x[0] != c0))  # W0 of the oldest I0
-        e.w()
-    e.queue = deque(sorted(e.queue, key=lambda x: x[0] != c1))  # the W1's left, then W0's
-    while e.queue:
-        e.w()
+        e("I", c0), e.w_of(c0)
+    for c in (c1, c0):
+        for _ in range(e.n.get((c, "I"), 0) - e.n.get((c, "W"), 0)):
+            e.w_of(c)
     return e.result()
 
 
@@ -253,28 +254,32 @@ def peak_counts(order: tuple[Action, ...], stages: tuple[int, ...],
     through I or B per stage (the loss's graph: torch detaches the loss at I), and the I's
     whose W is pending."""
     frees = {"B", "I" if w_holds == "w-inputs" else "W"}
-    held, open_, total, pending = Counter(), Counter(), 0, 0
-    best, best_open, best_total, best_pending = Counter(), Counter(), -1, 0
+    held, open_ = dict.fromkeys(stages, 0), dict.fromkeys(stages, 0)
+    total, pending = 0, 0
+    best, best_total = ((0,) * len(stages), (0,) * len(stages), 0), -1
     for kind, s, _ in order:
         if kind == "F":
             held[s] += 1
             open_[s] += 1
             total += 1
             if total > best_total:
-                best, best_open, best_total, best_pending = (Counter(held), Counter(open_),
-                                                             total, pending)
+                best_total = total
+                best = (tuple(held.values()), tuple(open_.values()), pending)
             continue
         if kind in frees:
             held[s] -= 1
             total -= 1
-        open_[s] -= kind in ("I", "B")
+        if kind in ("I", "B"):
+            open_[s] -= 1
         pending += (kind == "I") - (kind == "W")
-    return tuple(best[s] for s in stages), tuple(best_open[s] for s in stages), best_pending
+    return best
 
 
 def steady_m(schedule: str, p: int, v: int) -> int:
-    """A micro-batch count beyond which no rank's peak changes (warm-ups are at most 2p·v)."""
-    return 2 * p * v + STEADY_EXTRA * p
+    """A micro-batch count beyond which no rank's peak changes: every warm-up is over within
+    2p micro-batches (tests/test_schedule_order.py walks the orders beyond it); a multiple of p,
+    so torch's rounds are groups of p, and even, as DualPipe needs."""
+    return STEADY_ROUNDS * p
 
 
 def stage_flights(schedule: str, p: int, v: int, m: int, r: int, engine: str = "auto",
