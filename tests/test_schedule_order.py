@@ -267,3 +267,21 @@ def test_interleaved_with_p_not_dividing_m_follows_the_chosen_engine():
         in_flight(p, 0, 9, "pytorch")
     with pytest.raises(SpecError, match="does not run"):
         in_flight(ParallelSpec(pp=4, schedule="zb-v"), 0, 8, "megatron")
+
+
+@pytest.mark.parametrize("schedule, m", [("zb-v", 16), ("dualpipev", 16), ("dualpipe", 16),
+                                         ("zb-v", 3), ("interleaved", 10)])
+def test_stage_split_adds_up_to_each_ranks_activation_row(schedule, m):
+    from memledger.stage_activations import stage_split
+    p = ParallelSpec(pp=4, vpp=2 if schedule == "interleaved" else 1, schedule=schedule)
+    led = build_ledger(model("llama3-8b"), p, TrainSpec(micro_batches=m))
+    for r, split in enumerate(stage_split(led)):
+        assert tuple((s.stage, s.micro_batches) for s in split.stages) == led.ranks[r].in_flight
+        assert sum(s.bytes for s in split.stages) == led.ranks[r].rows["activations"]
+        assert split.rank_wide_bytes == 0
+    # the V: rank 0's first chunk (stage 0) holds the most, its second (the loss) the least
+    if schedule in ("zb-v", "dualpipev") and m == 16:
+        down = [x.stages[0].micro_batches for x in stage_split(led)]
+        up = [x.stages[1].micro_batches for x in stage_split(led)]
+        assert down == sorted(down, reverse=True) and up == sorted(up) and up[0] == 1
+        assert stage_split(led)[0].stages[1].last

@@ -107,3 +107,19 @@ def test_checkpoint_curve_marks_the_seed_point_and_sqrt_l():
     texts = " ".join(str(tr.get("text")) for tr in fig["data"])
     assert "10 checkpoints ≈ 13%" in texts
     assert any(abs(s["x0"] - 80**0.5) < 1e-9 for s in fig["layout"]["shapes"])
+
+
+@pytest.mark.parametrize("schedule", ["zb-v", "dualpipev", "dualpipe"])
+def test_staircase_stages_draws_each_chunk_of_the_v_and_names_the_loss_rank(schedule):
+    from memledger.stage_activations import stage_split
+    from memledger.views.staircase_stages import staircase_stages
+    cfg = replace(DEFAULT, schedule=schedule, pp=4, m=16)
+    led = ledger_for(M, cfg)
+    fig = plain(staircase_stages(led, hardware(cfg)))
+    acts = [tr for tr in fig["data"] if tr["legendgroup"] == "activations"]
+    assert len(acts) == 2  # one segment per chunk, nothing rank-wide without a storage policy
+    for c, tr in enumerate(acts):
+        assert tr["y"] == pytest.approx([x.stages[c].bytes / GIB for x in stage_split(led)])
+    total = [sum(tr["y"][r] for tr in fig["data"]) for r in range(4)]
+    assert total == pytest.approx([r.peak_total_bytes / GIB for r in led.ranks])
+    assert any(a["text"].startswith("loss on rank 0") for a in fig["layout"]["annotations"])
