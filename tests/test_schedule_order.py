@@ -285,3 +285,17 @@ def test_stage_split_adds_up_to_each_ranks_activation_row(schedule, m):
         up = [x.stages[1].micro_batches for x in stage_split(led)]
         assert down == sorted(down, reverse=True) and up == sorted(up) and up[0] == 1
         assert stage_split(led)[0].stages[1].last
+
+
+def test_planner_never_proposes_a_micro_batch_count_the_engine_refuses():
+    from memledger import gpu
+    from memledger.planner import Constraints, PlanSpec, plan
+    spec = PlanSpec(model=model("mixtral-8x7b"), hardware=gpu("h100"), worlds=(16,), seq=2048,
+                    global_batch=16, constraints=Constraints(schedule="dualpipe", pp=4))
+    result = plan(spec, keep_all=True)
+    cols = result.evaluated.columns()
+    ms = set(cols["micro_batches"].tolist())
+    assert ms and all(m % 2 == 0 and m >= 8 for m in ms)  # DualPipe: even, >= 2·pp
+    for row in result.rows(range(min(20, result.n_evaluated))):
+        p, t = result.specs(row)
+        assert build_ledger(spec.model, p, t, spec.runtime).peak.peak_total_bytes == row["peak_bytes"]
