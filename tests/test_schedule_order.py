@@ -299,3 +299,15 @@ def test_planner_never_proposes_a_micro_batch_count_the_engine_refuses():
     for row in result.rows(range(min(20, result.n_evaluated))):
         p, t = result.specs(row)
         assert build_ledger(spec.model, p, t, spec.runtime).peak.peak_total_bytes == row["peak_bytes"]
+
+
+def test_runtime_knobs_round_trip_through_the_json_config():
+    import json
+    from dataclasses import asdict
+    rt = RuntimeSpec(pp_engine="pytorch", zb_w_holds="w-inputs")
+    led = build_ledger(model("llama3-8b"), ParallelSpec(pp=4, schedule="zb-h1"),
+                       TrainSpec(micro_batches=8), rt)
+    back = RuntimeSpec(**json.loads(json.dumps(led.to_dict()["config"]["runtime"])))
+    assert back == rt and asdict(back)["zb_w_holds"] == "w-inputs"
+    with pytest.raises(SpecError, match="zb_w_holds"):
+        RuntimeSpec(zb_w_holds="some")
