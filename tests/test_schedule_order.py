@@ -311,3 +311,23 @@ def test_runtime_knobs_round_trip_through_the_json_config():
     assert back == rt and asdict(back)["zb_w_holds"] == "w-inputs"
     with pytest.raises(SpecError, match="zb_w_holds"):
         RuntimeSpec(zb_w_holds="some")
+
+
+def test_cli_refuses_dualpipev_below_2p_with_one_line_and_exit_2(capsys):
+    from memledger.cli import main
+    code = main(["ledger", "--model", "llama3-8b", "--pp", "4", "--schedule", "dualpipev",
+                 "--micro-batches", "6"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "micro_batches" in err and "2·pp = 8" in err
+
+
+def test_cli_zb_w_holds_changes_zb_h1s_later_ranks(capsys):
+    import json
+    from memledger.cli import main
+    acts = {}
+    for w in ("graph", "w-inputs"):
+        main(["ledger", "--model", "llama3-8b", "--pp", "4", "--schedule", "zb-h1",
+              "--micro-batches", "8", "--zb-w-holds", w, "--json"])
+        out = json.loads(capsys.readouterr().out)
+        acts[w] = [r["rows"]["activations"] for r in out["ranks"]]
+    assert acts["graph"][0] == acts["w-inputs"][0] and acts["graph"][2] > acts["w-inputs"][2]
