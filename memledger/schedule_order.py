@@ -34,7 +34,7 @@ Ignores: communication actions and idle slots (they do not change what a rank ho
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from functools import lru_cache
 
 from .errors import SpecError
@@ -120,10 +120,10 @@ def rank_order(schedule: str, p: int, v: int, m: int, r: int, engine: str) -> tu
     if schedule == "zb-v":
         return _zb_v(p, m, r)
     if schedule == "dualpipev":
-        return _dualpipe(p, m, r, (r, 2 * p - 1 - r), p, r)
+        return _dualpipe(p, m, (r, 2 * p - 1 - r), r)
     if schedule == "dualpipe":
         h = min(r, p - 1 - r)
-        return _dualpipe(p // 2, m // 2, r, (h, p - 1 - h), p, h)
+        return _dualpipe(p // 2, m // 2, (h, p - 1 - h), h)
     raise SpecError("schedule", f"unknown schedule {schedule!r}")
 
 
@@ -218,9 +218,10 @@ def _zb_v(p: int, m: int, r: int) -> tuple[Action, ...]:
     return e.result()
 
 
-def _dualpipe(n_ranks: int, n_chunks: int, r: int, stages: tuple[int, int], p: int, h: int):
-    """DeepSeek's eight steps (DualPipe on its half-ranks, DualPipeV on all ranks): stage 0 is the
-    phase fed first. n_ranks: ranks of one direction; n_chunks: micro-batches per direction."""
+def _dualpipe(n_ranks: int, n_chunks: int, stages: tuple[int, int], h: int):
+    """DeepSeek's eight steps (DualPipe on its half-ranks, DualPipeV on all ranks): stages[0] is
+    the phase fed first. n_ranks: ranks of one direction (p/2 for DualPipe); n_chunks:
+    micro-batches per direction; h: the rank's index within its direction (half_rank)."""
     c0, c1 = stages
     e = _Emit(n_chunks)
     for _ in range(2 * (n_ranks - h - 1)):
