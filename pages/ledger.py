@@ -4,8 +4,8 @@ import streamlit as st
 from memledger.views import sidebar, tables, ui
 from memledger.views.compute import ledger_for
 from memledger.views.frame import page_frame
-from memledger.views.ledger.verdict import verdict
 from memledger.views.ledger import charts, summary
+from memledger.views.ledger.verdict import verdict
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
 

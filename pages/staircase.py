@@ -6,6 +6,7 @@ from memledger.views import sidebar, tables, ui
 from memledger.views.compute import ledger_for, schedule_ledgers
 from memledger.views.frame import page_frame
 from memledger.views.staircase import charts
+from memledger.views.staircase import stages as staircase_stages
 from memledger.views.staircase import tables as stair_tables
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
@@ -40,8 +41,15 @@ if compare:
     for s, why in skipped.items():
         st.warning(f"{s} is not valid for this configuration: {why}", icon=":material/block:")
     fig = charts.staircase_compare(ledgers, hw, skipped)
+elif res.cfg.pp > 1 and res.cfg.schedule in staircase_stages.SPLIT_SCHEDULES:
+    st.caption("Each rank's activations are split by the stages it holds (hatched: its second "
+               "chunk), as the schedule's own order holds them; "
+               + staircase_stages.loss_note(led) + ".")
+    fig = staircase_stages.staircase_stages(led, hw)
 else:
     fig = charts.staircase(led, hw)
+if (engine := staircase_stages.engine_sentence(led)) is not None:
+    st.info(engine, icon=":material/info:")
 ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led, setting=ui.setting(res))
 
 per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",

@@ -273,3 +273,20 @@ def test_the_share_popover_says_when_its_link_only_works_on_this_machine(app_tes
     assert not link_is_local("https://memledger.example.com/ledger?tp=4")
     at = ok(app_test(LEDGER).run())  # AppTest's address is localhost
     assert any("opens only here" in w.value for w in at.warning)
+
+
+def test_staircase_splits_a_v_by_stage_and_names_the_loss_rank(app_test):
+    at = ok(app_test(STAIRS, "schedule=zb-v&m=16").run())
+    names = [tr["name"] for tr in figures(at)[0]["data"]]
+    assert "Activations · down the V" in names and "Activations · back up the V" in names
+    assert any("loss on pp rank 0" in c.value for c in at.caption)
+
+
+def test_staircase_says_which_engine_runs_a_micro_batch_count(app_test):
+    at = ok(app_test(STAIRS, "m=2").run())  # 1F1B, pp 4: Megatron-Core runs it, PyTorch not
+    assert any("Megatron-Core runs them" in i.value and "PyTorch" in i.value for i in at.info)
+
+
+def test_staircase_link_below_dualpipev_minimum_names_it_and_repairs_m(app_test):
+    at = ok(app_test(STAIRS, "schedule=dualpipev&m=4").run())
+    assert any("2·pp = 8" in e.value and "`m=8`" in e.value for e in at.error)

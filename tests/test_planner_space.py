@@ -6,15 +6,17 @@ import pytest
 
 from memledger import ParallelSpec, gpu, model
 from memledger.errors import SpecError
+from memledger.ledger.checks import check_all
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.planner.space import _Checks, divisors, enumerate_space
-from memledger.ledger.checks import check_all
 
 
 def full_verdict(spec, world, pp, vpp, schedule, tp, cp, ep, etp) -> bool:
     """check_all on the complete ParallelSpec (+ the planner's own rules: dp | global batch,
-    a layer per stage, balanced layout when the stages do not divide the layers)."""
+    a layer per stage, balanced layout when the stages do not divide the layers), with 4·pp
+    micro-batches, a count every engine runs: the evaluator checks each count
+    (PipeTables.runs), not the space."""
     m = spec.model
     try:
         p = ParallelSpec.from_world(world, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
@@ -23,7 +25,7 @@ def full_verdict(spec, world, pp, vpp, schedule, tp, cp, ep, etp) -> bool:
             return False
         if m.n_layers % p.n_stages:
             p = ParallelSpec(**{**p.__dict__, "layout": balanced_layout(m.n_layers, p.n_stages)})
-        check_all(m, p, spec.base_train())
+        check_all(m, p, spec.base_train(micro_batches=4 * pp))
     except SpecError:
         return False
     return True
@@ -75,9 +77,9 @@ def test_every_enumerated_layout_passes_check_all():
     spec = PlanSpec(model=model("deepseek-v3"), hardware=gpu("h100"), worlds=(128,), seq=4096,
                     global_batch=128, constraints=Constraints(max_vpp=3))
     space = enumerate_space(spec)
-    t = spec.base_train()
     n = 0
     for g in space.groups:
+        t = spec.base_train(micro_batches=4 * g.pp)  # counts are checked per m by the evaluator
         for pipe in g.pipes:
             for i in range(0, g.n_widths, 7):  # every 7th width of every pipeline shape
                 p = pipe.parallel(tp=int(g.tp[i]), cp=int(g.cp[i]), dp=int(g.dp[i]),

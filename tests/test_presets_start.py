@@ -3,8 +3,8 @@ fits), and a configuration that does not fit says what would."""
 from dataclasses import replace
 
 import pytest
-from conftest import figures
 
+from conftest import figures
 from memledger.model.presets import MODELS
 from memledger.presets.layouts import START
 from memledger.units import GIB

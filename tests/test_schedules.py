@@ -34,17 +34,20 @@ def test_interleaved_fills_chunks_in_megatron_forward_order():
     assert in_flight(ParallelSpec(pp=4, vpp=2, schedule="interleaved"), 0, 64) == ((0, 7), (4, 4))
 
 
-def test_zb_v_is_flat_at_1f1b_peak():
-    counts = [held("zb-v", 4, r, 16) for r in range(4)]
-    assert counts == [8, 8, 8, 8]  # 2 chunks × p micro-batches of L/(2p) layers = L layers
+def test_zb_v_totals_1f1b_peak_split_over_the_v():
+    """Qi et al. 2024: ZB-V's peak equals 1F1B's rank 0 (2p stage-units = L layers) on every
+    rank; torch's order puts 2p - 1 - r of them on the down leg and r + 1 on the up leg."""
+    p = ParallelSpec(pp=4, schedule="zb-v")
+    assert [in_flight(p, r, 16) for r in range(4)] == [
+        ((0, 7), (7, 1)), ((1, 6), (6, 2)), ((2, 5), (5, 3)), ((3, 4), (4, 4))]
 
 
 def test_dualpipe_holds_p_plus_1_and_two_stages_of_weights():
     p = ParallelSpec(pp=4, schedule="dualpipe", dp=1)
     assert all(held("dualpipe", 4, r, 16) == 5 for r in range(4))
     m = model("llama3-8b")
-    base = build_ledger(m, ParallelSpec(pp=4), TrainSpec())
-    dual = build_ledger(m, p, TrainSpec())
+    base = build_ledger(m, ParallelSpec(pp=4), TrainSpec(micro_batches=16))
+    dual = build_ledger(m, p, TrainSpec(micro_batches=16))
     # rank 1 holds stages 1 and 2 (mirror): twice the layers of 1F1B's rank 1
     assert dual.ranks[1].rows["weights"] == 2 * base.ranks[1].rows["weights"]
 

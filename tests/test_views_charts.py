@@ -1,8 +1,8 @@
 """Chart builders: the numbers drawn are the ledger's, titles state the configuration, units are
 labelled, the capacity is a line and every row has one colour on every chart."""
 import json
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -120,3 +120,19 @@ def test_the_app_follows_the_viewer_theme_and_charts_carry_their_own_background(
     fig = plain(ledger_charts.ledger_bar(LED, HW))
     assert fig["layout"]["paper_bgcolor"] == fig["layout"]["plot_bgcolor"] == "white"
     assert fig["layout"]["font"]["color"] == "#262730"  # dark ink on the chart's own white
+
+
+@pytest.mark.parametrize("schedule", ["zb-v", "dualpipev", "dualpipe"])
+def test_staircase_stages_draws_each_chunk_of_the_v_and_names_the_loss_rank(schedule):
+    from memledger.ledger.pipeline.stages import stage_split
+    from memledger.views.staircase.stages import staircase_stages
+    cfg = replace(DEFAULT, schedule=schedule, pp=4, m=16)
+    led = ledger_for(M, cfg)
+    fig = plain(staircase_stages(led, hardware(cfg)))
+    acts = [tr for tr in fig["data"] if tr["legendgroup"] == "activations"]
+    assert len(acts) == 2  # one segment per chunk, nothing rank-wide without a storage policy
+    for c, tr in enumerate(acts):
+        assert tr["y"] == pytest.approx([x.stages[c].bytes / GIB for x in stage_split(led)])
+    total = [sum(tr["y"][r] for tr in fig["data"]) for r in range(4)]
+    assert total == pytest.approx([r.peak_total_bytes / GIB for r in led.ranks])
+    assert any(a["text"].startswith("loss on rank 0") for a in fig["layout"]["annotations"])

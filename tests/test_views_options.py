@@ -5,8 +5,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memledger.presets import MODELS
 from memledger.ledger.checks import check_all
+from memledger.presets import MODELS
 from memledger.views.options import CANDIDATES, divisors, problem, repair, valid_values, with_value
 from memledger.views.state import DEFAULT, Config, load_model, to_specs
 

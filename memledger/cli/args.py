@@ -12,9 +12,9 @@ from memledger.presets.policies import POLICY_PRESETS, apply_policy
 from memledger.specs import ParallelSpec, TrainSpec
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
-from memledger.specs.runtime import (A2A_SIZING, GRAD_BUCKETS, GRAD_LIFETIMES, MUON_GATHER,
+from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, GRAD_LIFETIMES, MUON_GATHER,
                                      NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES,
-                                     OPTIMIZER_IMPLS, ZERO3_IMPLS, RuntimeSpec)
+                                     OPTIMIZER_IMPLS, W_HOLDS, ZERO3_IMPLS, RuntimeSpec)
 from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from memledger.units import GIB
 
@@ -99,6 +99,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--grad-offload-chunk", type=float, default=0,
                    help="params per double-buffer chunk (0 = bucket size)")
     r.add_argument("--muon-gather", choices=MUON_GATHER, default="on-demand")
+    r.add_argument("--pp-engine", choices=ENGINES, default="auto",
+                   help="whose order of the pipeline schedule to follow (auto: the first engine "
+                        "that runs the micro-batch count; docs/schedules.md)")
+    r.add_argument("--zb-w-holds", choices=W_HOLDS, default="graph",
+                   help="zero-bubble: what stays alive between I and W — graph (PyTorch's "
+                        "retain_graph, default) or w-inputs (DeepSeek / zero-bubble runtimes)")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
 
 
@@ -177,7 +183,8 @@ def runtime_from_args(args) -> RuntimeSpec:
                        nccl_ll128_buffer_bytes=NCCL_LL128_DEFAULT_BYTES if allp else 0,
                        optimizer_offload=args.optimizer_offload, grad_offload=args.grad_offload,
                        grad_offload_chunk_params=_count("grad_offload_chunk", args.grad_offload_chunk),
-                       muon_gather=args.muon_gather)
+                       muon_gather=args.muon_gather, pp_engine=args.pp_engine,
+                       zb_w_holds=args.zb_w_holds)
 
 
 def specs_from_args(args):

@@ -15,16 +15,16 @@ from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.policy import payments
 from memledger.ledger.activations.row import activation_items, activation_moves
 from memledger.ledger.activations.transients import activation_transients
+from memledger.ledger.checks import check_all
 from memledger.ledger.communication import comm_items
 from memledger.ledger.items import ROWS, RankLedger
 from memledger.ledger.pipeline.remote import remote_offload
-from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, last_stage_rank,
-                                                 stage_layers)
+from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, last_stage_open,
+                                                 last_stage_rank, stage_layers)
 from memledger.ledger.runtime import RankParts, finalize, step_temporaries
 from memledger.ledger.static.held import held_groups, static_items
 from memledger.ledger.static.moves import move_static, opt_partition_params
 from memledger.model.params import n_active_params, n_params
-from memledger.ledger.checks import check_all
 from memledger.specs.hardware import Hardware
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
@@ -85,12 +85,13 @@ def move_dict(mv) -> dict:
 
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     held = held_groups(m, p, t, r)
-    flights = in_flight(p, r, t.micro_batches)
+    flights = in_flight(p, r, t.micro_batches, rt.pp_engine, rt.zb_w_holds)
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
     items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
-    acts = held_activations(m, p, t, flights, first, last)
+    loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
+    acts = held_activations(m, p, t, flights, first, last, loss)
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += comm_items(m, p, t, rt, held)

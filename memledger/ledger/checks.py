@@ -3,6 +3,7 @@ be valid. Shared by the ledger, the CLI, the app and the planner (never re-imple
 from __future__ import annotations
 
 from memledger.errors import SpecError
+from memledger.ledger.pipeline.engines import resolve_engine
 from memledger.ledger.pipeline.schedules import stage_layers
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
@@ -50,6 +51,13 @@ def check_train(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
                                            f"n_layers={m.n_layers}")
 
 
+def check_schedule(p: ParallelSpec, t: TrainSpec, engine: str = "auto") -> None:
+    """A micro-batch count some engine runs for the schedule (docs/schedules.md)."""
+    if p.pp > 1:
+        resolve_engine(p.schedule, engine, p.pp, t.micro_batches)
+
+
 def check_all(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
     check_model_parallel(m, p)
     check_train(m, p, t)
+    check_schedule(p, t)

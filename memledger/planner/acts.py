@@ -19,9 +19,9 @@ import numpy as np
 from memledger.errors import SpecError
 from memledger.ledger import communication as comm
 from memledger.ledger.activations import get_profile
+from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.inventory import tensor_bytes
 from memledger.ledger.activations.policy import _decision
-from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.row import autocast_copies
 from memledger.ledger.activations.transients import autocast_cache
 from memledger.model.params import layer_kind

@@ -161,7 +161,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
     per_dp, ms = _group_ms(spec, g)
     if not len(ms):
         return
-    tables = [pipe_tables(m, pipe, ms) for pipe in g.pipes]
+    tables = [pipe_tables(m, pipe, ms, rt.pp_engine, rt.zb_w_holds) for pipe in g.pipes]
+    runs = np.stack([tb.runs for tb in tables])  # [P, M] micro-batch counts the engine runs
     seg = np.cumsum([0] + [len(tb.ranks) for tb in tables[:-1]])
     cat = {k: np.concatenate([getattr(tb, k) for tb in tables])
            for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb")}
@@ -196,8 +197,9 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
                                  stt.grads0[rows], stt.weights0[rows], seg)
             out.seconds_eval += time.perf_counter() - t0
+            valid = np.broadcast_to(runs[:, mi][:, None, None, :, None], peak.shape)
             _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
-                     dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs))
+                     valid, dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs))
 
 
 def _pipe_columns(pipes):
@@ -206,21 +208,24 @@ def _pipe_columns(pipes):
             "balanced": np.array([p.layout is not None for p in pipes])}
 
 
-def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, ax):
+def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, valid, ax):
     block = Block(g.world, g.pp, ax["tp"], ax["cp"], ax["dp"], ax["ep"], ax["etp"], pipe_cols,
                   np.asarray(ax["zs"]), ax["bs"], ax["ms_b"],
                   np.array([PLAN_RECOMPUTE.index(x) for x in ax["rcs"]]), peak.shape)
-    out.n_evaluated += peak.size
+    ok = valid.reshape(-1)  # configurations whose micro-batch count the engine runs
+    out.n_evaluated += int(np.count_nonzero(ok))
     flat_peak = peak.reshape(-1)
-    fits = flat_peak <= spec.limit_bytes
+    fits = (flat_peak <= spec.limit_bytes) & ok
     n_fits = int(np.count_nonzero(fits))
     out.n_fits += n_fits
-    i_min = int(np.argmin(flat_peak))
+    if not ok.any():
+        return
+    i_min = int(np.argmin(np.where(ok, flat_peak, np.iinfo(np.int64).max)))
     if out.best is None or flat_peak[i_min] < out.best["peak_bytes"]:
         row = {k: v[0].item() for k, v in block.decode(np.array([i_min])).items()}
         out.best = {**row, "peak_bytes": int(flat_peak[i_min]),
                     "seconds": float(secs.reshape(-1)[i_min])}
-    kept = np.arange(peak.size) if keep_all else np.flatnonzero(fits)
+    kept = np.flatnonzero(ok) if keep_all else np.flatnonzero(fits)
     if not len(kept):
         return
     out.blocks.append(block)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memledger.errors import SpecError
+from memledger.ledger.pipeline.engines import resolve_engine
 from memledger.ledger.pipeline.schedules import (bubble_fraction, first_stage_rank, in_flight,
                                                  last_stage_rank, stage_layers)
 from memledger.ledger.static.held import held_groups
@@ -45,9 +47,13 @@ class PipeTables:
     all_moe: np.ndarray
     all_last: np.ndarray
     bubble: np.ndarray  # [m] bubble fraction
+    runs: np.ndarray  # [m] whether the engine runs that many micro-batches
 
 
-def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray) -> PipeTables:
+def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray, engine: str = "auto",
+                w_holds: str = "graph") -> PipeTables:
+    """Micro-batch counts the engine refuses (`runs` False) keep zero counts; the evaluator
+    drops them, as the ledger refuses them."""
     p = pipe.parallel()
     stages = stage_layers(m, p)
     dense = np.array([sum(layer_kind(m, i) == "dense" for i in s) for s in stages], dtype=np.int64)
@@ -56,11 +62,14 @@ def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray) -> PipeTables:
     n_r, n_m = pipe.pp, len(ms)
     l_d, l_m = np.zeros((n_r, n_m), np.int64), np.zeros((n_r, n_m), np.int64)
     f_mb, l_mb = np.zeros((n_r, n_m), np.int64), np.zeros((n_r, n_m), np.int64)
+    runs = np.array([_runs(p, int(x), engine) for x in ms], dtype=bool)
     for r in range(n_r):
-        limit, flights = in_flight(p, r, SATURATED), None
+        limit, flights = _limit(p, r, engine, w_holds), None
         for j, mb_count in enumerate(ms.tolist()):
-            if flights != limit:  # every schedule's count is a min(·, m): once at its limit, stays
-                flights = in_flight(p, r, mb_count)
+            if not runs[j]:
+                continue
+            if flights != limit:  # every schedule's count grows to its limit and stays there
+                flights = in_flight(p, r, mb_count, engine, w_holds)
             held = dict(flights)
             l_d[r, j] = sum(n * dense[s] for s, n in flights)
             l_m[r, j] = sum(n * moe[s] for s, n in flights)
@@ -75,7 +84,22 @@ def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray) -> PipeTables:
                         np.concatenate([l_d, l_m, f_mb, l_mb, l_d > 0, l_m > 0], 1))
     bubble = np.array([bubble_fraction(p, int(x)) for x in ms], dtype=np.float64)
     return PipeTables(pipe, keep, all_d[keep], all_m[keep], first[keep], last[keep], l_d[keep],
-                      l_m[keep], f_mb[keep], l_mb[keep], all_d, all_m, last, bubble)
+                      l_m[keep], f_mb[keep], l_mb[keep], all_d, all_m, last, bubble, runs)
+
+
+def _limit(p, r: int, engine: str, w_holds: str):
+    try:
+        return in_flight(p, r, SATURATED, engine, w_holds)
+    except SpecError:  # an engine that refuses a huge m (torch rounds): no shortcut
+        return None
+
+
+def _runs(p, mb_count: int, engine: str) -> bool:
+    try:
+        resolve_engine(p.schedule, engine, p.pp, mb_count)
+    except SpecError:
+        return False
+    return True
 
 
 def _undominated(sig: np.ndarray, feat: np.ndarray) -> np.ndarray:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memledger.errors import SpecError
+from memledger.ledger.checks import check_model_parallel, check_train
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.planner.spec import PLAN_SCHEDULES, PlanSpec
-from memledger.ledger.checks import check_model_parallel, check_train
 from memledger.specs.parallel import ParallelSpec
 
 

@@ -20,7 +20,7 @@ class StartLayout:
 
 START: dict[str, StartLayout] = {
     "deepseek-v3": StartLayout(
-        settings=dict(world=2048, tp=1, pp=16, ep=64, zero=1, schedule="dualpipe", m=16,
+        settings=dict(world=2048, tp=1, pp=16, ep=64, zero=1, schedule="dualpipe", m=32,
                       recompute="full"),
         published=True,
         source="DeepSeek-V3 technical report (arXiv 2412.19437) §3.2: 2,048 H800, 16-way PP "

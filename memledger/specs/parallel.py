@@ -16,10 +16,11 @@ SCHEDULES: dict[str, str] = {
     "gpipe": "GPipe: all m micro-batches forward, then all backward",
     "1f1b": "1F1B (PipeDream-flush): rank r holds min(p - r, m) micro-batches",
     "interleaved": "Interleaved 1F1B with vpp model chunks per rank (Megatron)",
-    "zb-h1": "Zero-bubble H1 (Qi et al. 2023): 1F1B memory",
-    "zb-v": "Zero-bubble V (Qi et al. 2024): two chunks per rank in a V, flat 1F1B-peak memory",
+    "zb-h1": "Zero-bubble H1 (Qi et al. 2023): p micro-batches per rank under PyTorch's I/W split",
+    "zb-v": "Zero-bubble V (Qi et al. 2024): two chunks per rank in a V, 2p stage-micro-batches",
     "dualpipe": "DualPipe (DeepSeek-V3): two stages per rank (2x parameters), p+1 micro-batches",
-    "dualpipev": "DualPipeV (cut-in-half DualPipe): two chunks per rank in a V, p+1 micro-batches",
+    "dualpipev": "DualPipeV (cut-in-half DualPipe): two chunks per rank in a V, 2p+1 "
+                 "stage-micro-batches",
 }
 V_SHAPED = frozenset({"zb-v", "dualpipev"})
 ZERO_STAGES = (0, 1, 2, 3)

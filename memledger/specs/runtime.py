@@ -7,6 +7,9 @@ buffers are off by default here and their NCCL defaults are `NCCL_LL_DEFAULT_BYT
 `NCCL_LL128_DEFAULT_BYTES`). DeepSpeed defaults: reduce/allgather buckets 5e8 elements,
 stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9 (DeepSpeed config docs).
 The CUDA context default is the 0.6 GiB measured on an H200 with PyTorch 2.11 (docs/reference.md).
+Pipeline: `pp_engine` picks whose order of a schedule the ledger follows ("auto": the first
+engine that runs the micro-batch count) and `zb_w_holds` what a zero-bubble I/W split keeps
+between I and W — default "graph", PyTorch's (docs/schedules.md, memledger.ledger.pipeline.order).
 """
 from __future__ import annotations
 
@@ -22,6 +25,10 @@ OPTIMIZER_IMPLS = ("fused", "foreach")
 GRAD_LIFETIMES = ("persistent", "on-demand")
 ZERO3_IMPLS = ("fsdp", "deepspeed")
 MUON_GATHER = ("on-demand", "full")
+# Whose order of a pipeline schedule to follow, and what a zero-bubble I/W split keeps between I
+# and W (memledger.ledger.pipeline.order, docs/schedules.md).
+ENGINES = ("auto", "megatron", "pytorch", "deepseek")
+W_HOLDS = ("graph", "w-inputs")
 
 # NCCL src/init.cc: DEFAULT_LL_BUFFSIZE = 8 lines × 512 threads × 8 steps × 16 B,
 # DEFAULT_LL128_BUFFSIZE = 120 elems × 640 threads × 8 steps × 8 B, DEFAULT_BUFFSIZE = 4 MiB.
@@ -57,6 +64,8 @@ class RuntimeSpec:
     grad_offload: bool = False  # gradient shards on the CPU, a two-chunk double buffer on the GPU
     grad_offload_chunk_params: int = 0  # chunk of the double buffer; 0 = bucket_params
     muon_gather: str = "on-demand"  # Muon: gather one matrix at a time, or all at once
+    pp_engine: str = "auto"  # whose pipeline order: auto, megatron, pytorch, deepseek
+    zb_w_holds: str = "graph"  # zero-bubble I..W: whole graph (torch) or only W's inputs
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -78,6 +87,8 @@ class RuntimeSpec:
         require_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         require_choice("grad_lifetime", self.grad_lifetime, GRAD_LIFETIMES)
         require_choice("muon_gather", self.muon_gather, MUON_GATHER)
+        require_choice("pp_engine", self.pp_engine, ENGINES)
+        require_choice("zb_w_holds", self.zb_w_holds, W_HOLDS)
         if self.grad_offload and not self.optimizer_offload:
             raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
                                             "optimizer step must run where the gradients are (CPU)")

@@ -15,16 +15,17 @@ from functools import lru_cache
 
 from memledger.errors import SpecError
 from memledger.ledger.activations import get_profile
+from memledger.ledger.checks import check_all
 from memledger.presets import GPUS
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
-from memledger.ledger.checks import check_all
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.state import LAYOUT_WORDS, Config, to_specs
 
 # Which setting to move when the core names a field (None: move something else).
 FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",
              "sp": "sp", "seq": "seq", "layout": "layout", "schedule": "schedule",
-             "attention": "attention", "profile": "profile", "world": None}
+             "attention": "attention", "profile": "profile", "world": None,
+             "micro_batches": "m"}
 # Settings a repair may move, most expendable first (after the one the error names).
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
                 "profile", "seq")
@@ -67,6 +68,9 @@ CANDIDATES = {
     "recompute": lambda m, c: tuple(RECOMPUTE),
     "gpu": lambda m, c: tuple(GPUS),
     "seq": _seq_candidates,
+    # micro-batches: powers of two and multiples of pp (what pipeline engines ask for)
+    "m": lambda m, c: tuple(sorted({c.m} | {2**k for k in range(17)}
+                                   | {k * c.pp for k in range(1, 9)})),
 }
 
 

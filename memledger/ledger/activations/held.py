@@ -89,6 +89,8 @@ class HeldActivations:
     checkpoints_per_mb: int
     first: int  # micro-batches of the first stage held here (0: not on this rank)
     last: int  # micro-batches of the last stage held here
+    loss: int  # of those, the ones whose loss graph (class "logits") is still alive: fewer
+    # when a zero-bubble I has detached the loss while W still holds the stage
     tables: dict[str, KindTable]  # the kinds this rank holds
     outer: dict[str, tuple[Entry, ...]]
 
@@ -113,9 +115,11 @@ def _checkpoints(m, p, t, flights) -> int:
 
 
 def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first: int,
-                     last: int) -> HeldActivations:
+                     last: int, loss: int | None = None) -> HeldActivations:
     """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
-    of the first/last stage held on this rank (0 if it does not hold that stage)."""
+    of the first/last stage held on this rank (0 if it does not hold that stage); `loss`: of the
+    last stage's, those whose loss is alive (default: all of them;
+    memledger.ledger.pipeline.schedules.last_stage_open)."""
     layer_mbs = _per_kind(m, p, flights)
     ones = tuple((s, 1) for s, _ in flights)
     every_k = t.recompute == "every-k"
@@ -123,7 +127,7 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first
         m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, p, ones)),
         checkpoints=_checkpoints(m, p, t, flights) if every_k else 0,
         checkpoints_per_mb=_checkpoints(m, p, t, ones) if every_k else 0,
-        first=first, last=last,
+        first=first, last=last, loss=last if loss is None else loss,
         tables={k: kind_table(m, k, t, p) for k, n in layer_mbs.items() if n},
         outer=outer_entries(m, t, p))
 

@@ -3,19 +3,19 @@ each of its stages are in flight at the activation peak (the start of the first 
 
 In-flight counts (docs/design.md §6; p ranks, rank r, m micro-batches per step, v chunks):
   gpipe        m for every stage
-  1f1b, zb-h1  min(p - r, m)                                  (Narayanan et al. 2021; Qi et al. 2023)
-  interleaved  N = min(2(p - r - 1) + (v - 1)·p + 1, m·v) chunk-micro-batches, assigned to
-               chunks in Megatron's forward order (groups of p micro-batches per chunk)
-  zb-v         min(p, m) per chunk: flat across ranks at 1F1B's rank-0 peak (Qi et al. 2024)
-  dualpipe     p + 1 stage-micro-batches split over the two mirrored stages (DeepSeek-V3 §3.2.1)
-  dualpipev    min(p + 1, m) per chunk of the V (DualPipe "cut-in-half")
-Ignores: warm-up asymmetries of zero-bubble schedules beyond their published peaks.
+  1f1b         min(p - r, m)                                  (Narayanan et al. 2021)
+  interleaved, zb-h1, zb-v, dualpipe, dualpipev
+               walked from the order of F / B (I, W) actions the chosen engine runs
+               (memledger.ledger.pipeline.order; rules and sources in docs/schedules.md)
+The closed forms of gpipe and 1f1b equal the walked orders (tests/test_schedule_order.py).
 """
 from __future__ import annotations
 
 from functools import lru_cache
 
 from memledger.errors import SpecError
+from memledger.ledger.pipeline.engines import resolve_engine
+from memledger.ledger.pipeline.order import stage_flights, stage_open
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 
@@ -51,32 +51,26 @@ def stage_layers(m: ModelSpec, p: ParallelSpec) -> tuple[range, ...]:
     return tuple(out)
 
 
-def in_flight(p: ParallelSpec, r: int, m: int) -> tuple[tuple[int, int], ...]:
-    """(stage, micro-batches held) for each stage on rank r at the activation peak."""
+def in_flight(p: ParallelSpec, r: int, m: int, engine: str = "auto",
+              w_holds: str = "graph") -> tuple[tuple[int, int], ...]:
+    """(stage, micro-batches held) for each stage on rank r at the activation peak. SpecError
+    when the engine (by default: the first that runs m, docs/schedules.md) refuses m."""
     pp, stages, s = p.pp, p.rank_stages(r), p.schedule
+    if s not in ("gpipe", "1f1b"):
+        return stage_flights(s, pp, p.vpp, m, r, engine, w_holds)
+    resolve_engine(s, engine, pp, m)
     if s == "gpipe":
         return tuple((st, m) for st in stages)
-    if s in ("1f1b", "zb-h1"):
-        return ((stages[0], min(pp - r, m)),)
-    if s == "interleaved":
-        return _interleaved(pp, p.vpp, r, m)
-    if s == "zb-v":
-        return tuple((st, min(pp, m)) for st in stages)
-    if s == "dualpipe":
-        own, mirror = -(-(pp + 1) // 2), (pp + 1) // 2
-        return ((stages[0], min(own, -(-m // 2))), (stages[1], min(mirror, m // 2 or 1)))
-    if s == "dualpipev":
-        return tuple((st, min(pp + 1, m)) for st in stages)
-    raise SpecError("schedule", f"unknown schedule {s!r}")
+    return ((stages[0], min(pp - r, m)),)
 
 
-def _interleaved(pp: int, v: int, r: int, m: int) -> tuple[tuple[int, int], ...]:
-    total = min(2 * (pp - r - 1) + (v - 1) * pp + 1, m * v)
-    counts = [0] * v
-    full_groups, rest = divmod(total, pp * v)
-    for c in range(v):
-        counts[c] = full_groups * pp + min(max(rest - c * pp, 0), pp)
-    return tuple((c * pp + r, n) for c, n in enumerate(counts))
+def last_stage_open(p: ParallelSpec, r: int, m: int, rt) -> int:
+    """Micro-batches of the last stage on rank r whose loss is alive at the peak (those held,
+    except zero-bubble ones past I whose W is pending; RuntimeSpec rt picks engine and I/W)."""
+    last = p.n_stages - 1
+    if p.schedule in ("gpipe", "1f1b"):
+        return dict(in_flight(p, r, m, rt.pp_engine, rt.zb_w_holds)).get(last, 0)
+    return stage_open(p.schedule, p.pp, p.vpp, m, r, last, rt.pp_engine, rt.zb_w_holds)
 
 
 @lru_cache(maxsize=4096)
