@@ -31,6 +31,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--model", choices=sorted(MODELS), metavar="PRESET",
                      help=f"model preset: {', '.join(MODELS)}")
     src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
+    src.add_argument("--hf-id", metavar="ORG/NAME",
+                     help="a Hugging Face Hub model id (e.g. meta-llama/Llama-3.1-8B): memledger's "
+                          "shipped catalog, the local Hugging Face cache, then the Hub")
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
@@ -115,6 +118,9 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_model(args):
+    if getattr(args, "hf_id", None):
+        from memledger.model.hub import hub_model
+        return hub_model(args.hf_id)
     if args.hf_config:
         from memledger.model.hf_config import load_hf_config
         return load_hf_config(args.hf_config)

@@ -103,11 +103,26 @@ def _import_config() -> None:
         ss["_ml_import_error"] = f"Could not import this config: {e}"
 
 
+def _load_hub() -> None:
+    """Callback of the Hub button: a model id → its config.json → a ModelSpec in the URL."""
+    ss = st.session_state
+    ss["_ml_import_error"] = ""
+    try:
+        from memledger.model.hub import hub_model
+        ss[W + "model"] = encode_model(hub_model(ss.get("hub_id", "")))
+    except SpecError as e:
+        ss["_ml_import_error"] = f"Could not load this model: {e}"
+
+
 def _model_section(res: Resolved) -> None:
     cfg = res.cfg
     options = list(MODELS) + ([cfg.model] if cfg.model.startswith(PREFIX) else [])
     st.selectbox("Model", options, key=W + "model", format_func=_model_name, help=HELP["model"])
-    with st.expander("Import a Hugging Face config.json"):
+    with st.expander("Import a Hugging Face model"):
+        st.text_input("Hub id", key="hub_id", placeholder="meta-llama/Llama-3.1-8B",
+                      help="Read from memledger's shipped catalog, this server's Hugging Face "
+                           "cache, or the Hub.")
+        st.button("Load from the Hub", on_click=_load_hub, key="hub_go")
         st.file_uploader("config.json", type=["json"], key="import_file")
         st.text_area("…or paste it", key="import_text", height=100)
         st.button("Use this config", on_click=_import_config, key="import_go")
