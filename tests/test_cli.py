@@ -50,3 +50,14 @@ def test_layout_balanced_makes_61_layers_fit_16_stages(capsys):
                  "--world", "2048", "--layout", "balanced", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["ranks"]) == 16
+
+
+def test_a_closed_pipe_ends_the_output_quietly():
+    """`memledger ledger … | head -1` prints one line, no error, exit 0."""
+    import subprocess
+    import sys
+    cmd = (f"{sys.executable} -m memledger ledger --model deepseek-v3 --tp 8 --pp 16 --ep 64 "
+           "--world 2048 --layout balanced --items | head -1; echo \"rc=${PIPESTATUS[0]}\"")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert out.stderr == "" and out.stdout.strip().endswith("rc=0")
+    assert len(out.stdout.strip().splitlines()) == 2

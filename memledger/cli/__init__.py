@@ -26,13 +26,27 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
-        return args.run(args) or 0
+        rc = args.run(args) or 0
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:  # `memledger ... | head`: the reader left; stop quietly
+        _silence_stdout()
+        return 0
     except SpecError as e:
         print(f"memledger {args.command}: error: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:
         print(f"memledger {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    import os
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":
