@@ -290,3 +290,12 @@ def test_staircase_says_which_engine_runs_a_micro_batch_count(app_test):
 def test_staircase_link_below_dualpipev_minimum_names_it_and_repairs_m(app_test):
     at = ok(app_test(STAIRS, "schedule=dualpipev&m=4").run())
     assert any("2·pp = 8" in e.value and "`m=8`" in e.value for e in at.error)
+
+
+def test_a_bad_link_is_blamed_only_for_what_it_contains(app_test):
+    at = ok(app_test(LEDGER, "model=gpt5&tp=banana&world=63").run())
+    blamed = [e.value.split("`")[1].split("=")[0] for e in at.error if e.value.startswith("Share link")]
+    assert sorted(blamed) == ["model", "tp"]  # world=63 is valid; pp and sp were not in the link
+    assert not any("`pp=4`" in e.value or "`sp=1`" in e.value for e in at.error)
+    (tp,) = [e.value for e in at.error if "`tp=banana`" in e.value]
+    assert "Using `tp=1`" in tp  # what is really used after the layout was repaired

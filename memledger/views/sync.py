@@ -51,12 +51,18 @@ def _from_url(query: dict, specs) -> Resolved:
     m = load_model(cfg.model)  # parse_params has already checked the model
     cfg, moves = repair(m, cfg)
     page, page_issues = parse_page_params(query, specs)
-    found = issues + page_issues + [
-        ParamIssue(a.key, _show(a.old), f"not valid here: {a.reason}", _show(a.new)) for a in moves]
+    # A link is blamed only for what it contains; moving a default it left out is the app's own
+    # adjustment (a notice), not an error in the link.
+    final = {a.key: _show(a.new) for a in moves}
+    bad = {i.key for i in issues}
+    found = [replace(i, fallback=final.get(i.key, i.fallback)) for i in issues] + page_issues + [
+        ParamIssue(a.key, _show(a.old), f"not valid here: {a.reason}", _show(a.new))
+        for a in moves if a.key in query and a.key not in bad]
     for k in list(st.session_state):  # stale widget values must not override the link
         if isinstance(k, str) and (k.startswith(W) or k.startswith(P)):
             del st.session_state[k]
-    return Resolved(cfg, m, page, issues=found)
+    return Resolved(cfg, m, page, issues=found,
+                    notes=[str(a) for a in moves if a.key not in query])
 
 
 def _show(v) -> str:
