@@ -7,6 +7,8 @@ do no memory arithmetic beyond converting bytes to GiB for display.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -59,15 +61,51 @@ def describe(led: Ledger, schedule: bool = True) -> str:
             f" · recompute {t.recompute}")
 
 
+# Characters per line that fit a phone's chart (about 358 px) at the title's and subtitle's
+# sizes; Plotly does not wrap titles itself, and the server does not know the viewer's width.
+TITLE_CHARS, SUBTITLE_CHARS = 40, 56
+SEPARATORS = (" · ", ": ", ", ", " (", " ")
+NBSP = "\u00a0"
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` characters, broken after the widest separator that
+    fits (a word longer than `width` stands alone)."""
+    text = re.sub(r"(?<=\d) (?=(GiB|GB|TiB|TB|B|bytes|tokens|s)\b)", NBSP, text)  # keep units
+    lines = []
+    while len(text) > width:
+        cut = -1
+        for sep in SEPARATORS:  # the first separator kind that breaks past half the line
+            at = text.rfind(sep, 0, width - len(sep.rstrip()))
+            if at >= width // 2:  # break after ":" "·" ",", before "("
+                cut = at if sep == " (" else at + len(sep.rstrip())
+                break
+        if cut <= 0:
+            cut = text.find(" ", width) if " " in text[width:] else len(text)
+        lines.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    return [x.replace(NBSP, " ") for x in lines + ([text] if text else [])]
+
+
+def title_block(title: str, subtitle: str) -> tuple[dict, int]:
+    """Plotly's title dict with both texts wrapped for a phone, and the top margin it needs."""
+    t, sub = wrap(title, TITLE_CHARS), wrap(subtitle, SUBTITLE_CHARS)
+    top = 30 + 22 * len(t) + 16 * len(sub)
+    return dict(text="<br>".join(t), x=0.01, xanchor="left", font=dict(size=17),
+                subtitle=dict(text="<br>".join(sub), font=dict(size=12, color="#555"))), top
+
+
 def house_layout(title: str, subtitle: str, height: int, bottom: int = 105) -> dict:
     """House style. The legend sits at the bottom of the figure (container coordinates), below
-    the x-axis title, so it never collides with it however the legend wraps."""
+    the x-axis title, so it never collides with it however the legend wraps; titles wrap so a
+    phone shows them whole (the figure grows by what the wrapping adds)."""
     axis = dict(gridcolor=GRID, zerolinecolor=GRID)
+    head, top = title_block(title, subtitle)
     return dict(
-        title=dict(text=title, subtitle=dict(text=subtitle, font=dict(size=12, color="#555")),
-                   x=0.01, xanchor="left", font=dict(size=17)),
-        font=dict(family=FONT_FAMILY, color=INK, size=13), height=height, barmode="stack",
-        plot_bgcolor="white", paper_bgcolor="white", margin=dict(l=70, r=30, t=86, b=bottom),
+        title=head,
+        font=dict(family=FONT_FAMILY, color=INK, size=13), height=height + max(0, top - 86),
+        barmode="stack",
+        plot_bgcolor="white", paper_bgcolor="white", margin=dict(l=70, r=30, t=top, b=bottom),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", xref="container",
                     x=0.01, xanchor="left", traceorder="normal", font=dict(size=12),
                     entrywidth=0.5, entrywidthmode="fraction"),  # two per row, any width

@@ -17,7 +17,7 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
     """One horizontal stacked bar: the six rows of the most loaded rank, capacity as a line."""
     rank, verdict = led.peak, fit(led, hw)
     total, cap = gib(rank.peak_total_bytes), gib(hw.hbm_bytes)
-    span = max(total, cap) * 1.16  # room for the total written after the bar
+    span = max(total, cap) * 1.08  # room past the capacity line
     data = []
     for row in ROWS:
         v = gib(rank.rows[row])
@@ -38,8 +38,10 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
     notes = [dict(x=cap, xref="x", y=1.0, yref="paper", yanchor="bottom", showarrow=False,
                   text=f"{hw.name} capacity {cap:.1f} GiB", font=dict(color=CAPACITY_COLOR),
                   xanchor="right" if cap > 0.6 * span else "left"),
-             dict(x=total, xref="x", y=0, yref="y", showarrow=False, xanchor="left", xshift=6,
-                  text=f"<b>{total:.1f} GiB</b>", font=dict(size=14))]
+             # above the bar's end, right-aligned: it stays inside the chart on a phone too
+             dict(x=total, xref="x", y=0, yref="y", showarrow=False, xanchor="right",
+                  yanchor="bottom", yshift=30, text=f"<b>{total:.1f} GiB</b>",
+                  font=dict(size=14))]
     layout = merge(house_layout(title, describe(led), height=370, bottom=130), dict(
         uniformtext=dict(minsize=11, mode="hide"), shapes=shapes, annotations=notes,
         xaxis=dict(title=dict(text=GIB_AXIS), range=[0, span]),

@@ -24,6 +24,15 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.1f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
 
 
+def size(n_bytes: int, signed: bool = False) -> str:
+    """GiB (2^30) with one decimal, or TiB (2^40) from 1,000 GiB on, so a metric stays short
+    enough for its box on a phone."""
+    sign = "+" if signed else ""
+    if abs(n_bytes) >= 1000 * 2**30:
+        return f"{n_bytes / 2**40:{sign}.2f} TiB"
+    return f"{gib(n_bytes):{sign}.1f} GiB"
+
+
 def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
     v = fit(led, hw)
     peak = led.peak
@@ -32,12 +41,12 @@ def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
     return [
         Metric("Parameters", _count(led.n_params), active, "off",
                "All parameters the framework instantiates (MoE: active = routed top-K only)."),
-        Metric("Busiest GPU peak", f"{gib(peak.peak_total_bytes):.1f} GiB",
+        Metric("Busiest GPU peak", size(peak.peak_total_bytes),
                f"pp rank {peak.pp_rank} of {led.parallel.pp}", "off",
                "Peak allocated + allocator slack + CUDA context on the most loaded pipeline rank."),
         Metric("GPU capacity", f"{gib(hw.hbm_bytes):.1f} GiB", hw.name, "off",
                "HBM the driver reports as total."),
-        Metric("Headroom", f"{gib(v.headroom_bytes):+.1f} GiB",
+        Metric("Headroom", size(v.headroom_bytes, signed=True),
                "fits" if v.fits else "over capacity", "normal" if v.fits else "inverse",
                "Capacity minus the peak of the most loaded rank."),
     ]

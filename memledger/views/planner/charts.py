@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from memledger.planner import Plan
 from memledger.planner.spec import PLAN_RECOMPUTE
 from memledger.units import GIB
+from memledger.views.figures import title_block
 from memledger.views.palette import (CAPACITY_COLOR, FONT_FAMILY, GRID, INK, OPTIMUM_COLOR,
                                      RECOMPUTE_COLORS)
 
@@ -64,17 +65,17 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
                       annotation_position="bottom right")
     shown = f" ({len(idx):,} of {len(ev.seconds):,} shown)" if len(idx) < len(ev.seconds) else ""
     axis = dict(gridcolor=GRID, zerolinecolor=GRID)
-    fig.update_layout(title=dict(text=f"{spec.model.name} on {spec.hardware.name}: fitting "
-                                      f"configurations{shown}", x=0.01, xanchor="left",
-                                 font=dict(size=17)),
-                      font=dict(family=FONT_FAMILY, color=INK, size=13), height=480,
+    head, top = title_block(f"{spec.model.name} on {spec.hardware.name}: fitting "
+                            f"configurations{shown}", "")
+    fig.update_layout(title=head,
+                      font=dict(family=FONT_FAMILY, color=INK, size=13), height=480 + top,
                       plot_bgcolor="white", paper_bgcolor="white",
-                      xaxis=dict(axis, title="per-rank peak (GiB = 2³⁰ bytes, most loaded rank)"),
+                      xaxis=dict(axis, title="peak of the most loaded rank<br>(GiB = 2³⁰ bytes)"),
                       # log: a few slow layouts (deep pipelines, tiny micro-batches) would
                       # otherwise squash the fast ones that matter into one line
                       yaxis=dict(axis, type="log", dtick="D2",
                                  title="estimated step time (s, log scale)"),
-                      legend_title_text="", margin=dict(l=70, r=30, t=60, b=105),
+                      legend_title_text="", margin=dict(l=70, r=30, t=top + 20, b=105),
                       legend=dict(orientation="h", yref="container", y=0, yanchor="bottom",
                                   xref="container", x=0.01, xanchor="left"))
     return fig

@@ -46,7 +46,7 @@ def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str)
     w, g = gib(rows["weights"]), gib(rows["gradients"])
     fig.add_annotation(x=w + g + gib(rows["optimizer"]) / 2, y=0.5, yanchor="bottom",
                        showarrow=False, yshift=-4,
-                       text="optimizer states 12N: three quarters of the static ledger",
+                       text="optimizer states 12N:<br>¾ of the static rows",
                        font=dict(color=ROW_COLORS["optimizer"], size=13))
     total = static + (gib(act_bytes) if act_bytes is not None else 0)
     act = (f" + activations {gib(act_bytes):,.1f} GiB ({act_note})" if act_bytes is not None
@@ -94,7 +94,7 @@ def checkpoint_curve(n_layers: int, name: str) -> go.Figure:
                     line=dict(color=ROW_COLORS["activations"], width=3),
                     hovertemplate="%{x} checkpoints: peak %{y:.1f}% of storing all<extra></extra>")
     fig.add_scatter(x=ks, y=[100 * p.kept_share(n_layers) for p in pts], mode="lines",
-                    name="checkpoints kept (textbook count ⌈√L⌉+1)",
+                    name="textbook: ⌈√L⌉+1 kept",
                     line=dict(color=ROW_COLORS["activations"], width=2, dash="dot"),
                     hovertemplate="%{x} checkpoints kept: %{y:.1f}%<extra></extra>")
     k_seed, root = ck.seed_checkpoints(n_layers), math.sqrt(n_layers)
