@@ -35,6 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .errors import SpecError
+from .specs.bounds import check_bound, check_length
 from .specs.model import MLASpec, ModelSpec, MoESpec
 
 _DENSE = ("llama", "mistral", "qwen2", "qwen3")
@@ -84,6 +85,7 @@ def _int_list(cfg: dict, key: str, n_layers: int) -> list[int]:
     value = _raw(cfg, key, [])
     if not isinstance(value, list):
         raise SpecError(key, f"must be a list of layer indices, got {value!r}")
+    check_length("dense_layers", len(value), key)
     for i in value:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers:
             raise SpecError(key, f"entry {i!r} is not a layer index in [0, {n_layers})")
@@ -222,6 +224,7 @@ def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
 
 def _spec(cfg: dict, mt: str, name: str | None) -> ModelSpec:
     n_layers = _int(cfg, "num_hidden_layers")
+    check_bound("n_layers", n_layers, "num_hidden_layers")  # before any per-layer rule runs
     hidden, heads = _int(cfg, "hidden_size"), _int(cfg, "num_attention_heads")
     return ModelSpec(
         name=name or str(cfg.get("_name_or_path") or mt),
@@ -238,10 +241,8 @@ def _spec(cfg: dict, mt: str, name: str | None) -> ModelSpec:
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Read a config.json (the only file I/O here); the name defaults to the file's stem."""
+    from .safe_json import load_file
     path = Path(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SpecError("config", f"{path} is not valid JSON: {e}") from None
+    cfg = load_file(path, "config")  # bounded in size and nesting before parsing
     spec = from_hf_config(cfg, name or path.stem)
-    return replace(spec, source=f"{path.name} (model_type {cfg['model_type']})")
+    return replace(spec, source=f"{path.name[:200]} (model_type {cfg['model_type']})")

@@ -2,6 +2,7 @@
 be valid. Shared by the ledger, the CLI, the app and the planner (never re-implemented)."""
 from __future__ import annotations
 
+from .divisors import divisor_text
 from .errors import SpecError
 from .schedules import stage_layers
 from .specs.model import ModelSpec
@@ -10,7 +11,7 @@ from .specs.train import TrainSpec
 
 
 def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+    return divisor_text(n)  # O(sqrt n), truncated: n comes from a user's config
 
 
 def _must_divide(field: str, value: int, what: str, n: int) -> None:

@@ -82,11 +82,9 @@ def _config_source(args):
     from ..params import layer_kind
     from ..trace.shrink import choose_shrink
     from ..trace.sources import ConfigSource, resolve_device
+    from ..safe_json import load_file
     path = Path(args.hf_config)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SpecError("config", f"{path} is not valid JSON: {e}") from None
+    cfg = load_file(path, "hf-config")  # bounded in size and nesting before parsing
     full = from_hf_config(cfg, path.stem)
     scale = args.scale
     if args.hidden is not None:

@@ -66,10 +66,11 @@ def run(args) -> int:
 
 def rescore_file(path: Path) -> int:
     from ..validation.report import rescore, worst_by_row
+    from ..safe_json import load_file
+    doc = load_file(path, "rescore")  # bounded in size and nesting before parsing
     try:
-        doc = json.loads(path.read_text())
         records = rescore(doc)
-    except (OSError, ValueError, KeyError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise SpecError("rescore", f"cannot read a validation result from {path}: {e}") from None
     for r in records:
         print(f"{r['case']:<45} {r['row']:<15} {100 * r['rel_error']:+7.2f}%  {'ok' if r['ok'] else 'MISS'}")

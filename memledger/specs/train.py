@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .bounds import check_bound, check_bounds
 from .hashing import cache_hash
 from ..errors import SpecError, require, require_choice, require_non_negative, require_positive
 from .policy import ActivationPolicy
@@ -114,6 +115,9 @@ class TrainSpec:
         require_choice("recompute", self.recompute, RECOMPUTE)
         require_non_negative("recompute_every", self.recompute_every)
         require_non_negative("vocab_pad", self.vocab_pad)
+        check_bounds(self, ("micro_batch", "seq", "micro_batches", "recompute_every", "vocab_pad"))
+        check_bound("tokens_per_step", self.micro_batch * self.seq * self.micro_batches,
+                    "micro_batches")
         require(isinstance(self.policy, ActivationPolicy), "policy",
                 f"must be an ActivationPolicy, got {type(self.policy).__name__}")
         if self.attention == "eager" and self.profile == "megatron":

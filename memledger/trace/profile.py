@@ -128,9 +128,10 @@ def register_traced(path: str) -> str:
     from .fitted import FORMAT, FittedProfile
     f = Path(path)
     name = f"traced:{f.stem}"
+    from ..safe_json import load_file
+    doc = load_file(f, "profile")  # bounded in size and nesting before parsing
+    text = json.dumps(doc)
     try:
-        text = f.read_text()
-        doc = json.loads(text)
         if isinstance(doc, dict) and doc.get("format") == FORMAT:
             profile = FittedProfile.from_doc(doc, name)
         else:

@@ -7,10 +7,10 @@ slider never lands on a configuration the core rejects; their values flow back t
 """
 from __future__ import annotations
 
-import json
 
 import streamlit as st
 
+from .. import safe_json
 from ..errors import SpecError
 from ..presets import GPUS, MODELS
 from ..specs.parallel import SCHEDULES
@@ -91,7 +91,7 @@ def _import_config() -> None:
     try:
         if len(text) > MAX_CONFIG_BYTES:
             raise ValueError(f"config is larger than {MAX_CONFIG_BYTES:,} bytes")
-        config = json.loads(text or b"null")
+        config = safe_json.loads(text or b"null", "config", MAX_CONFIG_BYTES)  # depth-bounded
         if not isinstance(config, dict):
             raise ValueError("expected a JSON object (the contents of config.json)")
         from ..hf_config import from_hf_config  # lands with the importer branch
