@@ -34,6 +34,13 @@ def _device(choice: str) -> str:
 
 
 def run(args) -> int:
+    from .trace_cmd import framework_errors
+    if args.rescore:
+        return rescore_file(Path(args.rescore))
+    return framework_errors(_run, args, "device")
+
+
+def _run(args) -> int:
     from ..validation.cases import CPU_CASES, GPU_CASES, cases_named
     if args.list:
         print("\n".join(c.name for c in GPU_CASES + CPU_CASES))

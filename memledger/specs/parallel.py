@@ -51,7 +51,8 @@ class ParallelSpec:
         require_choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved":
             require(self.vpp >= 2, "vpp", f"schedule=interleaved needs vpp >= 2, got vpp={self.vpp}")
-            require(self.pp >= 2, "pp", f"schedule=interleaved needs pp >= 2, got pp={self.pp}")
+            require(self.pp >= 2, "pp", f"schedule=interleaved (vpp={self.vpp}) needs pp >= 2, "
+                                        f"got pp={self.pp}")
         elif self.vpp != 1:
             raise SpecError("vpp", f"vpp={self.vpp} needs schedule=interleaved (got {self.schedule})")
         dense_ranks = self.tp * self.cp * self.dp
