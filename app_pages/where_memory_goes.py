@@ -3,7 +3,7 @@ checkpoint curve."""
 import streamlit as st
 
 from memledger.textbook import SEED_EXAMPLES, technique_columns
-from memledger.views import seed_charts, sidebar, tables, ui
+from memledger.views import safe_text, seed_charts, sidebar, tables, ui
 from memledger.views.compute import sizing
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
@@ -17,7 +17,7 @@ hw = hardware(res.cfg)
 
 share = ui.header("Where memory goes: four ledgers, and what cuts each")
 size = st.radio("Size", SIZES, key="pg_size", horizontal=True,
-                format_func=lambda s: f"Sidebar model ({res.model.name})" if s == "model"
+                format_func=lambda s: f"Sidebar model ({safe_text.md(res.model.name)})" if s == "model"
                 else SEED_EXAMPLES[s][0],
                 help="The seed's two worked examples have no shape, so no activation estimate.")
 z = sizing(res.model, res.cfg, size)

@@ -15,6 +15,7 @@ from ..items import ROW_LABELS, ROWS
 from ..ledger import Ledger
 from ..specs.hardware import Hardware
 from ..units import gib
+from . import safe_text
 from .palette import CAPACITY_COLOR, FONT_FAMILY, GRID, INK, ROW_COLORS, ROW_SHORT
 
 GIB_AXIS = "memory per GPU (GiB = 2³⁰ bytes)"
@@ -136,7 +137,7 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
             hovertemplate=f"<b>{ROW_LABELS[row]}</b><br>%{{x:.2f}} GiB (%{{customdata[0]:,}} bytes)"
                           "<extra></extra>"))
     word = "fits" if verdict.fits else "does not fit"
-    title = (f"{led.model.name} on {hw.name}: the most loaded GPU (pp rank {rank.pp_rank}) "
+    title = (f"{safe_text.plot(led.model.name)} on {hw.name}: the most loaded GPU (pp rank {rank.pp_rank}) "
              f"needs {total:.1f} GiB: {word}")
     shapes = [dict(type="line", xref="x", x0=cap, x1=cap, yref="paper", y0=0, y1=1,
                    line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))]
@@ -183,7 +184,7 @@ def staircase(led: Ledger, hw: Hardware) -> go.Figure:
                   yanchor="bottom", text=f"most loaded: {gib(peak.peak_total_bytes):.1f} GiB",
                   showarrow=True, arrowhead=2, ay=-28, font=dict(size=12)),
              _capacity_note(hw.name, hw.hbm_bytes)]
-    title = f"{led.model.name}: memory per pipeline rank, {led.parallel.schedule} schedule"
+    title = f"{safe_text.plot(led.model.name)}: memory per pipeline rank, {led.parallel.schedule} schedule"
     ticks = [r.pp_rank for r in led.ranks] if led.parallel.pp <= 32 else None
     layout = merge(house_layout(title, describe(led), height=500, bottom=125), dict(
         shapes=[_hline(cap)], annotations=notes, margin=dict(r=90),
@@ -211,7 +212,7 @@ def staircase_compare(ledgers: dict[str, Ledger], hw: Hardware,
                          tickmode="array", tickvals=sorted({0, last}))
     fig.add_hline(y=gib(hw.hbm_bytes), line=_hline(0)["line"], row="all", col="all")
     first = next(iter(ledgers.values()), None)
-    model = first.model.name if first else ""
+    model = safe_text.plot(first.model.name) if first else ""
     note = (" · not valid here: " + ", ".join(skipped)) if skipped else ""
     sub = (describe(first, schedule=False) if first else "") + note
     _layout(fig, f"{model}: pipeline staircase by schedule", sub, height=510, bottom=135)

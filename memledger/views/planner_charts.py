@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from ..planner import Plan
 from ..planner.spec import PLAN_RECOMPUTE
 from ..units import GIB
+from . import safe_text
 from .palette import CAPACITY_COLOR, FONT_FAMILY, GRID, INK, OPTIMUM_COLOR, RECOMPUTE_COLORS
 
 # The share-link keys the dashboard reads (memledger.views.state.KEYS on branch dashboard).
@@ -63,7 +64,7 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
                       annotation_position="bottom right")
     shown = f" ({len(idx):,} of {len(ev.seconds):,} shown)" if len(idx) < len(ev.seconds) else ""
     axis = dict(gridcolor=GRID, zerolinecolor=GRID)
-    fig.update_layout(title=dict(text=f"{spec.model.name} on {spec.hardware.name}: fitting "
+    fig.update_layout(title=dict(text=f"{safe_text.plot(spec.model.name)} on {spec.hardware.name}: fitting "
                                       f"configurations{shown}", x=0.01, xanchor="left",
                                  font=dict(size=17)),
                       font=dict(family=FONT_FAMILY, color=INK, size=13), height=480,

@@ -16,6 +16,7 @@ from ..presets import GPUS, MODELS
 from ..specs.parallel import SCHEDULES
 from ..specs.train import OPTIMIZERS, RECIPES
 from ..units import gib
+from . import safe_text
 from .model_codec import PREFIX, decode_model, encode_model
 from .options import DEGREE_KEYS, valid_values
 from .state import INT_LIMITS, PageParam
@@ -112,7 +113,7 @@ def _model_section(res: Resolved) -> None:
         st.text_area("…or paste it", key="import_text", height=100)
         st.button("Use this config", on_click=_import_config, key="import_go")
         if st.session_state.get("_ml_import_error"):
-            st.error(st.session_state["_ml_import_error"])
+            st.error(safe_text.md(st.session_state["_ml_import_error"], 600))
     st.selectbox("GPU", list(GPUS), key=W + "gpu", help=HELP["gpu"],
                  format_func=lambda k: f"{GPUS[k].name} ({gib(GPUS[k].hbm_bytes):.0f} GiB)")
     lo, hi = INT_LIMITS["world"]

@@ -18,6 +18,7 @@ from ..flops import seconds
 from ..items import ROW_LABELS, ROWS
 from ..units import gib
 from .charts import GIB_AXIS, describe, house_layout, merge
+from . import safe_text
 from .palette import CAPACITY_COLOR, ROW_COLORS, ROW_SHORT
 
 BEFORE_COLOR = "#BBBBBB"  # the staircase before levelling, behind the levelled bars
@@ -89,7 +90,7 @@ def before_after(before, after, capacity_bytes: int | None = None,
     if capacity_bytes:
         line, note = _target_line(capacity_bytes, target_label)
         shapes, notes, top = [line], notes + [note], max(top, gib(capacity_bytes))
-    title = (f"{before.model.name}: the most loaded GPU, {totals[0]:.1f} → {totals[1]:.1f} GiB "
+    title = (f"{safe_text.plot(before.model.name)}: the most loaded GPU, {totals[0]:.1f} → {totals[1]:.1f} GiB "
              "with the policy")
     layout = merge(house_layout(title, describe(before), height=470, bottom=105), dict(
         shapes=shapes, annotations=notes, margin=dict(r=90), bargap=0.45,
