@@ -69,7 +69,7 @@ def _model_name(key: str) -> str:
     if key in MODELS:
         return MODELS[key].name
     try:
-        return f"{decode_model(key).name} (imported)"
+        return f"{safe_text.plain(decode_model(key).name, 80)} (imported)"
     except SpecError:
         return "imported model"
 
