@@ -1,5 +1,6 @@
 """Claims of the hardening work on the core: plausibility bounds reject the same input on every
 surface with the same message, and no computation costs time in proportion to a typed number."""
+import json
 import time
 from dataclasses import replace
 
@@ -135,3 +136,39 @@ def test_smaller_micro_batch_of_1024_builds_a_logarithmic_number_of_ledgers(monk
     alt = smaller_micro_batch(led, 80 << 30)
     assert len(calls) <= 12
     assert isinstance(alt, MicroBatchAlternative) and alt.micro_batch < 1024
+
+
+def test_bounded_json_refuses_deep_nesting_huge_and_special_files_before_parsing(tmp_path):
+    from memledger import safe_json
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SpecError, match="^config: JSON nests deeper than 64 levels"):
+        safe_json.load_file(deep, "config")
+    with pytest.raises(SpecError, match="is not a regular file"):
+        safe_json.load_file("/dev/zero", "config")
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"a": "x" * (5 << 20)}))
+    with pytest.raises(SpecError, match="larger than 4,194,304 bytes"):
+        safe_json.load_file(big, "config")
+    text = json.dumps({"a": "[" * 100})  # brackets inside strings do not count
+    assert safe_json.loads(text, "config") == {"a": "[" * 100}
+    with pytest.raises(SpecError, match="^config: the path is empty"):
+        safe_json.load_file("", "config")
+
+
+def test_the_importer_refuses_a_layer_list_longer_than_any_model_before_walking_it():
+    cfg = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+           "intermediate_size": 6144, "vocab_size": 151936, "num_experts": 128,
+           "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+           "mlp_only_layers": list(range(100_000))}
+    with pytest.raises(SpecError, match="^mlp_only_layers: has 100,000 entries"):
+        from_hf_config(cfg)
+
+
+def test_validation_page_paths_are_relative_to_the_project(tmp_path):
+    from memledger.views.validation_data import ROOT, load_results, shown_path
+    assert shown_path(ROOT / "validation") == "validation"
+    outside = load_results(tmp_path / "nowhere")
+    assert str(tmp_path) not in " ".join(outside.problems)
+    assert "…/nowhere" in outside.problems[0]
