@@ -172,3 +172,11 @@ def test_validation_page_paths_are_relative_to_the_project(tmp_path):
     outside = load_results(tmp_path / "nowhere")
     assert str(tmp_path) not in " ".join(outside.problems)
     assert "…/nowhere" in outside.problems[0]
+
+
+def test_the_bounds_table_in_the_docs_is_the_code_s():
+    from pathlib import Path
+    from memledger.specs.bounds import table
+    doc = (Path(__file__).resolve().parents[1] / "docs/hardening.md").read_text()
+    for key, limit, reason in table():
+        assert f"| `{key}` | {limit:,} | {reason} |" in doc, key
