@@ -188,6 +188,8 @@ def _moe(cfg: dict, mt: str, n_layers: int) -> MoESpec | None:
                       "shared_ffn": _int(cfg, "shared_expert_intermediate_size")}
         return MoESpec(**common, expert_ffn=_int(cfg, "moe_intermediate_size"), **layers, **shared)
     first_k = _int(cfg, "first_k_dense_replace", minimum=0)
+    if first_k > n_layers:  # would silently make every layer dense
+        raise SpecError("first_k_dense_replace", f"{first_k} exceeds num_hidden_layers={n_layers}")
     freq = _int(cfg, "moe_layer_freq", 1)
     layers = _canonical_layers(lambda i: i >= first_k and i % freq == 0, n_layers)
     topk_method = _raw(cfg, "topk_method", "greedy" if mt == "deepseek_v2" else "noaux_tc")

@@ -180,3 +180,12 @@ def test_the_bounds_table_in_the_docs_is_the_code_s():
     doc = (Path(__file__).resolve().parents[1] / "docs/hardening.md").read_text()
     for key, limit, reason in table():
         assert f"| `{key}` | {limit:,} | {reason} |" in doc, key
+
+
+def test_first_k_dense_replace_above_the_layer_count_is_an_error_not_an_all_dense_model():
+    import json as _json
+    from pathlib import Path
+    cfg = _json.loads((Path(__file__).parent / "fixtures/hf/DeepSeek-V3.json").read_text())
+    with pytest.raises(SpecError, match="^first_k_dense_replace: 62 exceeds num_hidden_layers=61"):
+        from_hf_config({**cfg, "first_k_dense_replace": 62})
+    assert from_hf_config({**cfg, "first_k_dense_replace": 61}).n_moe_layers == 0  # all dense: said so

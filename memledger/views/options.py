@@ -24,7 +24,8 @@ from .state import LAYOUT_WORDS, Config, to_specs
 # Which setting to move when the core names a field (None: move something else).
 FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",
              "sp": "sp", "seq": "seq", "layout": "layout", "schedule": "schedule",
-             "attention": "attention", "profile": "profile", "world": None}
+             "attention": "attention", "profile": "profile", "world": None,
+             "micro_batches": "m"}  # tokens per step over its bound: fewer micro-batches
 # Settings a repair may move, most expendable first (after the one the error names).
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
                 "profile", "seq")
@@ -67,6 +68,7 @@ CANDIDATES = {
     "recompute": lambda m, c: tuple(RECOMPUTE),
     "gpu": lambda m, c: tuple(GPUS),
     "seq": _seq_candidates,
+    "m": lambda m, c: tuple(sorted({max(1, c.m >> k) for k in range(21)})),
 }
 
 
