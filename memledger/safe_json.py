@@ -26,6 +26,8 @@ def read_bytes(path, field: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
     if not str(path).strip():
         raise SpecError(field, "the path is empty; give a file")
     try:
+        if not p.exists():
+            raise SpecError(field, f"cannot read {shown}: no such file")
         if not p.is_file():  # /dev/zero, a fifo or a folder would never end or never parse
             raise SpecError(field, f"{shown} is not a regular file")
         with p.open("rb") as f:

@@ -129,7 +129,10 @@ def register_traced(path: str) -> str:
     f = Path(path)
     name = f"traced:{f.stem}"
     from ..safe_json import load_file
-    doc = load_file(f, "profile")  # bounded in size and nesting before parsing
+    try:
+        doc = load_file(f, "profile")  # bounded in size and nesting before parsing
+    except SpecError as e:
+        raise SpecError("profile", f"cannot read trace {path!r}: {e.message}") from None
     text = json.dumps(doc)
     try:
         if isinstance(doc, dict) and doc.get("format") == FORMAT:
