@@ -1,7 +1,7 @@
 """Ledger: the six rows of the most loaded GPU for the sidebar's configuration."""
 import streamlit as st
 
-from memledger.views import sidebar, tables, ui
+from memledger.views import guard, safe_text, sidebar, tables, ui
 from memledger.views.compute import ledger_for
 from memledger.views.frame import page_frame
 from memledger.views.ledger import charts, summary
@@ -14,10 +14,11 @@ SPECS = (PageParam("rank", -1, limits=(-1, 1023)),)
 
 res = resolve("ledger", SPECS)
 ui.issues(res)
+guard.admit(res, "ledger", specs=SPECS, values={"rank": res.page["rank"]})
 led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
 stem = ui.stem(res, "ledger")
 
-share = ui.header(f"Memory ledger: {res.model.name} on {res.cfg.world:,} × {hw.name}")
+share = ui.header(f"Memory ledger: {safe_text.md(res.model.name)} on {res.cfg.world:,} × {hw.name}")
 verdict(res, led, hw)
 with st.container(horizontal=True, gap="medium"):
     for m in summary.metrics(led, hw):

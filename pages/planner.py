@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from memledger.errors import SpecError
-from memledger.views import export, sidebar, ui
+from memledger.views import budget, export, safe_text, sidebar, ui
 from memledger.views.frame import page_frame
 from memledger.views.planner import state as pst
 from memledger.views.planner.charts import (describe_row, ledger_query, plan_scatter, top_csv,
@@ -25,7 +25,7 @@ SPECS = pst.SPECS
 LIMITS = {s.key: s.limits for s in SPECS}
 
 
-@st.cache_resource(max_entries=2, show_spinner="Evaluating every configuration…")
+@st.cache_resource(max_entries=1, show_spinner="Evaluating every configuration…")
 def _plan(model_key: str, gpu_key: str, items: tuple):
     """Cached by the model's key (a preset name or an encoded spec) and the settings."""
     return pst.run_plan(load_model(model_key), gpu_key, dict(items))
@@ -38,11 +38,13 @@ def _number(col, key: str) -> None:
 res = resolve("planner", SPECS)
 ui.issues(res)
 cfg, page = res.cfg, res.page
-share = ui.header(f"Planner: {res.model.name} on {pst.worlds_text(page['worlds'], cfg.world)} "
+share = ui.header(f"Planner: {safe_text.md(res.model.name)} on {pst.worlds_text(page['worlds'], cfg.world)} "
                   f"× {hardware(cfg).name}")
 st.caption("Every parallel layout that fits, ranked by an estimated step time. Peaks are the "
            "ledger's, byte for byte; times are a simple model (memledger.costs.steptime). Model, GPU, "
-           "sequence length and precision come from the sidebar.")
+           "sequence length and precision come from the sidebar. "
+           f"This server searches at most {budget.PLANNER_MAX_WORLDS} world sizes and "
+           f"{budget.PLANNER_MAX_CONFIGURATIONS:,} configurations per request.")
 
 c1, c2, c3, c4 = st.columns(4)
 c1.text_input(pst.LABEL["worlds"], key="pg_worlds", placeholder=f"{cfg.world} (sidebar)",

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from memledger.specs.parallel import SCHEDULES
-from memledger.views import sidebar, tables, ui
+from memledger.views import guard, safe_text, sidebar, tables, ui
 from memledger.views.compute import ledger_for, schedule_ledgers
 from memledger.views.frame import page_frame
 from memledger.views.staircase import charts
@@ -20,9 +20,11 @@ SPECS = (PageParam("compare", False),
 
 res = resolve("staircase", SPECS)
 ui.issues(res)
+guard.admit(res, "staircase", len(res.page["schedules"]) if res.page["compare"] else 0,
+            specs=SPECS, values=res.page)
 led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
 
-share = ui.header(f"Pipeline staircase: {res.model.name}, pp {res.cfg.pp}, {res.cfg.schedule}")
+share = ui.header(f"Pipeline staircase: {safe_text.md(res.model.name)}, pp {res.cfg.pp}, {res.cfg.schedule}")
 st.caption("Under 1F1B, pipeline rank r holds min(pp − r, m) micro-batches of activations at the "
            "start of its first backward, so early ranks are full and late ranks have room: the "
            "staircase. Interleaving raises it; zero-bubble V and DualPipe flatten it.")

@@ -13,7 +13,7 @@ from memledger.errors import SpecError
 from memledger.presets.policies import POLICY_PRESETS
 from memledger.specs.policy import CLASSES
 from memledger.specs.runtime import A2A_SIZING
-from memledger.views import sidebar, ui
+from memledger.views import guard, safe_text, sidebar, ui
 from memledger.views.compute import policy_ledger
 from memledger.views.frame import page_frame
 from memledger.views.state import hardware
@@ -42,9 +42,10 @@ def _preset_changed() -> None:
 
 res = resolve("strategies", SPECS)
 ui.issues(res)
+guard.admit(res, "strategies", specs=SPECS, values=res.page)
 page, hw = res.page, hardware(res.cfg)
 stem = ui.stem(res, "strategies")
-share = ui.header(f"Strategies: {res.model.name} on {res.cfg.world:,} × {hw.name}")
+share = ui.header(f"Strategies: {safe_text.md(res.model.name)} on {res.cfg.world:,} × {hw.name}")
 st.caption("Move a row, pay a currency: what each storage policy saves on the most loaded GPU "
            "and what it costs in FLOPs, precision or bandwidth.")
 target = pstate.target_bytes(page["target"], hw)

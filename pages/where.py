@@ -3,7 +3,7 @@ checkpoint curve."""
 import streamlit as st
 
 from memledger.costs.textbook import SEED_EXAMPLES, technique_columns
-from memledger.views import sidebar, tables, ui
+from memledger.views import safe_text, sidebar, tables, ui
 from memledger.views.compute import sizing
 from memledger.views.frame import page_frame
 from memledger.views.state import PageParam, hardware
@@ -21,7 +21,7 @@ hw = hardware(res.cfg)
 
 share = ui.header("Where memory goes: weights, gradients, optimizer states, activations — and what cuts each")
 size = st.radio("Size", SIZES, key="pg_size", horizontal=True,
-                format_func=lambda s: f"Sidebar model ({res.model.name})" if s == "model"
+                format_func=lambda s: f"Sidebar model ({safe_text.md(res.model.name)})" if s == "model"
                 else SEED_EXAMPLES[s][0],
                 help="The two textbook examples (7B and 70B parameters) give only a parameter count: no layer shapes, so no activation estimate.")
 z = sizing(res.model, res.cfg, size)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "memledger"
-LAYERS = (("memledger.errors", "memledger.units"), ("memledger.specs",),
+LAYERS = (("memledger.errors", "memledger.units", "memledger.divisors", "memledger.safe_json"),
+          ("memledger.specs",),
           ("memledger.model", "memledger.presets"), ("memledger.ledger",), ("memledger.costs",),
           ("memledger.advisor",), ("memledger.planner",), ("memledger.trace", "memledger.validation"),
           ("memledger.views",), ("memledger.cli",))

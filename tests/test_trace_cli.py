@@ -135,7 +135,7 @@ def test_a_user_module_fits_its_s_squared_terms(capsys, tmp_path):
     (["--module", f"{USER}:returns_inputs_not_a_maker"], "(model, make_inputs)"),
     (["--hf-config", "tests/fixtures/trace_models.py"], "not valid JSON"),
     (["--hf-config", f"{HF}/Meta-Llama-3-8B.json", "--scale", "3"], "not divisible by 6"),
-    (["--hf-config", f"{HF}/Meta-Llama-3-8B.json", "--layers", "9"], "must be 2..4"),
+    (["--hf-config", f"{HF}/Meta-Llama-3-8B.json", "--layers", "9"], "must be an integer 2..4"),
     (["--module", f"{USER}:attention_stack", "--seq", "32"], "two or more distinct"),
 ])
 def test_malformed_input_is_one_line_and_exit_2(args, message, capsys):

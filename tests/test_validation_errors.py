@@ -71,3 +71,16 @@ def test_unknown_presets_list_the_valid_ones():
     from memledger import gpu
     assert "llama3-8b" in str(err(lambda: model("llama-9")))
     assert "h100" in str(err(lambda: gpu("h1000")))
+
+
+def test_validate_never_overwrites_a_stored_result_without_force(tmp_path):
+    from memledger.cli.validate_cmd import write
+    from memledger.errors import SpecError
+    rec = [{"case": "c", "row": "weights", "rel_error": 0.0, "ok": True}]
+    write(tmp_path, "cuda", {}, rec, [])
+    before = (tmp_path / "validation-cuda.json").read_text()
+    with pytest.raises(SpecError, match="--force"):
+        write(tmp_path, "cuda", {"new": 1}, rec, [])
+    assert (tmp_path / "validation-cuda.json").read_text() == before
+    write(tmp_path, "cuda", {"new": 1}, rec, [], force=True)
+    assert '"new": 1' in (tmp_path / "validation-cuda.json").read_text()

@@ -25,15 +25,19 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    from memledger.cli.contract import check_args, flag_names, flag_of
+    names = flag_names(parser._subparsers._group_actions[0].choices[args.command])
     try:
+        check_args(args, names)  # every flag in its range before any command runs
         rc = args.run(args) or 0
         sys.stdout.flush()
         return rc
     except BrokenPipeError:  # `memledger ... | head`: the reader left; stop quietly
         _silence_stdout()
         return 0
-    except SpecError as e:
-        print(f"memledger {args.command}: error: {e}", file=sys.stderr)
+    except SpecError as e:  # the core names a spec field: show the flag the user typed
+        print(f"memledger {args.command}: error: {flag_of(e.field, names, args)}: {e.message}",
+              file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:
         print(f"memledger {args.command}: error: {e}", file=sys.stderr)

@@ -39,10 +39,11 @@ def add(sub) -> None:
 
 
 def _worlds(values: list[str]) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for v in values for x in v.split(",") if x.strip())
-    except ValueError:
-        raise SpecError("world", f"expected integers or comma lists, got {values}") from None
+    parts = [x.strip() for v in values for x in v.split(",")]
+    if not all(p.isdigit() and len(p) <= 12 for p in parts):
+        shown = ",".join(values)[:60]
+        raise SpecError("world", f"expected positive integers or comma lists, got {shown!r}")
+    return tuple(dict.fromkeys(int(p) for p in parts))  # a repeated size is searched once
 
 
 def spec_from_args(args):

@@ -38,6 +38,10 @@ check's residuals; --out writes the profile (the --json document) for
 weight casts), per-micro-batch constants, backward transients. Bad input: exit 2, one line."""
 
 
+MAX_SEQS, MAX_TRACE_SEQ = 16, 65_536  # traces run real models: bounded work per call
+MAX_TRACE_TOKENS = 1 << 20
+
+
 def add(sub) -> None:
     p = sub.add_parser("trace", help="trace saved tensors, fit per-token formulas, write a profile",
                        description=__doc__.split("\n\n")[0], epilog=EPILOG,
@@ -69,24 +73,24 @@ def add(sub) -> None:
 
 def _seqs(text: str) -> list[int]:
     try:
-        seqs = sorted({int(x) for x in text.split(",")})
+        seqs = sorted({int(x) for x in text.split(",") if len(x.strip()) <= 12})
     except ValueError:
         raise SpecError("seq", f"expected comma-separated integers, got {text!r}") from None
     if len(seqs) < 2 or seqs[0] < 1:
-        raise SpecError("seq", f"need two or more distinct lengths >= 1, got {text!r}")
+        raise SpecError("seq", f"need two or more distinct lengths >= 1, got {text[:60]!r}")
+    if len(seqs) > MAX_SEQS or seqs[-1] > MAX_TRACE_SEQ:
+        raise SpecError("seq", f"at most {MAX_SEQS} lengths, each 1..{MAX_TRACE_SEQ:,}")
     return seqs
 
 
 def _config_source(args):
     from memledger.model.hf_config import from_hf_config
     from memledger.model.params import layer_kind
+    from memledger.safe_json import load_file
     from memledger.trace.shrink import choose_shrink
     from memledger.trace.sources import ConfigSource, resolve_device
     path = Path(args.hf_config)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SpecError("config", f"{path} is not valid JSON: {e}") from None
+    cfg = load_file(path, "hf-config")  # bounded in size and nesting before parsing
     full = from_hf_config(cfg, path.stem)
     scale = args.scale
     if args.hidden is not None:
@@ -102,6 +106,21 @@ def _config_source(args):
              "vocab": full.vocab, "n_layers": full.n_layers}
     kinds = {i: layer_kind(small, i) for i in range(small.n_layers)}
     return src, shrink.divisors, kinds, (full.moe.top_k if full.moe else None), model
+
+
+def framework_errors(fn, args, flag: str | None = None):
+    """Run fn(args); an error raised inside torch or transformers (not a SpecError) becomes one
+    line naming the model source flag, instead of a traceback."""
+    flag = flag or ("hf-config" if getattr(args, "hf_config", None) else "module")
+    try:
+        return fn(args)
+    except SpecError:
+        raise
+    except (RuntimeError, ValueError, TypeError, KeyError, AttributeError, IndexError,
+            NotImplementedError, ImportError, AssertionError, MemoryError, OverflowError) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise SpecError(flag, f"failed in the framework: {type(e).__name__}: "
+                              f"{first}") from None
 
 
 def _guess_kinds(trace) -> dict[int, str]:
@@ -126,6 +145,9 @@ def measure(args):
     check_seq = args.check_seq or 2 * seqs[-1]
     if batch < 1 or check_seq < 1:
         raise SpecError("batch", f"batch and --check-seq must be >= 1, got {batch}, {check_seq}")
+    if batch * max(check_seq, seqs[-1]) > MAX_TRACE_TOKENS:
+        raise SpecError("batch", f"--batch x the longest sequence = {batch * max(check_seq, seqs[-1]):,}"
+                                 f" tokens; at most {MAX_TRACE_TOKENS:,} per traced micro-batch")
     if args.hf_config:
         src, divisors, kinds, top_k, model = _config_source(args)
     else:
@@ -146,7 +168,7 @@ def measure(args):
 
 
 def run(args) -> int:
-    rows, check, doc = measure(args)
+    rows, check, doc = framework_errors(measure, args)
     if args.out:
         Path(args.out).write_text(json.dumps(doc, indent=1))
     if args.json:

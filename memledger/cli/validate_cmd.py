@@ -14,7 +14,9 @@ def add(sub) -> None:
     p = sub.add_parser("validate", help="measure real training steps and compare with the ledger")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--cases", default=None, help="comma-separated case names (default: all for the device)")
-    p.add_argument("--out", default=None, help="folder for the JSON/CSV results")
+    p.add_argument("--out", default=None, help="folder for the JSON/CSV results (an existing "
+                   "result there is kept unless --force)")
+    p.add_argument("--force", action="store_true", help="replace an existing result in --out")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     p.add_argument("--rescore", metavar="JSON", default=None,
                    help="re-predict a stored run's measurements with the current ledger (no torch)")
@@ -34,6 +36,13 @@ def _device(choice: str) -> str:
 
 
 def run(args) -> int:
+    from memledger.cli.trace_cmd import framework_errors
+    if args.rescore:
+        return rescore_file(Path(args.rescore))
+    return framework_errors(_run, args, "device")
+
+
+def _run(args) -> int:
     from memledger.validation.cases import CPU_CASES, GPU_CASES, cases_named
     if args.list:
         print("\n".join(c.name for c in GPU_CASES + CPU_CASES))
@@ -60,16 +69,17 @@ def run(args) -> int:
     worst = worst_by_row(records)
     print("worst |error| per row: " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in worst.items()))
     if args.out:
-        write(Path(args.out), device, env, records, raw)
+        write(Path(args.out), device, env, records, raw, force=args.force)
     return 0 if all(r["ok"] for r in records) else 1
 
 
 def rescore_file(path: Path) -> int:
+    from memledger.safe_json import load_file
     from memledger.validation.report import rescore, worst_by_row
+    doc = load_file(path, "rescore")  # bounded in size and nesting before parsing
     try:
-        doc = json.loads(path.read_text())
         records = rescore(doc)
-    except (OSError, ValueError, KeyError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise SpecError("rescore", f"cannot read a validation result from {path}: {e}") from None
     for r in records:
         print(f"{r['case']:<45} {r['row']:<15} {100 * r['rel_error']:+7.2f}%  {'ok' if r['ok'] else 'MISS'}")
@@ -78,7 +88,14 @@ def rescore_file(path: Path) -> int:
     return 0 if all(r["ok"] for r in records) else 1
 
 
-def write(folder: Path, device: str, env: dict, records: list[dict], raw: list[dict]) -> None:
+def write(folder: Path, device: str, env: dict, records: list[dict], raw: list[dict],
+          force: bool = False) -> None:
+    """validation-<device>.json and .csv in `folder`; an existing result (such as the stored GPU
+    run the tests re-predict) is kept unless `force`."""
+    targets = [folder / f"validation-{device}.{ext}" for ext in ("json", "csv")]
+    if not force and any(t.exists() for t in targets):
+        raise SpecError("out", f"{targets[0]} exists: write to another folder (e.g. out/validation/)"
+                               f" or pass --force to replace it")
     folder.mkdir(parents=True, exist_ok=True)
     doc = {"environment": env, "records": records, "measurements": raw}
     (folder / f"validation-{device}.json").write_text(json.dumps(doc, indent=1))

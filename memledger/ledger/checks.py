@@ -2,6 +2,7 @@
 be valid. Shared by the ledger, the CLI, the app and the planner (never re-implemented)."""
 from __future__ import annotations
 
+from memledger.divisors import divisor_text
 from memledger.errors import SpecError
 from memledger.ledger.pipeline.engines import resolve_engine
 from memledger.ledger.pipeline.schedules import stage_layers
@@ -11,7 +12,7 @@ from memledger.specs.train import TrainSpec
 
 
 def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+    return divisor_text(n)  # O(sqrt n), truncated: n comes from a user's config
 
 
 def _must_divide(field: str, value: int, what: str, n: int) -> None:

@@ -35,6 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from memledger.errors import SpecError
+from memledger.specs.bounds import check_bound, check_length
 from memledger.specs.model import MLASpec, ModelSpec, MoESpec
 
 _DENSE = ("llama", "mistral", "qwen2", "qwen3")
@@ -84,6 +85,7 @@ def _int_list(cfg: dict, key: str, n_layers: int) -> list[int]:
     value = _raw(cfg, key, [])
     if not isinstance(value, list):
         raise SpecError(key, f"must be a list of layer indices, got {value!r}")
+    check_length("dense_layers", len(value), key)
     for i in value:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers:
             raise SpecError(key, f"entry {i!r} is not a layer index in [0, {n_layers})")
@@ -186,6 +188,8 @@ def _moe(cfg: dict, mt: str, n_layers: int) -> MoESpec | None:
                       "shared_ffn": _int(cfg, "shared_expert_intermediate_size")}
         return MoESpec(**common, expert_ffn=_int(cfg, "moe_intermediate_size"), **layers, **shared)
     first_k = _int(cfg, "first_k_dense_replace", minimum=0)
+    if first_k > n_layers:  # would silently make every layer dense
+        raise SpecError("first_k_dense_replace", f"{first_k} exceeds num_hidden_layers={n_layers}")
     freq = _int(cfg, "moe_layer_freq", 1)
     layers = _canonical_layers(lambda i: i >= first_k and i % freq == 0, n_layers)
     topk_method = _raw(cfg, "topk_method", "greedy" if mt == "deepseek_v2" else "noaux_tc")
@@ -222,6 +226,7 @@ def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
 
 def _spec(cfg: dict, mt: str, name: str | None) -> ModelSpec:
     n_layers = _int(cfg, "num_hidden_layers")
+    check_bound("n_layers", n_layers, "num_hidden_layers")  # before any per-layer rule runs
     hidden, heads = _int(cfg, "hidden_size"), _int(cfg, "num_attention_heads")
     return ModelSpec(
         name=name or str(cfg.get("_name_or_path") or mt),
@@ -238,10 +243,8 @@ def _spec(cfg: dict, mt: str, name: str | None) -> ModelSpec:
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Read a config.json (the only file I/O here); the name defaults to the file's stem."""
+    from memledger.safe_json import load_file
     path = Path(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SpecError("config", f"{path} is not valid JSON: {e}") from None
+    cfg = load_file(path, "config")  # bounded in size and nesting before parsing
     spec = from_hf_config(cfg, name or path.stem)
-    return replace(spec, source=f"{path.name} (model_type {cfg['model_type']})")
+    return replace(spec, source=f"{path.name[:200]} (model_type {cfg['model_type']})")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from memledger.costs.compute import DEFAULT_MFU_PCT
 from memledger.errors import SpecError, require, require_choice, require_positive
+from memledger.specs.bounds import check_bound, check_length
 from memledger.specs.hardware import Hardware
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ZERO_STAGES
@@ -53,6 +54,9 @@ class Constraints:
         for f in AXES + ("micro_batch", "max_tp", "max_etp", "max_cp", "max_vpp", "max_micro_batch"):
             if getattr(self, f) is not None:
                 require_positive(f, getattr(self, f))
+                bound = {"max_vpp": "vpp", "micro_batch": "micro_batch",
+                         "max_micro_batch": "micro_batch"}.get(f, "world")
+                check_bound(bound, getattr(self, f), f)
         if self.zero is not None and self.zero not in ZERO_STAGES:
             raise SpecError("zero", f"ZeRO stage must be one of 0, 1, 2, 3, got {self.zero!r}")
         if self.recompute is not None:
@@ -85,12 +89,19 @@ class PlanSpec:
     def __post_init__(self):
         require(isinstance(self.worlds, tuple) and len(self.worlds) > 0, "world",
                 f"needs at least one world size, got {self.worlds!r}")
+        check_length("worlds", len(self.worlds), "world")
+        require(len(set(self.worlds)) == len(self.worlds), "world",
+                f"world sizes repeat: {self.worlds!r}")
         for w in self.worlds:
             require_positive("world", w)
+            check_bound("world", w)
         require_positive("seq", self.seq)
         require_positive("global_batch", self.global_batch)
+        check_bound("seq", self.seq)
+        check_bound("global_batch", self.global_batch)
         if self.gpus_per_node is not None:
             require_positive("gpus_per_node", self.gpus_per_node)
+            check_bound("gpus_per_node", self.gpus_per_node)
         require(isinstance(self.headroom, (int, float)) and 0 <= self.headroom < 1, "headroom",
                 f"must be a fraction in [0, 1), got {self.headroom!r}")
         require(isinstance(self.mfu_pct, int) and 0 < self.mfu_pct <= 100, "mfu_pct",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from memledger.errors import (SpecError, require, require_choice, require_non_negative,
                               require_positive)
+from memledger.specs.bounds import check_bound, check_bounds, check_length
 from memledger.specs.hashing import cache_hash
 
 MLP_KINDS = ("swiglu", "gelu")
@@ -33,6 +34,7 @@ class MLASpec:
         require_non_negative("q_lora_rank", self.q_lora_rank)
         for f in ("kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_dim"):
             require_positive(f, getattr(self, f))
+        check_bounds(self, ("q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_dim"))
 
     @property
     def qk_dim(self) -> int:
@@ -64,6 +66,11 @@ class MoESpec:
         require_non_negative("n_shared", self.n_shared)
         require_non_negative("shared_ffn", self.shared_ffn)
         require_non_negative("first_k_dense", self.first_k_dense)
+        check_bounds(self, ("n_experts", "expert_ffn", "n_shared", "shared_ffn"))
+        check_bound("n_layers", self.first_k_dense, "first_k_dense")
+        require(isinstance(self.dense_layers, tuple), "dense_layers",
+                f"must be a tuple of layer indices, got {type(self.dense_layers).__name__}")
+        check_length("dense_layers", len(self.dense_layers))
         for i in self.dense_layers:
             require_non_negative("dense_layers", i)
 
@@ -96,11 +103,15 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self):
+        require(isinstance(self.name, str), "name", f"must be text, got {type(self.name).__name__}")
+        check_length("name", len(self.name))
         for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden"):
             require_positive(f, getattr(self, f))
         require_non_negative("vocab", self.vocab)
         require_non_negative("pos_embeddings", self.pos_embeddings)
         require_non_negative("n_mtp_layers", self.n_mtp_layers)
+        check_bounds(self, ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim",
+                            "ffn_hidden", "vocab", "pos_embeddings", "n_mtp_layers"))
         require_choice("mlp", self.mlp, MLP_KINDS)
         require_choice("norm", self.norm, NORM_KINDS)
         require(self.n_heads % self.n_kv_heads == 0, "n_kv_heads",
@@ -110,7 +121,9 @@ class ModelSpec:
                     f"first_k_dense={self.moe.first_k_dense} exceeds n_layers={self.n_layers}")
             bad = [i for i in self.moe.dense_layers if i >= self.n_layers]
             if bad:
-                raise SpecError("dense_layers", f"layer indices {bad} are >= n_layers={self.n_layers}")
+                more = f", ... ({len(bad)} in all)" if len(bad) > 8 else ""
+                raise SpecError("dense_layers", f"layer indices [{', '.join(map(str, bad[:8]))}"
+                                                f"{more}] are >= n_layers={self.n_layers}")
 
     # -- layer kinds -------------------------------------------------------------------------
     def is_moe_layer(self, i: int) -> bool:
@@ -119,7 +132,12 @@ class ModelSpec:
 
     @property
     def n_moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+        # a count, not a loop over layers: the leading dense run, then the other dense indices
+        moe = self.moe
+        if moe is None:
+            return 0
+        later_dense = {i for i in moe.dense_layers if moe.first_k_dense <= i < self.n_layers}
+        return max(0, self.n_layers - moe.first_k_dense - len(later_dense))
 
     @property
     def n_dense_layers(self) -> int:

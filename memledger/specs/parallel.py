@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memledger.errors import SpecError, require, require_choice, require_positive
+from memledger.specs.bounds import BOUNDS, check_bound, check_bounds
 from memledger.specs.hashing import cache_hash
 
 SCHEDULES: dict[str, str] = {
@@ -44,12 +45,15 @@ class ParallelSpec:
     def __post_init__(self):
         for f in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp"):
             require_positive(f, getattr(self, f))
+        check_bounds(self, ("tp", "pp", "vpp", "ep", "etp", "cp", "dp"))
+        check_bound("world", self.world)
         if self.zero not in ZERO_STAGES:
             raise SpecError("zero", f"ZeRO stage must be one of 0, 1, 2, 3, got {self.zero!r}")
         require_choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved":
             require(self.vpp >= 2, "vpp", f"schedule=interleaved needs vpp >= 2, got vpp={self.vpp}")
-            require(self.pp >= 2, "pp", f"schedule=interleaved needs pp >= 2, got pp={self.pp}")
+            require(self.pp >= 2, "pp", f"schedule=interleaved (vpp={self.vpp}) needs pp >= 2, "
+                                        f"got pp={self.pp}")
         elif self.vpp != 1:
             raise SpecError("vpp", f"vpp={self.vpp} needs schedule=interleaved (got {self.schedule})")
         dense_ranks = self.tp * self.cp * self.dp
@@ -63,8 +67,10 @@ class ParallelSpec:
             require(len(self.layout) == want, "layout",
                     f"needs one entry per pipeline stage ({want} for pp={self.pp}, "
                     f"schedule={self.schedule}, vpp={self.vpp}), got {len(self.layout)}")
-            require(all(isinstance(n, int) and n >= 0 for n in self.layout), "layout",
-                    f"entries must be integers >= 0, got {self.layout}")
+            require(all(isinstance(n, int) and 0 <= n <= BOUNDS["n_layers"].limit
+                        for n in self.layout), "layout",
+                    f"entries must be integers 0..{BOUNDS['n_layers'].limit}, got "
+                    f"{_shown(self.layout)}")
 
     @property
     def world(self) -> int:
@@ -110,7 +116,16 @@ class ParallelSpec:
     def from_world(cls, world: int, **kw) -> "ParallelSpec":
         """Derive dp from a world size; the message says which product must divide it."""
         require_positive("world", world)
+        check_bound("world", world)
+        for f in ("tp", "pp", "cp"):  # positive before dividing by them
+            require_positive(f, kw.get(f, 1))
         per_replica = kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1)
         require(world % per_replica == 0, "world",
                 f"world={world} is not divisible by tp*pp*cp={per_replica}")
         return cls(dp=world // per_replica, **kw)
+
+
+def _shown(values: tuple, n: int = 8) -> str:
+    """A long tuple in a message: its first n entries and the count."""
+    head = ", ".join(map(str, values[:n]))
+    return f"({head})" if len(values) <= n else f"({head}, ... {len(values)} in all)"

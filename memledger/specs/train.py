@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from memledger.errors import (SpecError, require, require_choice, require_non_negative,
                               require_positive)
+from memledger.specs.bounds import check_bound, check_bounds
 from memledger.specs.hashing import cache_hash
 from memledger.specs.policy import ActivationPolicy
 
@@ -115,6 +116,9 @@ class TrainSpec:
         require_choice("recompute", self.recompute, RECOMPUTE)
         require_non_negative("recompute_every", self.recompute_every)
         require_non_negative("vocab_pad", self.vocab_pad)
+        check_bounds(self, ("micro_batch", "seq", "micro_batches", "recompute_every", "vocab_pad"))
+        check_bound("tokens_per_step", self.micro_batch * self.seq * self.micro_batches,
+                    "micro_batches")
         require(isinstance(self.policy, ActivationPolicy), "policy",
                 f"must be an ActivationPolicy, got {type(self.policy).__name__}")
         if self.attention == "eager" and self.profile == "megatron":

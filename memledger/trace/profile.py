@@ -118,9 +118,13 @@ def register_traced(path: str) -> str:
     from memledger.trace.fitted import FORMAT, FittedProfile
     f = Path(path)
     name = f"traced:{f.stem}"
+    from memledger.safe_json import load_file
     try:
-        text = f.read_text()
-        doc = json.loads(text)
+        doc = load_file(f, "profile")  # bounded in size and nesting before parsing
+    except SpecError as e:
+        raise SpecError("profile", f"cannot read trace {path!r}: {e.message}") from None
+    text = json.dumps(doc)
+    try:
         if isinstance(doc, dict) and doc.get("format") == FORMAT:
             profile = FittedProfile.from_doc(doc, name)
         else:

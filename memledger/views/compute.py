@@ -14,18 +14,19 @@ from memledger.model.params import n_params
 from memledger.presets.policies import apply_policy
 from memledger.specs import ModelSpec, ParallelSpec, TrainSpec
 from memledger.specs.runtime import RuntimeSpec
+from memledger.views.budget import LEDGER_CACHE_BYTES, byte_lru, ledger_bytes
 from memledger.views.options import problem, with_value
 from memledger.views.state import Config, hardware, to_specs
 
 
-@lru_cache(maxsize=256)
+@byte_lru(LEDGER_CACHE_BYTES, ledger_bytes)  # by bytes: a 1,280-rank ledger is ~25 MB
 def ledger_for(m: ModelSpec, cfg: Config) -> Ledger:
     """The ledger of a valid configuration (raises SpecError on an invalid one)."""
     par, train = to_specs(cfg, m)
     return build_ledger(m, par, train, hardware=hardware(cfg))
 
 
-@lru_cache(maxsize=64)
+@byte_lru(LEDGER_CACHE_BYTES // 4, ledger_bytes)
 def policy_ledger(m: ModelSpec, cfg: Config, a2a: str = "dynamic", preset: str | None = None,
                   rules: tuple[tuple[str, str], ...] = ()) -> Ledger:
     """The configuration with an MoE all-to-all sizing and a storage policy: the preset's

@@ -21,10 +21,11 @@ from importlib import metadata
 
 import plotly.graph_objects as go
 
+from memledger.views import export_pool
+
 CHROMIUM = "/usr/bin/chromium"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 EXPORT_WIDTH, SCALE = 1200, 2
-_lock = threading.Lock()  # kaleido's sync server answers one request at a time, in order
 _started = False
 
 
@@ -62,11 +63,9 @@ def start_server() -> bool:
     st = status()
     if not st.ok:
         return False
-    with _lock:
-        if not _started:
-            import kaleido
-            kaleido.start_sync_server(path=st.browser, mathjax=False, silence_warnings=True)
-            _started = True
+    if not _started:
+        export_pool.pool(st.browser)  # one browser, several tabs (export_pool.py)
+        _started = True
     return True
 
 
@@ -116,12 +115,10 @@ def to_image(fig: go.Figure, fmt: str) -> bytes:
         raise ValueError(f"format must be png or svg, got {fmt!r}")
     if not start_server():
         raise RuntimeError(status().reason)
-    import kaleido
     height = int(fig.layout.height or 500)
     opts = {"format": fmt, "width": EXPORT_WIDTH, "height": height,
             "scale": SCALE if fmt == "png" else 1}
-    with _lock:
-        out = kaleido.calc_fig_sync(fig, opts=opts)
+    out = export_pool.pool(status().browser).render(fig, opts)  # no global lock: a tab each
     if isinstance(out, Exception):  # the server hands back the error instead of raising
         raise RuntimeError(f"kaleido failed: {out}")
     return out

@@ -8,7 +8,6 @@ do no memory arithmetic beyond converting bytes to GiB for display.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 import plotly.graph_objects as go

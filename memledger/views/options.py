@@ -25,7 +25,7 @@ from memledger.views.state import LAYOUT_WORDS, Config, to_specs
 FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",
              "sp": "sp", "seq": "seq", "layout": "layout", "schedule": "schedule",
              "attention": "attention", "profile": "profile", "world": None,
-             "micro_batches": "m"}
+             "micro_batches": "m"}  # tokens per step over its bound: fewer micro-batches
 # Settings a repair may move, most expendable first (after the one the error names).
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
                 "profile", "seq")
@@ -84,15 +84,21 @@ def with_value(cfg: Config, key: str, value) -> Config:
     return new
 
 
-@lru_cache(maxsize=65_536)
 def problem(m: ModelSpec, cfg: Config) -> SpecError | None:
     """The core's objection to a configuration, or None when it is valid."""
+    found = _problem(m, cfg)
+    return None if found is None else SpecError(*found)
+
+
+@lru_cache(maxsize=65_536)
+def _problem(m: ModelSpec, cfg: Config) -> tuple[str, str] | None:
+    """(field, message): the cache keeps text, not the exception and its traceback's frames."""
     try:
         par, train = to_specs(cfg, m)
         check_all(m, par, train)
         get_profile(train.profile)
     except SpecError as e:
-        return e
+        return e.field, e.message
     return None
 
 

@@ -7,15 +7,15 @@ slider never lands on a configuration the core rejects; their values flow back t
 """
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
+from memledger import safe_json
 from memledger.errors import SpecError
 from memledger.presets import GPUS, MODELS
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.train import OPTIMIZERS, RECIPES
 from memledger.units import gib
+from memledger.views import safe_text
 from memledger.views.model_codec import PREFIX, decode_model, encode_model
 from memledger.views.options import DEGREE_KEYS, valid_values
 from memledger.views.state import INT_LIMITS, PageParam
@@ -68,7 +68,7 @@ def _model_name(key: str) -> str:
     if key in MODELS:
         return MODELS[key].name
     try:
-        return f"{decode_model(key).name} (imported)"
+        return f"{safe_text.plain(decode_model(key).name, 80)} (imported)"
     except SpecError:
         return "imported model"
 
@@ -91,7 +91,7 @@ def _import_config() -> None:
     try:
         if len(text) > MAX_CONFIG_BYTES:
             raise ValueError(f"config is larger than {MAX_CONFIG_BYTES:,} bytes")
-        config = json.loads(text or b"null")
+        config = safe_json.loads(text or b"null", "config", MAX_CONFIG_BYTES)  # depth-bounded
         if not isinstance(config, dict):
             raise ValueError("expected a JSON object (the contents of config.json)")
         from memledger.model.hf_config import from_hf_config  # lands with the importer branch
@@ -127,7 +127,7 @@ def _model_section(res: Resolved) -> None:
         st.text_area("…or paste it", key="import_text", height=100)
         st.button("Use this config", on_click=_import_config, key="import_go")
         if st.session_state.get("_ml_import_error"):
-            st.error(st.session_state["_ml_import_error"])
+            st.error(safe_text.md(st.session_state["_ml_import_error"], 600))
     st.selectbox("GPU", list(GPUS), key=W + "gpu", help=HELP["gpu"],
                  format_func=lambda k: f"{GPUS[k].name} ({gib(GPUS[k].hbm_bytes):.1f} GiB)")
     lo, hi = INT_LIMITS["world"]

@@ -8,6 +8,7 @@ from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
+from memledger.views import safe_text
 from memledger.views.figures import (GIB_AXIS, MIN_LABEL_SHARE, describe, figure, fit, house_layout,
                                      merge)
 from memledger.views.palette import CAPACITY_COLOR, ROW_COLORS, ROW_SHORT
@@ -31,7 +32,7 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
             hovertemplate=f"<b>{ROW_LABELS[row]}</b><br>%{{x:.2f}} GiB (%{{customdata[0]:,}} bytes)"
                           "<extra></extra>"))
     word = "fits" if verdict.fits else "does not fit"
-    title = (f"{led.model.name} on {hw.name}: the most loaded GPU (pp rank {rank.pp_rank}) "
+    title = (f"{safe_text.plot(led.model.name)} on {hw.name}: the most loaded GPU (pp rank {rank.pp_rank}) "
              f"needs {total:.1f} GiB: {word}")
     shapes = [dict(type="line", xref="x", x0=cap, x1=cap, yref="paper", y0=0, y1=1,
                    line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))]

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from memledger.planner import Plan
 from memledger.planner.spec import PLAN_RECOMPUTE
 from memledger.units import GIB
+from memledger.views import safe_text
 from memledger.views.figures import title_block
 from memledger.views.palette import (CAPACITY_COLOR, FONT_FAMILY, GRID, INK, OPTIMUM_COLOR,
                                      RECOMPUTE_COLORS)
@@ -65,7 +66,7 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
                       annotation_position="bottom right")
     shown = f" ({len(idx):,} of {len(ev.seconds):,} shown)" if len(idx) < len(ev.seconds) else ""
     axis = dict(gridcolor=GRID, zerolinecolor=GRID)
-    head, top = title_block(f"{spec.model.name} on {spec.hardware.name}: fitting "
+    head, top = title_block(f"{safe_text.plot(spec.model.name)} on {spec.hardware.name}: fitting "
                             f"configurations{shown}", "")
     fig.update_layout(title=head,
                       font=dict(family=FONT_FAMILY, color=INK, size=13), height=480 + top,

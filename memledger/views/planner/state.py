@@ -16,9 +16,10 @@ from memledger.planner import Constraints, Plan, PlanSpec, plan
 from memledger.planner.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
 from memledger.presets import gpu
 from memledger.specs import ModelSpec
+from memledger.views.budget import PLANNER_MAX_WORLDS, admit_plan
 from memledger.views.state import INT_LIMITS, BadValue, Config, PageParam
 
-MAX_WORLDS = 16
+MAX_WORLDS = PLANNER_MAX_WORLDS  # a link is input from anyone: each world size is a full search
 ANY = "any"
 # page key -> Constraints field
 FIXED = {"fix_tp": "tp", "fix_pp": "pp", "fix_vpp": "vpp", "fix_ep": "ep", "fix_etp": "etp",
@@ -107,5 +108,7 @@ def plan_spec(m: ModelSpec, gpu_key: str, v: Mapping) -> PlanSpec:
 
 
 def run_plan(m: ModelSpec, gpu_key: str, v: Mapping) -> Plan:
-    return plan(plan_spec(m, gpu_key, v))
+    """The plan, refused before evaluating when over the server's budget (OverBudget)."""
+    spec = plan_spec(m, gpu_key, v)
+    return plan(spec, admit=lambda n: admit_plan(len(spec.worlds), n))
 

@@ -9,6 +9,7 @@ from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
+from memledger.views import safe_text
 from memledger.views.figures import (GIB_AXIS, _capacity_note, _hline, _layout, capacity_label,
                                      describe, figure, house_layout, merge)
 from memledger.views.palette import ROW_COLORS, ROW_SHORT
@@ -45,7 +46,7 @@ def staircase(led: Ledger, hw: Hardware) -> go.Figure:
                   yanchor="bottom", text=f"most loaded: {gib(peak.peak_total_bytes):.1f} GiB",
                   showarrow=True, arrowhead=2, ay=-28, font=dict(size=12)),
              _capacity_note(hw.name, hw.hbm_bytes)]
-    title = f"{led.model.name}: memory per pipeline rank, {led.parallel.schedule} schedule"
+    title = f"{safe_text.plot(led.model.name)}: memory per pipeline rank, {led.parallel.schedule} schedule"
     ticks = [r.pp_rank for r in led.ranks] if led.parallel.pp <= 32 else None
     layout = merge(house_layout(title, describe(led), height=500, bottom=125), dict(
         shapes=[_hline(cap)], annotations=notes, margin=dict(r=90),
@@ -73,7 +74,7 @@ def staircase_compare(ledgers: dict[str, Ledger], hw: Hardware,
                          tickmode="array", tickvals=sorted({0, last}))
     fig.add_hline(y=gib(hw.hbm_bytes), line=_hline(0)["line"], row="all", col="all")
     first = next(iter(ledgers.values()), None)
-    model = first.model.name if first else ""
+    model = safe_text.plot(first.model.name) if first else ""
     note = (" · not valid here: " + ", ".join(skipped)) if skipped else ""
     sub = (describe(first, schedule=False) if first else "") + note
     _layout(fig, f"{model}: pipeline staircase by schedule", sub, height=510, bottom=135)

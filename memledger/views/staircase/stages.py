@@ -18,6 +18,7 @@ from memledger.ledger.pipeline.stages import loss_rank, stage_split
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
 from memledger.views import figures as charts
+from memledger.views import safe_text
 from memledger.views.palette import ROW_COLORS, ROW_SHORT
 
 BELOW = ("weights", "gradients", "optimizer")
@@ -91,7 +92,7 @@ def staircase_stages(led: Ledger, hw: Hardware) -> go.Figure:
                   showarrow=True, arrowhead=2, ax=70, ay=-70,
                   font=dict(size=12)),
              charts._capacity_note(hw.name, hw.hbm_bytes)]
-    title = f"{led.model.name}: memory per pipeline rank and stage, {p.schedule} schedule"
+    title = f"{safe_text.plot(led.model.name)}: memory per pipeline rank and stage, {p.schedule} schedule"
     ticks = [r.pp_rank for r in led.ranks] if p.pp <= 32 else None
     top = max(cap, gib(peak.peak_total_bytes)) * 1.2
     layout = charts.merge(charts.house_layout(title, charts.describe(led),

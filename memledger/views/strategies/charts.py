@@ -18,6 +18,7 @@ from memledger.advisor.text import flops_text, price
 from memledger.costs.compute import seconds
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.units import gib
+from memledger.views import safe_text
 from memledger.views.figures import GIB_AXIS, describe, house_layout, merge
 from memledger.views.palette import CAPACITY_COLOR, ROW_COLORS, ROW_SHORT
 
@@ -86,7 +87,7 @@ def before_after(before, after, capacity_bytes: int | None = None,
     if capacity_bytes:
         line, note = _target_line(capacity_bytes, target_label)
         shapes, notes, top = [line], notes + [note], max(top, gib(capacity_bytes))
-    title = (f"{before.model.name}: the most loaded GPU, {totals[0]:.1f} → {totals[1]:.1f} GiB "
+    title = (f"{safe_text.plot(before.model.name)}: the most loaded GPU, {totals[0]:.1f} → {totals[1]:.1f} GiB "
              "with the policy")
     layout = merge(house_layout(title, describe(before), height=470, bottom=105), dict(
         shapes=shapes, annotations=notes, margin=dict(r=90), bargap=0.45,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from memledger import safe_json
 from memledger.errors import SpecError
 from memledger.ledger.items import ROW_LABELS
 from memledger.units import GIB
@@ -37,6 +38,15 @@ def results_dir() -> Path:
     return Path(os.environ.get(ENV_VAR) or ROOT / "validation")
 
 
+def shown_path(folder: Path) -> str:
+    """A folder as a viewer may see it: relative to the project, never the server's absolute
+    path (which tells a visitor the host's layout)."""
+    try:
+        return Path(folder).resolve().relative_to(ROOT.resolve()).as_posix() or "."
+    except ValueError:
+        return f"…/{Path(folder).name}"
+
+
 def signature(folder: Path) -> tuple:
     """(name, size, mtime) of each results file: a cache key that changes when a file does."""
     if not folder.is_dir():
@@ -55,15 +65,19 @@ def load_results(folder: Path) -> Results:
     """Every validation-*.json in `folder`; what cannot be read becomes a problem, not an error."""
     out = Results()
     if not folder.is_dir():
-        out.problems.append(f"No validation results: the folder {folder} does not exist.")
+        out.problems.append(f"No validation results: the folder {shown_path(folder)} does not "
+                            "exist.")
         return out
     paths = sorted(folder.glob("validation-*.json"))
     if not paths:
-        out.problems.append(f"No validation results: no validation-*.json in {folder}.")
+        out.problems.append(f"No validation results: no validation-*.json in "
+                            f"{shown_path(folder)}.")
     for path in paths:
         try:
             out.docs.append(_read(path))
-        except (OSError, ValueError) as e:
+        except OSError as e:  # str(e) would carry the absolute path
+            out.problems.append(f"{path.name} could not be used: {e.strerror or type(e).__name__}")
+        except ValueError as e:
             out.problems.append(f"{path.name} could not be used: {e}")
     return out
 
@@ -71,7 +85,7 @@ def load_results(folder: Path) -> Results:
 def _read(path: Path) -> dict:
     if path.stat().st_size > MAX_FILE_BYTES:
         raise ValueError(f"larger than {MAX_FILE_BYTES:,} bytes")
-    doc = json.loads(path.read_text())  # json.JSONDecodeError is a ValueError
+    doc = safe_json.loads(path.read_bytes(), "file", MAX_FILE_BYTES)  # SpecError is a ValueError
     if not isinstance(doc, dict) or not isinstance(doc.get("environment"), dict):
         raise ValueError("expected a JSON object with an 'environment' object")
     if not isinstance(doc.get("measurements"), list):

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from memledger.costs import checkpointing as ck
 from memledger.costs.textbook import OPTIMIZER_PARTS, Column, static_bytes
 from memledger.units import gib
+from memledger.views import safe_text
 from memledger.views.figures import GIB_AXIS, _layout, capacity_label
 from memledger.views.palette import CAPACITY_COLOR, OPTIMUM_COLOR, ROW_COLORS, ROW_SHORT
 
@@ -51,7 +52,7 @@ def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str)
     total = static + (gib(act_bytes) if act_bytes is not None else 0)
     act = (f" + activations {gib(act_bytes):,.1f} GiB ({act_note})" if act_bytes is not None
            else "; activations vary with batch × sequence")
-    title = f"{name}: {_billions(n_params)} parameters × 16 bytes = {static:,.1f} GiB static"
+    title = f"{safe_text.plot(name)}: {_billions(n_params)} parameters × 16 bytes = {static:,.1f} GiB static"
     _layout(fig, title, "mixed precision + Adam, one GPU, no ZeRO (16 bytes per parameter)" + act, height=330,
             bottom=125)
     fig.update_xaxes(title_text=GIB_AXIS, range=[0, total * 1.01])
@@ -76,7 +77,7 @@ def techniques(columns: tuple[Column, ...], capacity_bytes: int, gpu_name: str,
                            font=dict(size=12))
     cap = gib(capacity_bytes)
     fig.add_hline(y=cap, line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))
-    _layout(fig, f"{name}: what each technique cuts, per GPU",
+    _layout(fig, f"{safe_text.plot(name)}: what each technique cuts, per GPU",
             "each column adds one technique to the one on its left", height=470, bottom=90)
     capacity_label(fig, gpu_name, capacity_bytes)
     fig.update_yaxes(title_text=GIB_AXIS, range=[0, max(totals + [cap]) * 1.12])
@@ -112,7 +113,7 @@ def checkpoint_curve(n_layers: int, name: str) -> go.Figure:
                     marker=dict(color=OPTIMUM_COLOR, size=11, symbol="diamond"),
                     textposition="top right", text=[f"  minimum: {best} checkpoints, {peak:.0f}%"],
                     hovertemplate="%{x} checkpoints: peak %{y:.1f}%<extra></extra>")
-    _layout(fig, f"{name}: gradient checkpointing over L = {n_layers} layers",
+    _layout(fig, f"{safe_text.plot(name)}: gradient checkpointing over L = {n_layers} layers",
             "activation memory as % of storing every layer, one layer = one unit; "
             "the price is one extra forward pass", height=440, bottom=95)
     fig.update_xaxes(title_text="checkpoints kept (k)", range=[0, n_layers + 1], zeroline=False)

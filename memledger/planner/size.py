@@ -1,0 +1,24 @@
+"""How many configurations a plan evaluates, counted before evaluating any.
+
+The count is exactly `evaluate`'s `n_evaluated`: for every valid layout (pipeline shape x
+width) of the space, the micro-batch sizes its dp allows times the ZeRO stages times the
+recompute modes searched. It costs one divisor list per distinct dp, so a server can refuse a
+search over its budget in milliseconds instead of discovering the cost by paying it.
+"""
+from __future__ import annotations
+
+from memledger.planner.evaluate import _axes, micro_batch_sizes
+from memledger.planner.space import Space
+from memledger.planner.spec import PlanSpec
+
+
+def n_configurations(spec: PlanSpec, space: Space) -> int:
+    zs, rcs = _axes(spec)
+    per_dp: dict[int, int] = {}
+    total = 0
+    for g in space.groups:
+        for dp in g.dp.tolist():
+            if dp not in per_dp:
+                per_dp[dp] = len(micro_batch_sizes(spec, dp))
+            total += per_dp[dp] * len(g.pipes)
+    return total * len(zs) * len(rcs)

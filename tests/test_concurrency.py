@@ -1,0 +1,53 @@
+"""Many viewers on one hosted server: 8 browser sessions open 8 different share links at once,
+and each shows its own configuration (model in the header, tensor-parallel degree in the
+slider, world size), never another session's. Real server, system Chromium; skipped without
+Chromium unless MEMLEDGER_REQUIRE_BROWSER=1."""
+import os
+
+import pytest
+
+from memledger.views.devserver import chromium, streamlit_app
+from memledger.views.export import find_browser
+
+pytestmark = pytest.mark.browser
+
+LINKS = [  # (query, model name in the header, tp, world)
+    ("model=llama3-8b&world=8&tp=1&pp=1", "Llama-3 8B", "1", "8"),
+    ("model=llama3-8b&world=16&tp=2&pp=1", "Llama-3 8B", "2", "16"),
+    ("model=llama3-8b&world=32&tp=4&pp=2", "Llama-3 8B", "4", "32"),
+    ("model=llama3-70b&world=64&tp=8&pp=4", "Llama-3 70B", "8", "64"),
+    ("model=llama3-70b&world=128&tp=4&pp=8", "Llama-3 70B", "4", "128"),
+    ("model=llama3.2-1b&world=4&tp=2&pp=1", "Llama-3.2 1B", "2", "4"),
+    ("model=gpt3-175b&world=256&tp=8&pp=8", "GPT-3 175B", "8", "256"),
+    ("model=mixtral-8x7b&world=16&tp=2&pp=1&ep=8", "Mixtral 8x7B", "2", "16"),
+]
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not find_browser():
+        if os.environ.get("MEMLEDGER_REQUIRE_BROWSER") == "1":
+            pytest.fail("MEMLEDGER_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
+        pytest.skip("no Chromium: apt-get install chromium")
+    with streamlit_app() as base, chromium() as browser:
+        yield base, browser
+
+
+def test_eight_sessions_with_distinct_links_each_show_their_own_configuration(server):
+    base, browser = server
+    contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in LINKS]
+    pages = [c.new_page() for c in contexts]
+    try:
+        for page, (query, *_) in zip(pages, LINKS):  # every session starts before any is read
+            page.goto(f"{base}/ledger?{query}", wait_until="commit")
+        for page, (query, name, tp, world) in zip(pages, LINKS):
+            heading = page.locator("h3", has_text="Memory ledger:").first
+            heading.wait_for(timeout=90_000)  # the run reached the header; no need for the chart
+            header = heading.inner_text()
+            assert header.startswith(f"Memory ledger: {name} on {int(world):,} ×"), (query, header)
+            slider = page.get_by_role("slider", name="TP: tensor parallel")
+            assert slider.get_attribute("aria-valuetext") == tp, query
+            assert f"tp={tp}" in page.url or tp == "8" and "tp=" not in page.url, page.url
+    finally:
+        for c in contexts:
+            c.close()
