@@ -133,7 +133,15 @@ def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:
                 per_layer[h.section] = per_layer.get(h.section, 0) + ceil_div(
                     h.group.count, shard_divisor(h.group, p))
         items += comm.zero3_items(max(per_layer.values(), default=0), p, t, rt)
+        root = root_unit_params(held, p)
+        items += comm.fsdp_root_items(root, t, rt) if root else []
     return items
+
+
+def root_unit_params(held: list[Held], p) -> int:
+    """Parameters of the FSDP root unit on this rank: embedding, final norm and head."""
+    return sum(ceil_div(h.group.count, shard_divisor(h.group, p)) * h.instances
+               for h in held if h.section in ("embedding", "head"))
 
 
 def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:

@@ -84,13 +84,18 @@ def _norm(name: str, d: int, rows: int, normed_fmt: str) -> list[A]:
             A(f"{name}.normed", "norm_in", d, normed_fmt, flops=d)]
 
 
-def _linear_in(name: str, d: int, readers: int, md: _Mode) -> list[A]:
+def _linear_in(name: str, d: int, readers: int, md: _Mode, split: str = "sp") -> list[A]:
     """An outer norm's output read by `readers` Linears: kept once, or under amp once per
-    reader (autocast casts the fp32 input anew for every Linear)."""
+    reader (autocast casts the fp32 input anew for every Linear).
+    Under sequence parallelism a transformers model is cut by DTensor (transformers' tp_plan,
+    torchtitan), whose ColwiseParallel Linears save the all-gathered input: full sequence on
+    every tp rank (split "none" for q/k/v, the dense MLP and the head; Megatron saves the shard
+    and gathers again in backward). MLA down-projections, routers and experts keep "sp".
+    Measured by `memledger validate --engine torch` (docs/engine-validation.md)."""
     if md.amp:
-        return [A(f"{name}.cast{i}" if readers > 1 else name, "norm_out", d, flops=d)
+        return [A(f"{name}.cast{i}" if readers > 1 else name, "norm_out", d, split=split, flops=d)
                 for i in range(readers)]
-    return [A(name, "norm_out", d, md.stream, flops=4 * d)]
+    return [A(name, "norm_out", d, md.stream, split=split, flops=4 * d)]
 
 
 def _eager_core(a: int, s: int, d: int, t: TrainSpec) -> list[A]:
@@ -126,7 +131,7 @@ class HFProfile:
     # -- attention ---------------------------------------------------------------------------
     def _gqa(self, m: ModelSpec, t: TrainSpec, md: _Mode) -> list[A]:
         h, a, g, dh, s = m.hidden, m.n_heads, m.n_kv_heads, m.head_dim, t.seq
-        out = _linear_in("attn.qkv_in", h, 3, md)
+        out = _linear_in("attn.qkv_in", h, 3, md, split="none")
         if m.qk_norm:
             out += _norm("attn.q_norm", a * dh, a, "act") + _norm("attn.k_norm", g * dh, g, "act")
         if t.attention == "eager":
@@ -178,7 +183,8 @@ class HFProfile:
     # -- feed-forward ------------------------------------------------------------------------
     @staticmethod
     def _mlp(prefix: str, h: int, f: int, md: _Mode, with_input: bool = True) -> list[A]:
-        out = _linear_in(f"{prefix}.in", h, 2, md) if with_input else []
+        gathered = "none" if prefix == "mlp" else "sp"  # DTensor colwise: see _linear_in
+        out = _linear_in(f"{prefix}.in", h, 2, md, gathered) if with_input else []
         return out + [A(f"{prefix}.gate_out", "mlp_fc1", f, split="tp", flops=2 * h * f),
                       A(f"{prefix}.up_out", "mlp_fc1", f, split="tp", flops=2 * h * f),
                       A(f"{prefix}.act_out", "mlp_act", f, split="tp", flops=4 * f),
@@ -262,7 +268,7 @@ class HFProfile:
             return ()
         md, v = _mode(t), _vocab(m, t, p)
         return tuple(_norm("final_norm", m.hidden, 1, md.stream)
-                     + _linear_in("head.in", m.hidden, 1, md)
+                     + _linear_in("head.in", m.hidden, 1, md, "none")
                      + [A("loss.logprobs_fp32", "logits", v, "fp32", split="tp", flops=2 * m.hidden * v),
                         A("loss.target", "loss", 1, "int64", split="none")])
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import comm
-from ..ledger import step_temporaries
+from ..ledger import root_unit_params, step_temporaries
 from ..sharding import ZERO_SHARDED, shard_divisor
 from ..static import ROW_FUNCS, Held
 from ..units import ceil_div
@@ -105,7 +105,7 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
             step[:, j, k] = over_widths(lambda p: step_temporaries(held, p, t, rt).bytes,
                                         widths, z)
             if z == 3:
-                comm_z[:, j, k] = _zero3_bytes(largest, t, rt)
+                comm_z[:, j, k] = _zero3_bytes(largest, t, rt) + _root_bytes(held, widths, t, rt)
     return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
                         rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse])
 
@@ -129,6 +129,12 @@ def _zero3_bytes(largest: np.ndarray, t, rt) -> np.ndarray:
     values, inverse = np.unique(largest, return_inverse=True)
     per = [sum(i.bytes for i in comm.zero3_items(int(v), None, t, rt)) for v in values]
     return np.array(per, dtype=np.int64)[inverse]
+
+
+def _root_bytes(held, widths, t, rt) -> np.ndarray:
+    """comm_items' FSDP root unit (embedding, final norm, head unsharded), per width."""
+    return over_widths(lambda p: sum(i.bytes for i in comm.fsdp_root_items(
+        root_unit_params(held, p), t, rt)), widths, 3)
 
 
 def width_buffers(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:

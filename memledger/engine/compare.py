@@ -1,0 +1,75 @@
+"""Predicted vs measured per rank and row, the staircase check, and re-scoring of stored runs
+(pure: no torch). Measurements are facts of a run; predictions are re-derived from the current
+ledger every time (as `memledger.validation.report.rescore` does for the GPU run).
+
+Rows and bars (issue 11): weights, gradients, optimizer states within 0.5%; activations within
+3%; peak within 10%. The predicted peak is the ledger's peak_allocated of the rank's pipeline
+position plus the input ids the step keeps alive (measured, as in memledger.validation).
+Held micro-batches: the forwards each chunk has run when the rank's first backward starts,
+against the ledger's in-flight count — exactly.
+"""
+from __future__ import annotations
+
+from .cases import CPU_CASES, EngineCase, predict
+
+TOLERANCE = {"weights": 0.005, "gradients": 0.005, "optimizer": 0.005, "activations": 0.03,
+             "peak_allocated": 0.10}
+
+
+def _rel(p: int, m: int) -> float:
+    return (p - m) / m if m else (0.0 if p == 0 else float("inf"))
+
+
+def predicted_rank(led, pp_rank: int, inputs_bytes: int) -> dict:
+    r = led.ranks[pp_rank]
+    return {"weights": r.rows["weights"], "gradients": r.rows["gradients"],
+            "optimizer": r.rows["optimizer"], "activations": r.rows["activations"],
+            "peak_allocated": r.peak_allocated_bytes + inputs_bytes,
+            "held": {str(s): n for s, n in r.in_flight}}
+
+
+def measured_rank(m: dict) -> dict:
+    return {"weights": m["weights"], "gradients": m["gradients"], "optimizer": m["optimizer"],
+            "activations": m["activations"], "peak_allocated": m["peak_live"]}
+
+
+def compare_case(case: EngineCase, ranks: list[dict], led=None) -> list[dict]:
+    """One record per rank and row, plus one `held` record per rank for pipeline cases."""
+    led = led or predict(case)
+    out = []
+    for m in ranks:
+        pr = m["coords"]["pp"]
+        pred = predicted_rank(led, pr, m.get("inputs", 0))
+        meas = measured_rank(m)
+        base = {"case": case.name, "strategy": case.strategy, "rank": m["rank"], "pp_rank": pr,
+                "dp_rank": m["coords"]["dp"], "tp_rank": m["coords"]["tp"], "world": case.world}
+        for row, tol in TOLERANCE.items():
+            err = _rel(pred[row], meas[row])
+            out.append({**base, "row": row, "predicted_bytes": pred[row],
+                        "measured_bytes": meas[row], "rel_error": err, "tolerance": tol,
+                        "ok": abs(err) <= tol})
+        if case.pp > 1:
+            held_p = sum(pred["held"].values())
+            held_m = sum(m["held"].values())
+            out.append({**base, "row": "held", "predicted_bytes": held_p, "measured_bytes": held_m,
+                        "rel_error": _rel(held_p, held_m), "tolerance": 0.0,
+                        "ok": pred["held"] == m["held"]})
+    return out
+
+
+def rescore(doc: dict, pool=CPU_CASES) -> list[dict]:
+    """Records for a stored engine run, predicted by the ledger as it is now."""
+    by_name = {c.name: c for c in pool}
+    records = []
+    for entry in doc["measurements"]:
+        case = by_name.get(entry["case"])
+        if case is not None:
+            records += compare_case(case, entry["ranks"])
+    return records
+
+
+def worst_by_row(records: list[dict]) -> dict[str, float]:
+    worst: dict[str, float] = {}
+    for r in records:
+        worst[r["row"]] = max(worst.get(r["row"], 0.0), abs(r["rel_error"]))
+    return worst
