@@ -18,6 +18,8 @@ def add(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     p.add_argument("--rescore", metavar="JSON", default=None,
                    help="re-predict a stored run's measurements with the current ledger (no torch)")
+    from .engine_cmd import add_flags
+    add_flags(p)
     p.set_defaults(run=run)
 
 
@@ -35,6 +37,13 @@ def _device(choice: str) -> str:
 
 def run(args) -> int:
     from ..validation.cases import CPU_CASES, GPU_CASES, cases_named
+    if args.engine:
+        from . import engine_cmd
+        if args.list:
+            from ..engine.cases import CPU_CASES as ENGINE_CPU, FAKE_CASES
+            print("\n".join(c.name for c in ENGINE_CPU + FAKE_CASES))
+            return 0
+        return engine_cmd.run(args)
     if args.list:
         print("\n".join(c.name for c in GPU_CASES + CPU_CASES))
         return 0
@@ -68,6 +77,9 @@ def rescore_file(path: Path) -> int:
     from ..validation.report import rescore, worst_by_row
     try:
         doc = json.loads(path.read_text())
+        if doc.get("engine"):  # a stored `validate --engine torch` run
+            from .engine_cmd import rescore_file as engine_rescore
+            return engine_rescore(doc)
         records = rescore(doc)
     except (OSError, ValueError, KeyError) as e:
         raise SpecError("rescore", f"cannot read a validation result from {path}: {e}") from None

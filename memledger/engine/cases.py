@@ -137,6 +137,39 @@ CPU_CASES: tuple[EngineCase, ...] = (
 )
 
 
+KEYS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "zero": "zero", "sp": "sp",
+        "schedule": "schedule", "m": "micro_batches", "b": "micro_batch", "seq": "seq"}
+
+
+def case_from_text(text: str, config: dict | None = None, name: str | None = None) -> EngineCase:
+    """An ad-hoc case from "tp=2,pp=2,m=4,schedule=1f1b,..." on the tiny Llama (or `config`)."""
+    kw: dict = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key not in KEYS:
+            raise SpecError("engine-config", f"{part!r}: expected key=value with key one of "
+                                             f"{', '.join(KEYS)}")
+        if key == "schedule":
+            kw["schedule"] = value
+        elif key == "sp":
+            kw["sp"] = value.lower() in ("1", "true", "yes", "on")
+        else:
+            try:
+                kw[KEYS[key]] = int(value)
+            except ValueError:
+                raise SpecError(key, f"must be an integer, got {value!r}") from None
+    return EngineCase(name=name or f"custom {text}", config=config or LLAMA, **kw)
+
+
+def case_to_dict(case: EngineCase) -> dict:
+    return {f: getattr(case, f) for f in ("name", "config", "tp", "pp", "vpp", "dp", "sp", "zero",
+                                          "schedule", "seq", "micro_batch", "micro_batches")}
+
+
+def case_from_dict(d: dict) -> EngineCase:
+    return EngineCase(**d)
+
+
 def cases_named(names: list[str] | None, pool=CPU_CASES) -> tuple[EngineCase, ...]:
     if not names:
         return pool

@@ -10,7 +10,7 @@ against the ledger's in-flight count — exactly.
 """
 from __future__ import annotations
 
-from .cases import CPU_CASES, EngineCase, predict
+from .cases import EngineCase, case_from_dict, predict
 
 TOLERANCE = {"weights": 0.005, "gradients": 0.005, "optimizer": 0.005, "activations": 0.03,
              "peak_allocated": 0.10}
@@ -57,14 +57,12 @@ def compare_case(case: EngineCase, ranks: list[dict], led=None) -> list[dict]:
     return out
 
 
-def rescore(doc: dict, pool=CPU_CASES) -> list[dict]:
-    """Records for a stored engine run, predicted by the ledger as it is now."""
-    by_name = {c.name: c for c in pool}
+def rescore(doc: dict) -> list[dict]:
+    """Records for a stored engine run, predicted by the ledger as it is now (each measurement
+    keeps the case it ran, so a stored run stays checkable when the case list changes)."""
     records = []
     for entry in doc["measurements"]:
-        case = by_name.get(entry["case"])
-        if case is not None:
-            records += compare_case(case, entry["ranks"])
+        records += compare_case(case_from_dict(entry["spec"]), entry["ranks"])
     return records
 
 

@@ -103,11 +103,14 @@ class LiveBytes:
         self.current = self.peak = 0
         self.samples: list[int] = []
         self.points = points
-        self.marks: list[tuple[str, int]] = []
+        self.origin: dict[int, str] = {}  # storage -> the op that made it ("before" = tracked)
+        self.peak_origin: dict[int, tuple[str, int]] = {}
+        self._op = "before"
 
     def _finalizer(self, key):
         def gone():
             self.current -= self.sizes.pop(key, 0)
+            self.origin.pop(key, None)
         return gone
 
     def _storage(self, st) -> None:
@@ -115,6 +118,7 @@ class LiveBytes:
         if key in self.sizes:
             return
         self.sizes[key] = st.nbytes()
+        self.origin[key] = self._op
         self.current += st.nbytes()
         weakref.finalize(st, self._finalizer(key))
 
@@ -135,8 +139,17 @@ class LiveBytes:
         self._sample()
 
     def _sample(self) -> None:
-        self.peak = max(self.peak, self.current)
+        if self.current > self.peak:
+            self.peak = self.current
+            self.peak_origin = {k: (op, self.sizes[k]) for k, op in self.origin.items()}
         self.samples.append(self.current)
+
+    def at_peak(self, top: int = 12) -> dict[str, int]:
+        """Bytes alive at the peak by the op that allocated them (the largest `top`)."""
+        by: dict[str, int] = {}
+        for op, n in self.peak_origin.values():
+            by[op] = by.get(op, 0) + n
+        return dict(sorted(by.items(), key=lambda kv: -kv[1])[:top])
 
     def _resized(self, st, size) -> None:
         key = id(st)
@@ -146,9 +159,6 @@ class LiveBytes:
             self.current += st.nbytes() - self.sizes[key]
             self.sizes[key] = st.nbytes()
         self._sample()
-
-    def mark(self, label: str) -> None:
-        self.marks.append((label, len(self.samples)))
 
     def timeline(self) -> list[int]:
         n = len(self.samples)
@@ -164,11 +174,13 @@ class LiveBytes:
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
+                probe._op = str(func.__name__)
                 probe.track(*tree_flatten(out)[0])
                 return out
 
         def resize_(st, size):
             r = orig(st, size)
+            probe._op = "storage.resize_"
             probe._resized(st, size)
             return r
         self._orig, self._mode = orig, Mode()

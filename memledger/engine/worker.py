@@ -121,7 +121,9 @@ def _step_pp(case, sched, stages, batch, opt):
     last = p.n_stages - 1 in stages
     args = (batch,) if first else ()
     kw = {"target": batch} if last else {}
-    sched.step(*args, **kw)
+    # return_outputs=False: a training step needs no merged outputs (torch's default True keeps
+    # every micro-batch's logits on the last stage until the step ends)
+    sched.step(*args, return_outputs=False, **kw)
     opt.step()
     opt.zero_grad(set_to_none=False)
 
@@ -188,4 +190,5 @@ def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bo
     return {"coords": coords, **rows, "activations": first["activations"],
             "held": {str(k): v for k, v in first["held"].items()},
             "inputs": probe.nbytes(batch), "base_live": base, "peak_live": live.peak,
-            "timeline": live.timeline(), "fsdp_tracker_peak": res_fsdp}
+            "timeline": live.timeline(), "at_peak": live.at_peak(),
+            "fsdp_tracker_peak": res_fsdp}
