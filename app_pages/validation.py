@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from memledger.views import export, ui
+from memledger.views import engine_section, export, ui
 from memledger.views import validation_charts as charts
 from memledger.views import validation_data as data
 from memledger.views.state import BadValue, PageParam
@@ -127,6 +127,8 @@ with st.container(horizontal=True, gap="small"):
 
 with st.expander("How it was measured", icon=":material/science:"):
     st.markdown(HOW)
+
+engine_section.render(folder)
 
 ui.finish(res, SPECS, {"rows": tuple(rows) or data.ROW_ORDER, "env": env, "case": case},
           share=share)

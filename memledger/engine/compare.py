@@ -71,3 +71,36 @@ def worst_by_row(records: list[dict]) -> dict[str, float]:
     for r in records:
         worst[r["row"]] = max(worst.get(r["row"], 0.0), abs(r["rel_error"]))
     return worst
+
+
+def load_runs(folder) -> tuple[list[dict], list[str]]:
+    """Every engine-*.json in `folder` (docs), and one problem line per file that cannot be read."""
+    import json
+    from pathlib import Path
+    docs, problems = [], []
+    for path in sorted(Path(folder).glob("engine-*.json")):
+        try:
+            doc = json.loads(path.read_text())
+            rescore(doc)  # fails here, not on the page, if a stored case no longer builds
+            docs.append(doc)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problems.append(f"{path.name}: cannot be read as an engine run ({e})")
+    return docs, problems
+
+
+def tracker_rows(docs: list[dict]) -> list[dict]:
+    """FSDP cases where PyTorch's FSDPMemTracker ran: its peak next to the ledger's and the
+    measured one (bytes), per case (rank 0; FSDP ranks are alike)."""
+    out = []
+    for doc in docs:
+        for entry in doc["measurements"]:
+            r0 = entry["ranks"][0]
+            est = r0.get("fsdp_tracker_peak", {}).get("Total")
+            if not est:
+                continue
+            case = case_from_dict(entry["spec"])
+            pred = predicted_rank(predict(case), r0["coords"]["pp"], r0.get("inputs", 0))
+            out.append({"case": case.name, "scale": doc["scale"], "world": case.world,
+                        "measured_bytes": r0["peak_live"], "memledger_bytes": pred["peak_allocated"],
+                        "fsdpmemtracker_bytes": est})
+    return out

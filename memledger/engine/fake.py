@@ -18,6 +18,23 @@ import time
 from .cases import EngineCase
 
 
+def _real_mesh_concatenate() -> None:
+    """FSDP2 over a TP mesh concatenates the dp and tp meshes (real rank tensors) while the
+    model is sharded inside fake mode; run that bookkeeping outside fake mode."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+    orig = DeviceMesh.__dict__["_concatenate"]
+    if getattr(orig, "_memledger_real", False):
+        return
+    fn = orig.__func__ if isinstance(orig, staticmethod) else orig
+
+    def concatenate(*args, **kwargs):
+        with unset_fake_temporarily():
+            return fn(*args, **kwargs)
+    concatenate._memledger_real = True
+    DeviceMesh._concatenate = staticmethod(concatenate)
+
+
 def run_fake(case: EngineCase) -> dict:
     import torch
     import torch.distributed as dist
@@ -26,6 +43,7 @@ def run_fake(case: EngineCase) -> dict:
 
     from .worker import _mesh, build, measure_step
     t0 = time.perf_counter()
+    _real_mesh_concatenate()
     dist.init_process_group("fake", rank=0, world_size=case.world, store=FakeStore())
     dtype = torch.get_default_dtype()
     try:
