@@ -5,9 +5,10 @@ neighbours as on a node. Each pipeline rank builds the whole tiny model with the
 keeps its stages (`pp.rank_stages`: chunk c of rank r is stage c·pp + r, Megatron's and
 torch's interleaved placement). Inputs: m micro-batches of b × s random ids, different per dp
 rank, identical across tp ranks.
-The measured step runs inside `SavedProbe` and PyTorch's MemTracker (FSDPMemTracker under
-FSDP2). Results go to `<out>/rank<r>.json`; a failure raises in the worker, which
-torch.multiprocessing reports with the rank (see `workers`).
+The measured step runs inside `probe.SavedProbe` and `probe.LiveBytes`; FSDP2 cases with one
+micro-batch run one more step under PyTorch's FSDPMemTracker (its own estimate). Results go to
+`<out>/rank<r>.json`; a failure raises in the worker, which torch.multiprocessing reports with
+the rank (see `workers`). `measure_step` is shared with the fake-scale runner (`fake`).
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ shared tensors (RoPE tables) go to the first stage, the rest to the last. Each s
 an ActTensor in its traced dtype with values = ⌊elements / traced tokens⌋, so routed-expert
 rows count per token at the traced top-k; a tensor whose last two dims are the traced sequence
 length (eager attention's s×s) scales with `train.seq`. Splits follow the class (attention and
-MLP tensors ÷tp, expert fc1/act ÷etp, indices and routed rows not split, the rest by SP), a
-guess for a model traced on one device.
+MLP tensors ÷tp, expert fc1/act ÷etp, indices, routed rows and norm outputs not split — DTensor
+saves the gathered block input, as in the `hf` profile — the rest by SP), a guess for a model
+traced on one device.
 A fitted profile (`memledger trace`, per-token formulas at full size) is read by
 memledger.trace.fitted; `register_traced` accepts both formats.
 Ignores: tensors with fewer elements than tokens (per-layer constants: expert offsets, rng
@@ -30,7 +31,8 @@ _FMT = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int6
         "int32": "int32", "bool": "bool", "uint8": "uint8"}
 _TP = {"qkv", "attn_core", "attn_out", "mlp_fc1", "mlp_act", "logits"}
 _ETP = {"expert_fc1", "expert_act"}
-_NONE = {"expert_in", "expert_out", "expert_idx", "embedding", SHARED, "loss"}
+# norm outputs: DTensor plans save the all-gathered block input (memledger.activations.hf)
+_NONE = {"expert_in", "expert_out", "expert_idx", "embedding", SHARED, "loss", "norm_out"}
 
 
 @dataclass(frozen=True)
