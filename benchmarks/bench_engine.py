@@ -17,6 +17,11 @@ from memledger.engine.fake import run_fake  # noqa: E402
 
 
 def main() -> int:
+    t0 = time.perf_counter()
+    import transformers  # noqa: F401  (one-time imports, not a case's cost)
+    from transformers import AutoModelForCausalLM  # noqa: F401
+    print(f"imports (torch, transformers)                              "
+          f"{time.perf_counter() - t0:6.1f} s", flush=True)
     worst = 0.0
     for case in FAKE_CASES:
         t0 = time.perf_counter()

@@ -105,6 +105,7 @@ class LiveBytes:
         self.points = points
         self.origin: dict[int, str] = {}  # storage -> the op that made it ("before" = tracked)
         self.peak_origin: dict[int, tuple[str, int]] = {}
+        self._snap = 0
         self._op = "before"
 
     def _finalizer(self, key):
@@ -141,11 +142,15 @@ class LiveBytes:
     def _sample(self) -> None:
         if self.current > self.peak:
             self.peak = self.current
-            self.peak_origin = {k: (op, self.sizes[k]) for k, op in self.origin.items()}
+            # the breakdown is re-taken when the peak has grown by 0.5% since the last one (a
+            # copy per new peak would be quadratic in a forward, where almost every op is one)
+            if self.current * 200 >= self._snap * 201:
+                self.peak_origin = {k: (op, self.sizes[k]) for k, op in self.origin.items()}
+                self._snap = self.current
         self.samples.append(self.current)
 
     def at_peak(self, top: int = 12) -> dict[str, int]:
-        """Bytes alive at the peak by the op that allocated them (the largest `top`)."""
+        """Bytes alive at the peak (within 0.5%) by the op that allocated them (largest `top`)."""
         by: dict[str, int] = {}
         for op, n in self.peak_origin.values():
             by[op] = by.get(op, 0) + n
