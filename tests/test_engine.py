@@ -55,6 +55,24 @@ def test_cases_cover_zero_1_2_3_tp_sp_three_schedules_moe_and_four_fake_worlds()
     fake = [case_from_dict(m["spec"]) for m in FAKE["measurements"]]
     assert len({c.world for c in fake}) >= 4 and max(c.world for c in fake) == 1024
     assert any("num_local_experts" in c.config or "num_experts" in c.config for c in fake)
+    assert any(c.ep > 1 for c in specs)  # experts sharded by expert parallelism
+
+
+def test_expert_parallel_dispatch_conserves_rows_and_its_mean_is_the_ledgers_dynamic_size():
+    """The harness's all-to-all: each rank keeps E/ep experts (static rows within the bar
+    above); per MoE layer and micro-batch the ranks together receive exactly ep·T·K rows, each
+    at most the dropless worst case ep·T·min(K, E/ep), and their mean is the ledger's dynamic
+    dispatch buffer T·K·h."""
+    e = entry(CPU, "mixtral-tiny ep=2 all-to-all")
+    case = case_from_dict(e["spec"])
+    t, k, n_e = case.seq * case.micro_batch, 2, 4
+    per = [r["ep_received_rows"] for r in sorted(e["ranks"], key=lambda r: r["rank"])]
+    assert len(per[0]) == 2 * case.micro_batches  # 2 MoE layers
+    assert all(sum(col) == case.ep * t * k for col in zip(*per))
+    assert all(n <= case.ep * t * min(k, n_e // case.ep) for row in per for n in row)
+    assert len({tuple(row) for row in per}) == case.ep  # routing, not an even split
+    (rec,) = [r for r in records(CPU) if r["row"] == "a2a dispatch (mean over ep)"]
+    assert rec["predicted_bytes"] == rec["measured_bytes"] == t * k * 128 * 2
 
 
 def test_1f1b_rank_r_holds_min_p_minus_r_micro_batches_measured():

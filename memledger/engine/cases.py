@@ -39,6 +39,7 @@ class EngineCase:
     name: str
     config: dict = field(hash=False, compare=False)
     tp: int = 1
+    ep: int = 1  # experts over the dp ranks with the harness's all-to-all dispatcher (engine.ep)
     pp: int = 1
     vpp: int = 1
     dp: int = 1
@@ -66,6 +67,8 @@ class EngineCase:
         parts = [dp] if dp else []
         if self.tp > 1:
             parts.append("dtensor tp" + ("+sp" if self.sp else ""))
+        if self.ep > 1:
+            parts.append(f"ep={self.ep} all-to-all (harness)")
         if self.pp > 1:
             parts.append(f"pipelining {self.schedule}" + (f" v={self.vpp}" if self.vpp > 1 else ""))
         return " × ".join(parts) or "single rank"
@@ -76,7 +79,7 @@ class EngineCase:
         # with all units prefetched (see runtime()), not its replicated-weights ZeRO-2
         zero = 3 if self.zero == 2 else self.zero
         return ParallelSpec(tp=self.tp, pp=self.pp, vpp=self.vpp, dp=self.dp, sp=self.sp,
-                            zero=zero, schedule=self.schedule)
+                            zero=zero, schedule=self.schedule, ep=self.ep)
 
     def train(self) -> TrainSpec:
         return TrainSpec(micro_batch=self.micro_batch, seq=self.seq, micro_batches=self.micro_batches,
@@ -111,6 +114,9 @@ def check_runnable(case: EngineCase) -> None:
     if case.config.get("num_attention_heads", 1) % case.tp:
         raise SpecError("tp", f"tp={case.tp} must divide num_attention_heads="
                               f"{case.config['num_attention_heads']}")
+    if case.ep > 1 and (case.ep != case.dp or case.tp > 1 or case.pp > 1 or case.zero):
+        raise SpecError("ep", f"the harness lays experts over the dp ranks: ep must equal dp "
+                              f"(got ep={case.ep}, dp={case.dp}) with tp = pp = 1 and zero = 0")
     if case.schedule != "gpipe" and case.pp == 1:
         raise SpecError("schedule", f"schedule={case.schedule} needs pp > 1")
     if case.schedule == "interleaved" and case.micro_batches % case.pp:
@@ -121,6 +127,11 @@ def check_runnable(case: EngineCase) -> None:
 
 
 LLAMA = tiny_llama()
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 256,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 512,
+           "max_position_embeddings": 4096, "hidden_act": "silu", "router_jitter_noise": 0.0,
+           "tie_word_embeddings": False}
 CPU_CASES: tuple[EngineCase, ...] = (
     EngineCase(name="fsdp2 zero-3 dp=2", config=LLAMA, dp=2, zero=3),
     EngineCase(name="fsdp2 zero-2 dp=2 m=2", config=LLAMA, dp=2, zero=2, micro_batches=2),
@@ -134,10 +145,11 @@ CPU_CASES: tuple[EngineCase, ...] = (
                micro_batches=2),
     EngineCase(name="pp=2 1f1b × dp=2 zero-1", config=LLAMA, pp=2, dp=2, zero=1,
                schedule="1f1b", micro_batches=4),
+    EngineCase(name="mixtral-tiny ep=2 all-to-all", config=MIXTRAL, dp=2, ep=2, micro_batches=2),
 )
 
 
-KEYS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "zero": "zero", "sp": "sp",
+KEYS = {"tp": "tp", "ep": "ep", "pp": "pp", "vpp": "vpp", "dp": "dp", "zero": "zero", "sp": "sp",
         "schedule": "schedule", "m": "micro_batches", "b": "micro_batch", "seq": "seq"}
 
 
@@ -162,8 +174,9 @@ def case_from_text(text: str, config: dict | None = None, name: str | None = Non
 
 
 def case_to_dict(case: EngineCase) -> dict:
-    return {f: getattr(case, f) for f in ("name", "config", "tp", "pp", "vpp", "dp", "sp", "zero",
-                                          "schedule", "seq", "micro_batch", "micro_batches")}
+    return {f: getattr(case, f) for f in ("name", "config", "tp", "ep", "pp", "vpp", "dp", "sp",
+                                          "zero", "schedule", "seq", "micro_batch",
+                                          "micro_batches")}
 
 
 def case_from_dict(d: dict) -> EngineCase:

@@ -56,7 +56,11 @@ def build(case: EngineCase, mesh=None):
             par.apply_tp(s, mesh["tp"], case.sp)
     dp_group = mesh["dp"].get_group()
     mods = dict(stages)
-    if case.zero >= 2:
+    if case.ep > 1:  # experts over the dp ranks; dense gradients are not all-reduced (DDP's
+        from .ep import apply_ep  # bucket views would add no memory; EP params differ by rank)
+        for s in stages.values():
+            apply_ep(s, dp_group, case.ep)
+    elif case.zero >= 2:
         for s in stages.values():
             par.apply_fsdp(s, mesh["dp"], case.zero)
     elif case.dp > 1:
@@ -178,6 +182,9 @@ def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bo
     live.track(batch)
     base = live.current
     live.samples.clear()  # the timeline starts with the measured step
+    ep_mods = [m for s in stages.values() for m in s.modules() if hasattr(m, "received_rows")]
+    for m in ep_mods:
+        m.received_rows.clear()
     with probe.SavedProbe(stages) as sp, live:
         step()
     res_fsdp = {}
@@ -192,4 +199,5 @@ def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bo
             "held": {str(k): v for k, v in first["held"].items()},
             "inputs": probe.nbytes(batch), "base_live": base, "peak_live": live.peak,
             "timeline": live.timeline(), "at_peak": live.at_peak(),
+            "ep_received_rows": [n for m in ep_mods for n in m.received_rows],
             "fsdp_tracker_peak": res_fsdp}
