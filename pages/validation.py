@@ -12,7 +12,7 @@ from memledger.views import export, ui
 from memledger.views.frame import page_frame
 from memledger.views.state import BadValue, PageParam
 from memledger.views.sync import resolve
-from memledger.views.validation import charts, data
+from memledger.views.validation import charts, data, engine_section
 
 page_frame("validation")
 ENV_NAMES = {"all": "All", **data.ENVIRONMENTS}
@@ -128,6 +128,8 @@ with st.container(horizontal=True, gap="small"):
 
 with st.expander("How it was measured", icon=":material/science:"):
     st.markdown(HOW)
+
+engine_section.render(folder)
 
 ui.finish(res, SPECS, {"rows": tuple(rows) or data.ROW_ORDER, "env": env, "case": case},
           share=share)

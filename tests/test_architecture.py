@@ -9,7 +9,8 @@ PKG = ROOT / "memledger"
 LAYERS = (("memledger.errors", "memledger.units", "memledger.divisors", "memledger.safe_json"),
           ("memledger.specs",),
           ("memledger.model", "memledger.presets"), ("memledger.ledger",), ("memledger.costs",),
-          ("memledger.advisor",), ("memledger.planner",), ("memledger.trace", "memledger.validation"),
+          ("memledger.advisor",), ("memledger.planner",),
+          ("memledger.trace", "memledger.validation", "memledger.engine"),
           ("memledger.views",), ("memledger.cli",))
 MAX_CORE_LINES = 300
 

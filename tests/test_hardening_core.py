@@ -13,9 +13,9 @@ from memledger.costs import bandwidth
 from memledger.costs.bandwidth import MicroBatchAlternative, smaller_micro_batch
 from memledger.divisors import divisor_text, divisors
 from memledger.errors import SpecError
+from memledger.ledger.checks import check_all
 from memledger.model.hf_config import from_hf_config
 from memledger.specs.bounds import BOUNDS, bound_message
-from memledger.ledger.checks import check_all
 from memledger.specs.model import ModelSpec, MoESpec
 from memledger.views.model_codec import decode_model, encode_model
 

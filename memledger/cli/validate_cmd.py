@@ -20,6 +20,8 @@ def add(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     p.add_argument("--rescore", metavar="JSON", default=None,
                    help="re-predict a stored run's measurements with the current ledger (no torch)")
+    from memledger.cli.engine_cmd import add_flags
+    add_flags(p)
     p.set_defaults(run=run)
 
 
@@ -39,6 +41,14 @@ def run(args) -> int:
     from memledger.cli.trace_cmd import framework_errors
     if args.rescore:
         return rescore_file(Path(args.rescore))
+    if args.engine:
+        from memledger.cli import engine_cmd
+        if args.list:
+            from memledger.engine.cases import CPU_CASES as ENGINE_CPU
+            from memledger.engine.cases import FAKE_CASES
+            print("\n".join(c.name for c in ENGINE_CPU + FAKE_CASES))
+            return 0
+        return engine_cmd.run(args)
     return framework_errors(_run, args, "device")
 
 
@@ -77,6 +87,9 @@ def rescore_file(path: Path) -> int:
     from memledger.safe_json import load_file
     from memledger.validation.report import rescore, worst_by_row
     doc = load_file(path, "rescore")  # bounded in size and nesting before parsing
+    if isinstance(doc, dict) and doc.get("engine"):  # a stored `validate --engine torch` run
+        from memledger.cli.engine_cmd import rescore_file as engine_rescore
+        return engine_rescore(doc)
     try:
         records = rescore(doc)
     except (ValueError, KeyError, TypeError, AttributeError) as e:

@@ -11,6 +11,11 @@
   the unit's unsharded gradient for its reduce-scatter; DeepSpeed keeps the current layer plus
   `stage3_prefetch_bucket_size` params, capped at `stage3_max_live_parameters`, and a
   reduce bucket of `reduce_bucket_size` (4.5x with overlap_comm).
+- FSDP's root unit: `fully_shard(model)` groups what no layer owns (embedding, final norm,
+  head) in the root, which FSDP2 keeps unsharded from forward to backward by default
+  (torch 2.13 fsdp/_fully_shard/_fsdp_state.py _lazy_init: reshard_after_forward=None on the
+  root) — on the ranks holding them, the unsharded embedding/head next to their shards.
+  Measured by `memledger validate --engine torch` (docs/engine-validation.md).
 - Gradient buckets (ZeRO 0-2): Megatron buckets are views of the grad buffer (0 extra);
   DeepSpeed keeps allgather + reduce buckets in the 16-bit dtype, 4.5x with overlap_comm
   ("5e8 × 2 bytes × 2 × 4.5 = 9 GB", DeepSpeed / HF transformers DeepSpeed docs).
@@ -113,6 +118,18 @@ def zero3_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> list[Item]:
                  "PyTorch FSDP (reduce-scatter of the unit's flat gradient)")]
 
 
+def fsdp_root_items(root_params, t, rt: RuntimeSpec) -> list[Item]:
+    """ZeRO-3 under FSDP: the root unit's parameters on this rank, unsharded (embedding, final
+    norm and head after the tp split); none under DeepSpeed or where the rank holds none."""
+    if rt.zero3_impl != "fsdp":
+        return []
+    w = t.recipe.weight_fmt
+    return [Item("communication", "zero-3 root unit unsharded (embedding, final norm, head)",
+                 format_bytes(w, root_params),
+                 f"{root_params} params (what no layer owns, after tp) × {w}, kept from forward "
+                 "to backward", "PyTorch FSDP2 root (reshard_after_forward=None)")]
+
+
 def grad_bucket_items(p, t, rt: RuntimeSpec) -> list[Item]:
     if rt.grad_buckets == "megatron" or p.dense_dp == 1:
         return [Item("communication", "gradient buckets", 0,
@@ -163,4 +180,12 @@ def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:
                 per_layer[h.section] = per_layer.get(h.section, 0) + ceil_div(
                     h.group.count, shard_divisor(h.group, p))
         items += zero3_items(max(per_layer.values(), default=0), p, t, rt)
+        root = root_unit_params(held, p)
+        items += fsdp_root_items(root, t, rt) if root else []
     return items
+
+
+def root_unit_params(held: list[Held], p) -> int:
+    """Parameters of the FSDP root unit on this rank: embedding, final norm and head."""
+    return sum(ceil_div(h.group.count, shard_divisor(h.group, p)) * h.instances
+               for h in held if h.section in ("embedding", "head"))

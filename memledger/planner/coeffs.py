@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memledger.ledger import communication as comm
+from memledger.ledger.communication import root_unit_params
 from memledger.ledger.runtime import step_temporaries
 from memledger.ledger.static.rows import ROW_FUNCS, Held
 from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor
@@ -40,6 +41,7 @@ class StaticTables:
     step: np.ndarray  # [W, R, z] optimizer-step temporaries
     weights0: np.ndarray  # [W, R] unsharded weights row (time model)
     grads0: np.ndarray  # [W, R] unsharded gradients row (time model)
+    units_z: np.ndarray | None = None  # [W, R, z] the FSDP layer-unit part of comm_z
 
 
 def _pairs(helds):
@@ -99,6 +101,7 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
     unsharded = [z for z in zs if not ZERO_SHARDED[z]]
     z0 = unsharded[0] if unsharded else zs[0]
     comm_z, step = np.zeros((n_w, n_u, n_z), np.int64), np.zeros((n_w, n_u, n_z), np.int64)
+    units_z = np.zeros((n_w, n_u, n_z), np.int64)
     p1 = _vp(tp, pp, cp, dp, ep, etp)
     for j, held in enumerate(unique):
         largest = _largest_layer_params(held, p1)
@@ -106,9 +109,12 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
             step[:, j, k] = over_widths(lambda p: step_temporaries(held, p, t, rt).bytes,
                                         widths, z)
             if z == 3:
-                comm_z[:, j, k] = _zero3_bytes(largest, t, rt)
+                units = _zero3_bytes(largest, t, rt)
+                comm_z[:, j, k] = units + _root_bytes(held, widths, t, rt)
+                units_z[:, j, k] = units if rt.zero3_impl == "fsdp" else 0  # ledger.fsdp_unit_bytes
     return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
-                        rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse])
+                        rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse],
+                        units_z[:, inverse])
 
 
 def over_widths(fn, widths, zero: int = 0) -> np.ndarray:
@@ -130,6 +136,12 @@ def _zero3_bytes(largest: np.ndarray, t, rt) -> np.ndarray:
     values, inverse = np.unique(largest, return_inverse=True)
     per = [sum(i.bytes for i in comm.zero3_items(int(v), None, t, rt)) for v in values]
     return np.array(per, dtype=np.int64)[inverse]
+
+
+def _root_bytes(held, widths, t, rt) -> np.ndarray:
+    """comm_items' FSDP root unit (embedding, final norm, head unsharded), per width."""
+    return over_widths(lambda p: sum(i.bytes for i in comm.fsdp_root_items(
+        root_unit_params(held, p), t, rt)), widths, 3)
 
 
 def width_buffers(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:

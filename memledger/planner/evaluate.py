@@ -98,7 +98,8 @@ def _axes(spec: PlanSpec):
     return zs, rcs
 
 
-def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None) -> np.ndarray:
+def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None,
+            units=None) -> np.ndarray:
     """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
 
     Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
@@ -111,23 +112,31 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
     logits = np.maximum(last_t * ba.logits, last_t * ba.logits_fwd)  # backward vs forward set
     a2a = (n_moe > 0)[:, None, None] * ba.a2a[None]  # [R, W, B]
     keep = {k: v[None] for k, v in ba.keep.items()}  # [1, W, B]
-    parts = []
+    parts, phases = [], []
     for rc in rcs:
         if rc == "full":
             act = ((lD + lM) * ba.layer_input)[:, None]
             cache_d, cache_m = ba.cast_cache  # amp: the forward's cast cache joins the logits
             fwd = last_t * ba.logits_fwd + (n_dense * cache_d + n_moe * cache_m)[:, None]
-            worst = np.maximum(np.maximum(has_d[:, None] * ba.full["dense"][None],
-                                          has_m[:, None] * ba.full["moe"][None]),
-                               np.maximum(last_t * ba.logits, fwd)[:, None])
+            in_layer = np.maximum(has_d[:, None] * ba.full["dense"][None],
+                                  has_m[:, None] * ba.full["moe"][None])
+            at_loss = np.maximum(last_t * ba.logits, fwd)[:, None]
+            worst = np.maximum(in_layer, at_loss)
         else:
             act = lD[:, None] * keep["dense", rc] + lM[:, None] * keep["moe", rc]
             worst = logits[:, None]
+            in_layer, at_loss = np.zeros_like(worst), worst
+        phases.append((in_layer, at_loss))
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
     fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
     alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
+    if units is not None and units.any():  # ledger.transient_at_peak: loss-side transients
+        u = units.transpose(1, 0, 2)[..., None]  # [R, W, Z, 1] run while no FSDP unit is gathered
+        for i, (in_layer, at_loss) in enumerate(phases):
+            lp, sp = in_layer[:, :, None, :], at_loss[:, :, None, :]
+            alloc[..., i] += np.maximum(u + lp, sp) - u - np.maximum(lp, sp)
     np.maximum(alloc, (static + step)[..., None, None], out=alloc)
     alloc = np.maximum.reduceat(alloc, seg, axis=0)
     return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
@@ -193,7 +202,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
             t0 = time.perf_counter()
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
-                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"])
+                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"],
+                           stt.units_z[rows])
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
                                  stt.grads0[rows], stt.weights0[rows], seg)
             out.seconds_eval += time.perf_counter() - t0

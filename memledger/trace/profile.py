@@ -6,8 +6,9 @@ shared tensors (RoPE tables) go to the first stage, the rest to the last. Each s
 an ActTensor in its traced dtype with values = ⌊elements / traced tokens⌋, so routed-expert
 rows count per token at the traced top-k; a tensor whose last two dims are the traced sequence
 length (eager attention's s×s) scales with `train.seq`. Splits follow the class (attention and
-MLP tensors ÷tp, expert fc1/act ÷etp, indices and routed rows not split, the rest by SP), a
-guess for a model traced on one device.
+MLP tensors ÷tp, expert fc1/act ÷etp, indices, routed rows and norm outputs not split — DTensor
+saves the gathered block input, as in the `hf` profile — the rest by SP), a guess for a model
+traced on one device.
 A fitted profile (`memledger trace`, per-token formulas at full size) is read by
 memledger.trace.fitted; `register_traced` accepts both formats.
 Ignores: tensors with fewer elements than tokens (per-layer constants: expert offsets, rng

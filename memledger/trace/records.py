@@ -90,7 +90,8 @@ _FMT = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int6
         "int32": "int32", "bool": "bool", "uint8": "uint8"}
 _TP = {"qkv", "attn_core", "attn_out", "mlp_fc1", "mlp_act", "logits"}
 _ETP = {"expert_fc1", "expert_act"}
-_NONE = {"expert_in", "expert_out", "expert_idx", "embedding", SHARED, "loss"}
+# norm outputs: DTensor plans save the all-gathered block input (activations/profiles/hf.py)
+_NONE = {"expert_in", "expert_out", "expert_idx", "embedding", SHARED, "loss", "norm_out"}
 
 
 def split_of(cls: str) -> str:

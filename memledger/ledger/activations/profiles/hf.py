@@ -84,13 +84,19 @@ def _norm(name: str, d: int, rows: int, normed_fmt: str) -> list[A]:
             A(f"{name}.normed", "norm_in", d, normed_fmt, flops=d)]
 
 
-def _linear_in(name: str, d: int, readers: int, md: _Mode) -> list[A]:
+def _linear_in(name: str, d: int, readers: int, md: _Mode, split: str = "none") -> list[A]:
     """An outer norm's output read by `readers` Linears: kept once, or under amp once per
-    reader (autocast casts the fp32 input anew for every Linear)."""
+    reader (autocast casts the fp32 input anew for every Linear).
+    Under sequence parallelism a transformers model is cut by DTensor (transformers' tp_plan,
+    torchtitan), whose plans all-gather a block's input before its projections and whose
+    Linears save that gathered input: full sequence on every tp rank (split "none"; Megatron
+    saves the shard and gathers again in backward). Measured for q/k/v, the MLP and the head;
+    an MoE block's input keeps "sp" (it is the router's, which a trace classifies as such).
+    Measured by `memledger validate --engine torch` (docs/engine-validation.md)."""
     if md.amp:
-        return [A(f"{name}.cast{i}" if readers > 1 else name, "norm_out", d, flops=d)
+        return [A(f"{name}.cast{i}" if readers > 1 else name, "norm_out", d, split=split, flops=d)
                 for i in range(readers)]
-    return [A(name, "norm_out", d, md.stream, flops=4 * d)]
+    return [A(name, "norm_out", d, md.stream, split=split, flops=4 * d)]
 
 
 def _eager_core(a: int, s: int, d: int, t: TrainSpec) -> list[A]:
@@ -148,9 +154,11 @@ class HFProfile:
         out = _linear_in("attn.down_in", h, 2, md)
         if x.q_lora_rank:
             out += _norm("attn.q_norm", x.q_lora_rank, 1, "act")
-            out.append(A("attn.q_up_in", "norm_out", x.q_lora_rank, flops=4 * x.q_lora_rank))
+            out.append(A("attn.q_up_in", "norm_out", x.q_lora_rank, split="none",
+                         flops=4 * x.q_lora_rank))
         out += _norm("attn.kv_norm", x.kv_lora_rank, 1, "act")
-        out.append(A("attn.kv_up_in", "norm_out", x.kv_lora_rank, flops=4 * x.kv_lora_rank))
+        out.append(A("attn.kv_up_in", "norm_out", x.kv_lora_rank, split="none",
+                     flops=4 * x.kv_lora_rank))
         q = A("attn.q", "qkv", a * dqk, split="tp", flops=2 * (x.q_lora_rank or h) * a * dqk)
         o_in = A("attn.o_in", "attn_out", a * dv, split="tp", flops=a * dv)
         # V is a split view of kv_b_proj's output: the fused kernel keeps it, and so the whole
@@ -193,9 +201,9 @@ class HFProfile:
         # fp32 upcast is a no-op) and the shared experts' gate/up; under amp one cast each.
         router_reads_norm = fam != "deepseek" or pure_fp32
         if md.amp:
-            out += _linear_in("moe.router_in", h, 1, md)
+            out += _linear_in("moe.router_in", h, 1, md, split="sp")
             if shared:
-                out += _linear_in("shared.in", h, 2, md)
+                out += _linear_in("shared.in", h, 2, md, split="sp")
         else:
             if router_reads_norm or shared:
                 out.append(A("moe.in", "norm_out", h, flops=4 * h))

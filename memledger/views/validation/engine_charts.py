@@ -1,0 +1,85 @@
+"""Charts of the engine validation (`memledger validate --engine torch`): per-rank parity,
+the measured pipeline staircase over the predicted one, and PyTorch's FSDPMemTracker next to
+memledger and the measured run. Builders take the records of `memledger.engine.compare`
+(predictions re-derived by the current ledger) and convert nothing but units (MiB = 2²⁰ B).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from memledger.views.figures import _layout
+from memledger.views.palette import INK, PEAK_COLOR, ROW_COLORS
+
+ROWS = ("weights", "gradients", "optimizer", "activations", "peak_allocated")
+LABELS = {"weights": "Weights", "gradients": "Gradients", "optimizer": "Optimizer states",
+          "activations": "Activations", "peak_allocated": "Peak"}
+COLORS = {**ROW_COLORS, "peak_allocated": PEAK_COLOR}
+MIB = 2 ** 20
+TRACKER_COLORS = {"measured": INK, "memledger": "#1F77B4", "FSDPMemTracker": "#D62728"}
+
+
+def rank_parity_figure(records: list[dict], case: str) -> go.Figure:
+    """One panel per row: predicted (line) and measured (open markers) bytes on every rank."""
+    recs = [r for r in records if r["case"] == case and r["row"] in ROWS]
+    rows = [row for row in ROWS if any(r["row"] == row for r in recs)]
+    fig = make_subplots(rows=max(len(rows), 1), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[LABELS[r] for r in rows])
+    for i, row in enumerate(rows, start=1):
+        d = sorted((r for r in recs if r["row"] == row), key=lambda r: r["rank"])
+        x = [r["rank"] for r in d]
+        fig.add_trace(go.Scatter(x=x, y=[r["predicted_bytes"] / MIB for r in d], mode="lines+markers",
+                                 name=f"{LABELS[row]} · predicted", legendgroup=row,
+                                 line=dict(color=COLORS[row], width=2)), row=i, col=1)
+        fig.add_trace(go.Scatter(x=x, y=[r["measured_bytes"] / MIB for r in d], mode="markers",
+                                 name=f"{LABELS[row]} · measured", legendgroup=row,
+                                 marker=dict(color=COLORS[row], symbol="diamond-open", size=11,
+                                             line=dict(width=2)),
+                                 customdata=[100 * r["rel_error"] for r in d],
+                                 hovertemplate="rank %{x}: %{y:.3f} MiB measured, "
+                                               "error %{customdata:+.2f}%<extra></extra>"),
+                      row=i, col=1)
+        fig.update_yaxes(title_text="MiB", row=i, col=1)
+    _layout(fig, f"Per rank: {case}", "line: memledger (re-derived now) · open diamonds: measured",
+            height=180 * max(len(rows), 1) + 140, bottom=90)
+    fig.update_xaxes(title_text="rank", dtick=1, row=max(len(rows), 1), col=1)
+    return fig
+
+
+def staircase_figure(records: list[dict], case: str) -> go.Figure:
+    """Micro-batches each pipeline rank holds at its first backward: measured bars, predicted
+    markers (1F1B: min(P - r, m))."""
+    held = sorted((r for r in records if r["case"] == case and r["row"] == "held"),
+                  key=lambda r: r["pp_rank"])
+    by_pp: dict[int, dict] = {}
+    for r in held:
+        by_pp.setdefault(r["pp_rank"], r)
+    x = list(by_pp)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=x, y=[by_pp[k]["measured_bytes"] for k in x], name="measured",
+                         marker_color=ROW_COLORS["activations"], opacity=0.75))
+    fig.add_trace(go.Scatter(x=x, y=[by_pp[k]["predicted_bytes"] for k in x], name="memledger",
+                             mode="lines+markers", line=dict(color=INK, dash="dot"),
+                             marker=dict(size=10, symbol="x")))
+    _layout(fig, f"Pipeline staircase: {case}",
+            "micro-batches held at each rank's first backward (all its chunks)", height=360,
+            bottom=80)
+    fig.update_xaxes(title_text="pipeline rank", dtick=1)
+    fig.update_yaxes(title_text="micro-batches", dtick=1)
+    return fig
+
+
+def trackers_figure(rows: list[dict]) -> go.Figure:
+    """Peak per FSDP case: the measured run, memledger, and FSDPMemTracker's own estimate."""
+    fig = go.Figure()
+    names = [f"{r['case']}" for r in rows]
+    for key, label in (("measured_bytes", "measured"), ("memledger_bytes", "memledger"),
+                       ("fsdpmemtracker_bytes", "FSDPMemTracker")):
+        fig.add_trace(go.Bar(x=names, y=[r[key] / MIB for r in rows], name=label,
+                             marker_color=TRACKER_COLORS[label]))
+    _layout(fig, "Peak per FSDP2 case: measured vs memledger vs FSDPMemTracker",
+            "FSDPMemTracker: PyTorch's own estimate (what a torchtitan user runs), same step",
+            height=440, bottom=160)
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="MiB", type="log")
+    return fig
