@@ -9,7 +9,7 @@ rows always sum to peak_total.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 from . import comm
@@ -17,17 +17,20 @@ from .act_policy import payments
 from .act_rows import activation_items, activation_moves, activation_transients
 from .items import ROWS, Item, RankLedger, sum_rows
 from .params import (embedding_groups, head_groups, layer_groups, layer_kind, mtp_groups,
-                     n_active_params, n_params, padded_vocab)
+                     n_active_params, n_mtp_params, n_params, padded_vocab)
 from .schedules import first_stage_rank, in_flight, last_stage_rank, stage_layers
 from .sharding import shard_divisor
 from .specs.hardware import Hardware
 from .specs.model import ModelSpec
 from .specs.parallel import ParallelSpec
+from .specs.loop import LoopSpec, resolve_loop
 from .specs.runtime import RuntimeSpec
 from .specs.train import TrainSpec
 from .remote import remote_offload
 from .static import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
 from .static_moves import HostSide, move_static, muon_gather_item, opt_partition_params
+from .timeline import rank_peak
+from .timeline_shape import rank_shape
 from .units import ceil_div, format_bytes
 from .validate import check_all
 
@@ -42,6 +45,7 @@ class Ledger:
     ranks: tuple[RankLedger, ...]
     n_params: int
     n_active_params: int
+    loop: LoopSpec | None = None  # the resolved training loop (None: built before loops)
 
     @property
     def most_loaded_rank(self) -> int:
@@ -67,11 +71,14 @@ class Ledger:
                 "payments": payments(r.moves, self.train.micro_batches),
                 "transfers": [asdict(x) for x in r.transfers],
                 "host": asdict(r.host) if r.host else None,
+                "peak_event": r.peak_event._asdict() if r.peak_event else None,
+                "timeline": r.timeline_json(),
             } for r in self.ranks],
             "most_loaded_rank": self.most_loaded_rank,
             "config": {"model": asdict(self.model), "parallel": asdict(self.parallel),
                        "train": asdict(self.train), "runtime": asdict(self.runtime),
-                       "hardware": asdict(self.hardware) if self.hardware else None},
+                       "hardware": asdict(self.hardware) if self.hardware else None,
+                       "loop": asdict(self.loop) if self.loop else None},
         }
 
 
@@ -140,18 +147,22 @@ def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
     """The optimizer-step phase: the step's temporaries, Muon's Newton-Schulz workspace and its
     gather, whichever is largest (the AdamW part and the Muon part run one after the other)."""
     muon = muon_gather_item([(h.group, h.instances) for h in held if h.group.matrix], p, t, rt)
+    loop = resolve_loop(rt, t.profile)
     if rt.optimizer_offload:
         return Item("runtime", "optimizer-step temporaries", 0, "the step runs on the CPU",
                     "ZeRO-Offload (arXiv 2101.06840)")
-    if rt.optimizer_impl == "fused":
+    if loop.optimizer_impl == "fused":
         base = Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
                     "Apex/TE/torch fused AdamW")
+    elif loop.optimizer_impl == "for-loop":
+        base = for_loop_temporaries(held, p, t)
     else:
         n = opt_partition_params(held, p)
         fmt = t.opt.fixed_fmt or t.recipe.state_fmt
         base = Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
                     f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
                     "torch.optim foreach implementation")
+    base = with_master_cast(base, held, p, t, loop)
     if t.optimizer != "muon":
         return base
     ns = muon_workspace(held, t)
@@ -159,6 +170,32 @@ def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
         ns = Item("runtime", f"optimizer step: {muon.name} + newton-schulz", ns.bytes + muon.bytes,
                   f"{muon.formula}; {ns.formula}", muon.source)
     return max(base, ns, key=lambda i: i.bytes)
+
+
+def _largest_local(held: list[Held], p) -> int:
+    return max((ceil_div(h.group.count, shard_divisor(h.group, p)) for h in held), default=0)
+
+
+def for_loop_temporaries(held: list[Held], p, t) -> Item:
+    """torch.optim for-loop AdamW (_single_tensor_adam): denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
+    holds the sqrt and the quotient of one tensor at once — two copies of the largest one."""
+    fmt = t.opt.fixed_fmt or t.recipe.state_fmt
+    n = _largest_local(held, p)
+    return Item("runtime", "optimizer-step temporaries", 2 * format_bytes(fmt, n),
+                f"for-loop step: sqrt and quotient ({fmt}) of the largest tensor, {n} params",
+                "torch 2.13 torch/optim/adam.py _single_tensor_adam")
+
+
+def with_master_cast(base: Item, held: list[Held], p, t, loop) -> Item:
+    """cast-per-tensor: low-precision grads become fp32 master grads one tensor at a time
+    (master.grad = p.grad.float()), alive while that tensor's update runs."""
+    r = t.recipe
+    if loop.master_grads != "cast-per-tensor" or not r.master_fmt or r.grad_fmt == r.master_fmt:
+        return base
+    n = _largest_local(held, p)
+    cast = format_bytes(r.master_fmt, n)
+    return base._replace(name=base.name + " + master-grad cast", bytes=base.bytes + cast,
+                         formula=f"{base.formula}; + {r.master_fmt} cast of the largest grad ({n})")
 
 
 def muon_workspace(held: list[Held], t: TrainSpec) -> Item:
@@ -189,6 +226,7 @@ class RankParts:
     host: HostSide
     layers: tuple[int, ...]
     flights: tuple[tuple[int, int], ...]
+    ctx: tuple = ()  # (model, parallel, train, loop) for the timeline
 
     def sums(self) -> tuple[int, int, int]:
         """(static, forward/backward-phase bytes, largest transient)."""
@@ -199,6 +237,7 @@ class RankParts:
 
 
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
+    loop = resolve_loop(rt, t.profile)
     held = held_groups(m, p, t, r)
     flights = in_flight(p, r, t.micro_batches)
     stage_mb = dict(flights)
@@ -210,20 +249,28 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     items += comm_items(m, p, t, rt, held)
     stages = stage_layers(m, p)
     return RankParts(r=r, items=tuple(items),
-                     transients=tuple(activation_transients(m, p, t, flights, bool(last), moves)),
+                     transients=tuple(activation_transients(
+                         m, p, t, flights, bool(last) and loop.loss == "materialized", moves)),
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
-                     layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights)
+                     layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights,
+                     ctx=(m, p, t, loop))
 
 
 def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
-    """Assemble the peak: static + max(forward/backward + largest transient, optimizer step)."""
+    """Assemble the peak: the maximum of the rank's step timeline (memledger.timeline); with
+    persistent gradients static + max(forward/backward + largest transient, optimizer step)."""
     items = list(parts.items)
     static, fwd_bwd, _ = parts.sums()
     worst = max(parts.transients, key=lambda i: i.bytes, default=None)
     step = parts.step
-    peak_alloc = static + max(fwd_bwd + (worst.bytes if worst else 0), step.bytes)
+    m, p, t, loop = parts.ctx
+    shape = rank_shape(m, p, t, loop, parts, step.bytes)
+    peak_event = rank_peak(shape, sum_rows(parts.items)["activations"])
+    peak_alloc = peak_event.bytes
     added = peak_alloc - static - fwd_bwd
-    if worst is not None and fwd_bwd + worst.bytes >= step.bytes:
+    if loop.on_demand:
+        items.append(lifetime_item(shape, peak_event, added))
+    elif worst is not None and fwd_bwd + worst.bytes >= step.bytes:
         items.append(Item("runtime", f"largest transient: {worst.name}", added, worst.formula, worst.source))
     else:
         items.append(Item("runtime", "largest transient: " + step.name, added,
@@ -236,7 +283,19 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     return RankLedger(pp_rank=parts.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
                       layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),
-                      moves=parts.moves, transfers=tuple(transfers), host=parts.host)
+                      moves=parts.moves, transfers=tuple(transfers), host=parts.host,
+                      peak_event=peak_event, shape=shape)
+
+
+def lifetime_item(shape, pe, added: int) -> Item:
+    """On-demand gradients: the rows hold every byte of the step, the peak event fewer (or a
+    transient more); this runtime item is the difference, so the rows still sum to peak_total."""
+    where = f"{pe.phase}" + (f" stage {pe.stage}" if pe.stage >= 0 else "") + \
+        (f" layer {pe.layer}" if pe.layer >= 0 else "") + \
+        (f" micro-batch {pe.micro_batch}" if pe.micro_batch >= 0 else "")
+    return Item("runtime", f"lifetimes at the peak ({where})", added,
+                "timeline: transient at the peak minus the gradients not yet allocated and the "
+                "activations/buffers already freed there", "memledger.timeline (on-demand grads)")
 
 
 def build_rank(m, p, t, rt, r: int) -> RankLedger:
@@ -248,10 +307,20 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     """Every pipeline rank's ledger. Raises SpecError on an invalid combination."""
     rt = runtime or RuntimeSpec()
     check_all(model, parallel, train)
-    parts = [rank_parts(model, parallel, train, rt, r) for r in range(parallel.pp)]
+    loop = resolve_loop(rt, train.profile)
+    built = built_model(model, loop)
+    parts = [rank_parts(built, parallel, train, rt, r) for r in range(parallel.pp)]
     if train.policy.uses_pp_offload:  # with pp = 1 nothing moves and no staging is kept
         ranks = remote_offload(parts, rt)
     else:
         ranks = tuple(finalize(x, rt) for x in parts)
+    mtp = n_mtp_params(built)
     return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
-                  ranks=ranks, n_params=n_params(model), n_active_params=n_active_params(model))
+                  ranks=ranks, n_params=n_params(model) + mtp,
+                  n_active_params=n_active_params(model), loop=loop)
+
+
+def built_model(m: ModelSpec, loop: LoopSpec) -> ModelSpec:
+    """The model the loop's framework instantiates: without MTP modules unless it builds them."""
+    return m if loop.mtp == "built" or not m.n_mtp_layers else replace(m, n_mtp_layers=0)
+

@@ -1,0 +1,110 @@
+"""LoopSpec: how the training loop around the model handles memory, and framework presets.
+
+The ledger's rows say *what* lives on a GPU; the loop says *when*. Five knobs:
+  grad_lifetime   persistent  gradients live in a buffer for the whole step (Megatron-Core's
+                              main-grad buffer, DDP buckets, zero_grad(set_to_none=False))
+                  on-demand   allocated layer by layer during the first backward, freed by
+                              zero_grad() (set_to_none=True is PyTorch's default since 2.0)
+  optimizer_impl  fused       one kernel over all tensors: no temporaries
+                  foreach     torch._foreach_sqrt(exp_avg_sqs): one state-format copy of the
+                              whole parameter group (torch/optim/adam.py, _multi_tensor_adam)
+                  for-loop    per tensor: exp_avg_sq.sqrt() / bias_correction2_sqrt — two
+                              copies of the largest tensor (torch/optim/adam.py, _single_tensor_adam)
+  loss            materialized  the model's own loss: full logits (+ fp32 upcast, per profile)
+                  chunked       fused linear cross-entropy (Liger): logits never materialised
+  mtp             built / skipped  DeepSeek's multi-token-prediction modules. transformers
+                              5.24 does not build them (num_nextn_predict_layers is read, unused);
+                              Megatron-Core does (megatron/core/transformer/multi_token_prediction.py)
+  master_grads    in-place    gradients accumulate in the master format (Megatron main_grad)
+                  cast-per-tensor  low-precision grads cast to fp32 one tensor at a time at
+                              step time (p.grad.float() per parameter): one fp32 copy of the
+                              largest local tensor during the step
+Presets set them together (each with its source); "auto" follows the activation profile:
+`hf`/`hf-cpu`/traced profiles run the plain-PyTorch loop, the others Megatron's.
+Not modelled: Muon's 2-D-only coverage of fused 3-D expert tensors (the optimizer rows assign
+Muon per matrix group), FSDP2's unsharded-gradient lifetime under ZeRO-3.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from ..errors import SpecError, require_choice
+
+GRAD_LIFETIMES = ("persistent", "on-demand")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+LOSSES = ("materialized", "chunked")
+MTP = ("built", "skipped")
+MASTER_GRADS = ("in-place", "cast-per-tensor")
+KNOBS = {"grad_lifetime": GRAD_LIFETIMES, "optimizer_impl": OPTIMIZER_IMPLS, "loss": LOSSES,
+         "mtp": MTP, "master_grads": MASTER_GRADS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopSpec:
+    name: str = "custom"
+    grad_lifetime: str = "persistent"
+    optimizer_impl: str = "fused"
+    loss: str = "materialized"
+    mtp: str = "built"
+    master_grads: str = "in-place"
+    source: str = ""
+
+    def __post_init__(self):
+        for knob, choices in KNOBS.items():
+            require_choice(knob, getattr(self, knob), choices)
+
+    @property
+    def on_demand(self) -> bool:
+        return self.grad_lifetime == "on-demand"
+
+
+LOOPS: dict[str, LoopSpec] = {x.name: x for x in (
+    LoopSpec(name="pytorch", grad_lifetime="on-demand", optimizer_impl="foreach",
+             loss="materialized", mtp="skipped", master_grads="cast-per-tensor",
+             source="torch 2.13: Optimizer.zero_grad(set_to_none=True) (torch/optim/optimizer.py); "
+                    "AdamW defaults to foreach on CUDA (_default_to_fused_or_foreach); the "
+                    "transformers model's own loss (fp32 logits)"),
+    LoopSpec(name="hf-trainer", grad_lifetime="on-demand", optimizer_impl="fused",
+             loss="materialized", mtp="skipped", master_grads="cast-per-tensor",
+             source="transformers 5.24 Trainer: optim defaults to adamw_torch_fused for torch>=2.8 "
+                    "(training_args.py), model.zero_grad() sets grads to None (trainer.py)"),
+    LoopSpec(name="torchtitan", grad_lifetime="on-demand", optimizer_impl="fused",
+             loss="materialized", mtp="skipped", master_grads="in-place",
+             source="torchtitan: optimizer.implementation='fused' (config/job_config.py), "
+                    "optimizers.zero_grad() to None, FSDP2 reduce_dtype fp32, no MTP module, "
+                    "cross_entropy_loss upcasts pred.float()"),
+    LoopSpec(name="megatron", grad_lifetime="persistent", optimizer_impl="fused",
+             loss="materialized", mtp="built", master_grads="in-place",
+             source="Megatron-Core: contiguous main-grad buffer (distributed/param_and_grad_buffer.py),"
+                    " TE/Apex FusedAdam, MultiTokenPredictionBlock built from mtp_num_layers"),
+    LoopSpec(name="deepspeed", grad_lifetime="persistent", optimizer_impl="fused",
+             loss="materialized", mtp="skipped", master_grads="in-place",
+             source="DeepSpeed ZeRO-1/2: contiguous_gradients buffer, FusedAdam (ops/adam), "
+                    "bf16 optimizer keeps fp32 grad partitions; HF model (no MTP)"),
+)}
+HF_PROFILES = ("hf", "hf-cpu")
+
+
+def default_loop_name(profile: str) -> str:
+    """The loop a profile's measurements come from: traced / hf profiles run plain PyTorch."""
+    return "pytorch" if profile in HF_PROFILES or profile.startswith("traced") else "megatron"
+
+
+def loop_preset(name: str) -> LoopSpec:
+    if name not in LOOPS:
+        raise SpecError("loop", f"unknown loop {name!r}; valid: {', '.join(LOOPS)}")
+    return LOOPS[name]
+
+
+@lru_cache(maxsize=1024)
+def resolve_loop(rt, profile: str) -> LoopSpec:
+    """The concrete loop of a RuntimeSpec: its preset (auto: by profile) with every knob that is
+    not "auto" set on top. Raises SpecError for combinations no framework runs."""
+    base = loop_preset(default_loop_name(profile) if rt.loop == "auto" else rt.loop)
+    knobs = {k: getattr(rt, k) for k in KNOBS if getattr(rt, k) != "auto"}
+    if rt.optimizer_offload and knobs.get("optimizer_impl") in ("fused", "foreach"):
+        raise SpecError("optimizer_impl", f"{knobs['optimizer_impl']} is a GPU kernel, but with "
+                                          "optimizer_offload the step runs on the CPU "
+                                          "(DeepSpeedCPUAdam); leave it auto or use for-loop")
+    return replace(base, name=base.name if not knobs else f"{base.name}+custom", **knobs)

@@ -1,0 +1,176 @@
+"""The step timeline of one pipeline rank: ordered events and the bytes alive at each.
+
+Events, in the schedule's order (`action_order`): each layer's forward per micro-batch, the
+loss forward (last stage), the loss backward, each layer's backward, the optimizer step and
+zero_grad. Each event records the bytes alive at its high point:
+  forward layer   after its saved tensors are added (a forward only grows memory)
+  loss forward    + the forward working set (logits and their fp32 upcast, amp's cast cache)
+  loss backward   + the logits gradients; head/MTP gradients allocated (on-demand)
+  backward layer  its gradients allocated (on-demand, first backward of the stage only) and
+                  the recompute working set, *before* its saved tensors are freed (they are
+                  read by the backward); the stage's first/last-stage tensors go at its end
+  optimizer step  every gradient + the step's temporaries; activations and communication
+                  buffers are free (DESIGN.md §2 refinement, docs/design-notes.md 1)
+  zero_grad       gradients freed (set_to_none: on-demand) or kept (persistent)
+peak_allocated is the maximum over events. With persistent gradients that maximum is the
+closed form static + max(staircase + buffers + largest transient, step temporaries): the
+activations never exceed the staircase held at the first backward and every transient meets
+it there. With on-demand gradients (PyTorch's zero_grad(set_to_none=True), default since 2.0)
+the first backward of each stage starts with no gradient and allocates them layer by layer
+while freeing that layer's activations — the events are walked.
+Order (per rank, m micro-batches, n = its in-flight count): gpipe: all forwards, then all
+backwards; 1f1b / zb-h1: n forwards, then backward k followed by forward n + k (Narayanan et al.
+2021, Megatron-Core schedules.py forward_backward_pipelining_without_interleaving). Interleaved
+and the V schedules take a coarse order consistent with `schedules.in_flight`: forwards up to
+the staircase, then each backward is followed by a forward of the same stage. A per-rank action
+list (e.g. from a schedule simulator) can replace `action_order`.
+Ignores: the in-flight activation gradient of one layer, bucket all-reduce timing (buffers are
+alive for the whole forward/backward).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .timeline_shape import RankShape
+
+
+class Event(NamedTuple):
+    phase: str  # forward | loss-forward | loss-backward | backward | optimizer-step | zero-grad
+    stage: int  # -1 outside the pipeline
+    micro_batch: int  # -1 outside the pipeline
+    layer: int  # -1 when not a layer
+    gradients: int
+    activations: int
+    communication: int
+    transient: int
+
+    def live(self, static_bytes: int) -> int:
+        return static_bytes + self.gradients + self.activations + self.communication + self.transient
+
+
+class PeakEvent(NamedTuple):
+    phase: str
+    stage: int
+    layer: int
+    micro_batch: int
+    index: int  # position in the rank's timeline (-1 when found in closed form)
+    bytes: int
+
+
+def action_order(sh: RankShape) -> list[tuple[str, int, int]]:
+    """(F|B, stage, micro-batch) of the rank, in execution order."""
+    m, st = sh.micro_batches, [s.stage for s in sh.stages]
+    if sh.schedule == "gpipe":
+        return [("F", s, k) for k in range(m) for s in st] + \
+               [("B", s, k) for k in range(m) for s in reversed(st)]
+    if sh.schedule in ("1f1b", "zb-h1") and len(st) == 1:
+        n, s = sh.stages[0].in_flight, st[0]
+        out = [("F", s, k) for k in range(n)]
+        for k in range(m):
+            out.append(("B", s, k))
+            if n + k < m:
+                out.append(("F", s, n + k))
+        return out
+    return _coarse_order(sh)
+
+
+def _coarse_order(sh: RankShape) -> list[tuple[str, int, int]]:
+    m = sh.micro_batches
+    fwd = {s.stage: 0 for s in sh.stages}
+    bwd = dict(fwd)
+    out = []
+    for s in sh.stages:
+        for _ in range(s.in_flight):
+            out.append(("F", s.stage, fwd[s.stage]))
+            fwd[s.stage] += 1
+    while any(b < m for b in bwd.values()):
+        live = [s for s in reversed(list(fwd)) if fwd[s] > bwd[s]]
+        if not live:  # a stage with nothing in flight at the staircase starts now
+            s = next(s for s in fwd if fwd[s] < m)
+            out.append(("F", s, fwd[s]))
+            fwd[s] += 1
+            continue
+        s = live[0]
+        out.append(("B", s, bwd[s]))
+        bwd[s] += 1
+        if fwd[s] < m:
+            out.append(("F", s, fwd[s]))
+            fwd[s] += 1
+    return out
+
+
+def events(sh: RankShape) -> list[Event]:
+    """The rank's explicit timeline."""
+    by_stage = {s.stage: s for s in sh.stages}
+    on_demand = sh.on_demand
+    grads = 0 if on_demand else sh.grads
+    acts, comm, started = sh.fixed_acts, sh.comm, set()
+    out: list[Event] = []
+    last = max(by_stage)  # the rank's last-stage flag lives on the stage itself
+    for kind, s, k in action_order(sh):
+        st = by_stage[s]
+        if kind == "F":
+            acts += st.first_acts
+            for i, a, _ in st.layers:
+                acts += a
+                out.append(Event("forward", s, k, i, grads, acts, comm, 0))
+            if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):
+                acts += st.last_acts
+                out.append(Event("loss-forward", s, k, -1, grads, acts, comm, sh.t_fwd_last))
+            elif sh.t_fwd and out:
+                out[-1] = out[-1]._replace(transient=sh.t_fwd)
+            continue
+        first_time = on_demand and s not in started
+        if first_time and not started:
+            grads += sh.other_grads
+        started.add(s)
+        if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):
+            grads += st.loss_grads if first_time else 0
+            out.append(Event("loss-backward", s, k, -1, grads, acts, comm, sh.t_loss))
+        for i, a, g in reversed(st.layers):
+            grads += g if first_time else 0
+            out.append(Event("backward", s, k, i, grads, acts, comm, sh.t_layer))
+            acts -= a
+        grads += st.end_grads if first_time else 0
+        acts -= st.first_acts + st.last_acts
+        if out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
+            out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
+    out.append(Event("optimizer-step", -1, -1, -1, sh.grads, 0, 0, sh.step))
+    out.append(Event("zero-grad", -1, -1, -1, 0 if on_demand else sh.grads, 0, 0, 0))
+    return out
+
+
+def closed_peak(sh: RankShape, staircase: int) -> PeakEvent:
+    """Persistent gradients: static + max(staircase + buffers + largest transient, step)."""
+    fwd_bwd = staircase + sh.comm + max(sh.t_fwd, sh.t_fwd_last, sh.t_loss, sh.t_layer)
+    first = min(sh.stages, key=lambda s: (0, -s.stage) if s.in_flight else (1, 0))
+    if fwd_bwd >= sh.step:
+        phase = {sh.t_loss: "loss-backward", sh.t_layer: "backward"}.get(
+            max(sh.t_fwd, sh.t_fwd_last, sh.t_loss, sh.t_layer), "loss-forward")
+        if max(sh.t_fwd, sh.t_fwd_last, sh.t_loss, sh.t_layer) == 0:
+            phase = "backward"
+        layer = first.layers[-1][0] if phase == "backward" and first.layers else -1
+        return PeakEvent(phase, first.stage, layer, first.in_flight - 1 if phase == "loss-forward"
+                         else 0, -1, sh.static_bytes + sh.grads + fwd_bwd)
+    return PeakEvent("optimizer-step", -1, -1, -1, -1, sh.static_bytes + sh.grads + sh.step)
+
+
+def walked_peak(sh: RankShape) -> PeakEvent:
+    evs = events(sh)
+    i = max(range(len(evs)), key=lambda j: (evs[j].live(sh.static_bytes), -j))
+    e = evs[i]
+    return PeakEvent(e.phase, e.stage, e.layer, e.micro_batch, i, e.live(sh.static_bytes))
+
+
+def rank_peak(sh: RankShape, staircase: int) -> PeakEvent:
+    """The peak event: closed form for persistent gradients, the walked events otherwise."""
+    return walked_peak(sh) if sh.on_demand else closed_peak(sh, staircase)
+
+
+def compact(evs: list[Event], static_bytes: int) -> dict:
+    """JSON form: column names once, one row of integers per event (phase as a code)."""
+    phases = ["forward", "loss-forward", "loss-backward", "backward", "optimizer-step", "zero-grad"]
+    return {"static_bytes": static_bytes, "phases": phases,
+            "columns": ["phase", "stage", "micro_batch", "layer", "gradients", "activations",
+                        "communication", "transient"],
+            "events": [[phases.index(e.phase), *e[1:]] for e in evs]}
