@@ -167,6 +167,17 @@ def rank_peak(sh: RankShape, staircase: int) -> PeakEvent:
     return walked_peak(sh) if sh.on_demand else closed_peak(sh, staircase)
 
 
+def describe(pe: PeakEvent) -> str:
+    """"backward of layer 7, stage 0, micro-batch 0" — where a peak happens, in words."""
+    what = {"forward": "forward", "backward": "backward", "loss-forward": "loss forward",
+            "loss-backward": "loss backward", "optimizer-step": "optimizer step",
+            "zero-grad": "zero_grad"}[pe.phase]
+    parts = [what + (f" of layer {pe.layer}" if pe.layer >= 0 else "")]
+    parts += [f"stage {pe.stage}"] if pe.stage >= 0 else []
+    parts += [f"micro-batch {pe.micro_batch}"] if pe.micro_batch >= 0 else []
+    return ", ".join(parts)
+
+
 def compact(evs: list[Event], static_bytes: int) -> dict:
     """JSON form: column names once, one row of integers per event (phase as a code)."""
     phases = ["forward", "loss-forward", "loss-backward", "backward", "optimizer-step", "zero-grad"]

@@ -71,7 +71,7 @@ def _per_layer_acts(moves, kinds) -> tuple[dict, int, dict]:
     return unit, ckpt, section
 
 
-def _cast_per_layer(m, p, t) -> dict:
+def _cast_per_layer(m, p, t, kinds) -> dict:
     """amp: each layer's bf16 weight casts saved per micro-batch (act_rows.autocast_copies)."""
     r = t.recipe
     if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or t.recompute in ("full", "every-k"):
@@ -79,7 +79,7 @@ def _cast_per_layer(m, p, t) -> dict:
     return {k: format_bytes(r.act_fmt, sum(-(-g.count // shard_divisor(g, p))
                                            for g in layer_groups(m, k)
                                            if g.matrix and not g.expert and not g.fp32))
-            for k in ("dense", "moe")}
+            for k in kinds}
 
 
 def _head_cast(m, p, t) -> int:
@@ -103,7 +103,7 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int) -> RankShape:
     flights = dict(parts.flights)
     kinds = Counter(layer_kind(m, i) for i in parts.layers)
     unit, ckpt, section = _per_layer_acts(parts.moves, kinds)
-    cast = _cast_per_layer(m, p, t)
+    cast = _cast_per_layer(m, p, t, [k for k, n in kinds.items() if n])
     grads = _grads_by_section(parts.items)
     g_layer = {k: grads[f"{k} layers"] // n for k, n in kinds.items() if n}
     every = t.checkpoint_every(m.n_layers) if t.recompute == "every-k" else 1

@@ -12,9 +12,9 @@ from ..specs import ParallelSpec, TrainSpec
 from ..specs.parallel import SCHEDULES
 from ..presets.policies import POLICY_PRESETS, apply_policy
 from ..specs.policy import parse_rules
-from ..specs.runtime import (A2A_SIZING, GRAD_BUCKETS, GRAD_LIFETIMES, MUON_GATHER,
-                             NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, OPTIMIZER_IMPLS,
-                             ZERO3_IMPLS, RuntimeSpec)
+from ..specs.loop import add_loop_args, loop_kwargs
+from ..specs.runtime import (A2A_SIZING, GRAD_BUCKETS, MUON_GATHER, NCCL_LL128_DEFAULT_BYTES,
+                             NCCL_LL_DEFAULT_BYTES, ZERO3_IMPLS, RuntimeSpec)
 from ..specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from ..units import GIB
 
@@ -73,9 +73,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--capacity-factor", type=float, default=1.0)
     r.add_argument("--cuda-context-gib", type=float, default=0.6)
     r.add_argument("--allocator-slack-pct", type=int, default=5)
-    r.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default="fused")
     r.add_argument("--grad-buckets", choices=GRAD_BUCKETS, default="megatron")
-    r.add_argument("--grad-lifetime", choices=GRAD_LIFETIMES, default="persistent")
     r.add_argument("--deepep-max-tokens", type=int, default=0,
                    help="DeepEP low-latency num_max_dispatch_tokens_per_rank (0 = tokens per rank)")
     r.add_argument("--reduce-bucket", type=float, default=5e8, help="DeepSpeed reduce_bucket_size")
@@ -100,6 +98,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="params per double-buffer chunk (0 = bucket size)")
     r.add_argument("--muon-gather", choices=MUON_GATHER, default="on-demand")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
+    add_loop_args(p)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -164,8 +163,8 @@ def runtime_from_args(args) -> RuntimeSpec:
     return RuntimeSpec(cuda_context_bytes=int(args.cuda_context_gib * GIB),
                        allocator_slack_pct=args.allocator_slack_pct, a2a=args.a2a,
                        capacity_factor_pct=round(args.capacity_factor * 100),
-                       optimizer_impl=args.optimizer_impl, grad_buckets=args.grad_buckets,
-                       grad_lifetime=args.grad_lifetime, deepep_max_tokens=args.deepep_max_tokens,
+                       grad_buckets=args.grad_buckets, deepep_max_tokens=args.deepep_max_tokens,
+                       **loop_kwargs(args),
                        reduce_bucket_params=_count("reduce_bucket", args.reduce_bucket),
                        allgather_bucket_params=_count("allgather_bucket", args.allgather_bucket),
                        overlap_comm=args.overlap_comm, zero3_impl=args.zero3_impl,

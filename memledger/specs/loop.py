@@ -97,6 +97,25 @@ def loop_preset(name: str) -> LoopSpec:
     return LOOPS[name]
 
 
+def add_loop_args(parser) -> None:
+    """--loop and one flag per knob (argparse; the CLI's shared configuration flags)."""
+    g = parser.add_argument_group(
+        "training loop", "defaults follow --profile: hf / hf-cpu / traced run the plain-PyTorch "
+                         "loop (pytorch), megatron and paper the Megatron loop (megatron)")
+    g.add_argument("--loop", choices=("auto", *LOOPS), default="auto",
+                   help="framework preset: " + "; ".join(f"{k}: {v.grad_lifetime} grads, "
+                                                          f"{v.optimizer_impl} optimizer, MTP "
+                                                          f"{v.mtp}" for k, v in LOOPS.items()))
+    for knob, choices in KNOBS.items():
+        g.add_argument("--" + knob.replace("_", "-"), choices=("auto", *choices), default="auto",
+                       help=f"override the loop's {knob.replace('_', ' ')}")
+
+
+def loop_kwargs(args) -> dict:
+    """RuntimeSpec fields from the parsed loop flags."""
+    return {"loop": args.loop, **{k: getattr(args, k) for k in KNOBS}}
+
+
 @lru_cache(maxsize=1024)
 def resolve_loop(rt, profile: str) -> LoopSpec:
     """The concrete loop of a RuntimeSpec: its preset (auto: by profile) with every knob that is
