@@ -22,6 +22,7 @@ from ..ledger import step_temporaries
 from ..sharding import ZERO_SHARDED, shard_divisor
 from ..static import ROW_FUNCS, Held
 from ..units import ceil_div
+from .lifetimes import section_grads
 from .vec import VecParallel, VecTrain, quiet
 
 def _vp(tp, pp, cp, dp, ep, etp, zero=0) -> VecParallel:
@@ -39,6 +40,7 @@ class StaticTables:
     step: np.ndarray  # [W, R, z] optimizer-step temporaries
     weights0: np.ndarray  # [W, R] unsharded weights row (time model)
     grads0: np.ndarray  # [W, R] unsharded gradients row (time model)
+    grads: dict | None = None  # section -> [W, R, z] gradient bytes (planner.lifetimes)
 
 
 def _pairs(helds):
@@ -91,8 +93,8 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
     inverse = np.array([first.setdefault(k, len(first)) for k in keys], dtype=np.int64)
     unique = [helds[keys.index(k)] for k in first]
     index, entries, starts = _pairs(unique)
-    rows = {k: np.add.reduceat(v[:, entries], starts, axis=1)
-            for k, v in _row_tables(index, widths, t, zs).items()}
+    raw = _row_tables(index, widths, t, zs)
+    rows = {k: np.add.reduceat(v[:, entries], starts, axis=1) for k, v in raw.items()}
     n_w, n_u, n_z = len(cp), len(unique), len(zs)
     static = np.stack([sum(rows[row, z] for row in ROW_FUNCS) for z in zs], -1)
     unsharded = [z for z in zs if not ZERO_SHARDED[z]]
@@ -106,8 +108,9 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
                                         widths, z)
             if z == 3:
                 comm_z[:, j, k] = _zero3_bytes(largest, t, rt)
+    grads = {k: v[:, inverse] for k, v in section_grads(raw, index, unique, zs).items()}
     return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
-                        rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse])
+                        rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse], grads)
 
 
 def over_widths(fn, widths, zero: int = 0) -> np.ndarray:

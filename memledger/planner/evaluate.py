@@ -13,13 +13,16 @@ test compares every piece's sum with `build_ledger` on thousands of random confi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..units import ceil_div
 from .acts import act_arrays
+from ..ledger import built_model
+from ..specs.loop import resolve_loop
 from .coeffs import block_arrays, static_tables
+from .lifetimes import on_demand_alloc
 from .ranks import pipe_tables, rank_held
 from .space import Group, Space, divisors
 from .spec import PLAN_RECOMPUTE, PlanSpec
@@ -98,11 +101,19 @@ def _axes(spec: PlanSpec):
     return zs, rcs
 
 
-def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None) -> np.ndarray:
+def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None,
+            life=None) -> np.ndarray:
     """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
 
     Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
-    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat."""
+    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat.
+    `life`: on-demand gradients (planner.lifetimes), else the persistent closed form."""
+    if life is not None:
+        fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)
+        alloc = on_demand_alloc(S.transpose(1, 0, 2), fixed, STEP.transpose(1, 0, 2), ba, lD, lM,
+                                fmb, lml, n_dense, n_moe, rcs, life)
+        alloc = np.maximum.reduceat(alloc, seg, axis=0)
+        return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
     has_d, has_m, last_t = lD > 0, lM > 0, lml > 0  # [R, B]
     fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)  # [R, W, Z] comm that is not per-b
     static, step = S.transpose(1, 0, 2), STEP.transpose(1, 0, 2)
@@ -156,15 +167,19 @@ def _group_ms(spec, g: Group):
 
 
 def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
-    m, rt = spec.model, spec.runtime
-    t = spec.base_train()
+    rt, t = spec.runtime, spec.base_train()
+    loop = resolve_loop(rt, t.profile)
+    m = built_model(spec.model, loop)
+    if loop.on_demand:  # planner.lifetimes: single-stage (1F1B) ranks only
+        g = replace(g, pipes=[x for x in g.pipes if x.schedule == "1f1b" and x.vpp == 1])
     per_dp, ms = _group_ms(spec, g)
-    if not len(ms):
+    if not len(ms) or not g.pipes:
         return
-    tables = [pipe_tables(m, pipe, ms) for pipe in g.pipes]
+    tables = [pipe_tables(m, pipe, ms, prune=not loop.on_demand) for pipe in g.pipes]
     seg = np.cumsum([0] + [len(tb.ranks) for tb in tables[:-1]])
     cat = {k: np.concatenate([getattr(tb, k) for tb in tables])
-           for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb")}
+           for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb", "n_mb", "last")}
+    corners = [c for tb in tables for c in tb.corners]
     bubble = np.stack([tb.bubble for tb in tables])
     pipe_cols = _pipe_columns(g.pipes)
     held_cache: dict = {}
@@ -190,9 +205,11 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
                                            cache["bs"])
             ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
             t0 = time.perf_counter()
+            life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
+                        m_b=ms_b, last=cat["last"], corners=corners) if loop.on_demand else None
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
-                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"])
+                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"], life)
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
                                  stt.grads0[rows], stt.weights0[rows], seg)
             out.seconds_eval += time.perf_counter() - t0

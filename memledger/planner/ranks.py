@@ -45,9 +45,14 @@ class PipeTables:
     all_moe: np.ndarray
     all_last: np.ndarray
     bubble: np.ndarray  # [m] bubble fraction
+    n_mb: np.ndarray | None = None  # [candidate, m] micro-batches in flight of its first stage
+    corners: list | None = None  # per candidate: planner.lifetimes.backward_corners
 
 
-def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray) -> PipeTables:
+def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray, prune: bool = True) -> PipeTables:
+    """prune=False keeps every rank: with on-demand gradients the peak is not monotone in the
+    in-flight counts (a rank whose staircase recurs after its first backward carries every
+    gradient there), so the dominance argument below does not hold."""
     p = pipe.parallel()
     stages = stage_layers(m, p)
     dense = np.array([sum(layer_kind(m, i) == "dense" for i in s) for s in stages], dtype=np.int64)
@@ -56,6 +61,7 @@ def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray) -> PipeTables:
     n_r, n_m = pipe.pp, len(ms)
     l_d, l_m = np.zeros((n_r, n_m), np.int64), np.zeros((n_r, n_m), np.int64)
     f_mb, l_mb = np.zeros((n_r, n_m), np.int64), np.zeros((n_r, n_m), np.int64)
+    n_mb = np.zeros((n_r, n_m), np.int64)
     for r in range(n_r):
         limit, flights = in_flight(p, r, SATURATED), None
         for j, mb_count in enumerate(ms.tolist()):
@@ -66,16 +72,22 @@ def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray) -> PipeTables:
             l_m[r, j] = sum(n * moe[s] for s, n in flights)
             f_mb[r, j] = held.get(0, 0) if r == f_rank else 0
             l_mb[r, j] = held.get(last_stage, 0) if r == l_rank else 0
+            n_mb[r, j] = flights[0][1]
     own = [p.rank_stages(r) for r in range(n_r)]
     all_d = np.array([dense[list(s)].sum() for s in own], dtype=np.int64)
     all_m = np.array([moe[list(s)].sum() for s in own], dtype=np.int64)
     first = np.arange(n_r) == f_rank
     last = np.arange(n_r) == l_rank
     keep = _undominated(np.stack([all_d, all_m, first, last], 1),
-                        np.concatenate([l_d, l_m, f_mb, l_mb, l_d > 0, l_m > 0], 1))
+                        np.concatenate([l_d, l_m, f_mb, l_mb, l_d > 0, l_m > 0], 1)) if prune \
+        else np.arange(n_r)
+    from .lifetimes import backward_corners
+    corners = [backward_corners([layer_kind(m, i) for s in p.rank_stages(r) for i in stages[s]])
+               for r in keep.tolist()]
     bubble = np.array([bubble_fraction(p, int(x)) for x in ms], dtype=np.float64)
     return PipeTables(pipe, keep, all_d[keep], all_m[keep], first[keep], last[keep], l_d[keep],
-                      l_m[keep], f_mb[keep], l_mb[keep], all_d, all_m, last, bubble)
+                      l_m[keep], f_mb[keep], l_mb[keep], all_d, all_m, last, bubble, n_mb[keep],
+                      corners)
 
 
 def _undominated(sig: np.ndarray, feat: np.ndarray) -> np.ndarray:
