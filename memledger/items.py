@@ -41,17 +41,23 @@ class RankLedger:
     transfers: tuple = ()  # levelling.Transfer in or out of this rank (remote offload)
     host: object = None  # static_moves.HostSide: static rows moved to host memory
     peak_event: object = None  # timeline.PeakEvent: where in the step the peak happens
-    shape: object = field(default=None, repr=False, compare=False)  # timeline_shape.RankShape
+    lazy_shape: object = field(default=None, repr=False, compare=False)  # RankShape or LazyShape
+
+    @property
+    def shape(self):
+        """timeline_shape.RankShape: the per-layer quantities the timeline moves."""
+        s = self.lazy_shape
+        return s.get() if hasattr(s, "get") else s
 
     @property
     def timeline(self) -> list:
         """The step's events with the bytes alive at each (built on demand: memledger.timeline)."""
         from .timeline import events
-        return events(self.shape) if self.shape is not None else []
+        return events(self.shape) if self.lazy_shape is not None else []
 
     def timeline_json(self) -> dict | None:
         from .timeline import compact
-        return compact(self.timeline, self.shape.static_bytes) if self.shape is not None else None
+        return compact(self.timeline, self.shape.static_bytes) if self.lazy_shape is not None else None
 
     def row(self, name: str) -> int:
         return self.rows[name]

@@ -29,8 +29,8 @@ from .specs.train import TrainSpec
 from .remote import remote_offload
 from .static import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
 from .static_moves import HostSide, move_static, muon_gather_item, opt_partition_params
-from .timeline import rank_peak
-from .timeline_shape import rank_shape
+from .timeline import closed_peak, walked_peak
+from .timeline_shape import LazyShape, rank_shape, transient_classes
 from .units import ceil_div, format_bytes
 from .validate import check_all
 
@@ -264,8 +264,13 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     worst = max(parts.transients, key=lambda i: i.bytes, default=None)
     step = parts.step
     m, p, t, loop = parts.ctx
-    shape = rank_shape(m, p, t, loop, parts, step.bytes)
-    peak_event = rank_peak(shape, sum_rows(parts.items)["activations"])
+    if loop.on_demand:  # walk the events (memledger.timeline)
+        shape = rank_shape(m, p, t, loop, parts, step.bytes)
+        peak_event = walked_peak(shape)
+    else:  # closed form; the events only when asked for (RankLedger.timeline)
+        shape = LazyShape(m, p, t, loop, parts, step.bytes)
+        peak_event = closed_peak(static, fwd_bwd, transient_classes(m, p, t, parts), step.bytes,
+                                 parts.flights)
     peak_alloc = peak_event.bytes
     added = peak_alloc - static - fwd_bwd
     if loop.on_demand:
@@ -284,7 +289,7 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
                       layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),
                       moves=parts.moves, transfers=tuple(transfers), host=parts.host,
-                      peak_event=peak_event, shape=shape)
+                      peak_event=peak_event, lazy_shape=shape)
 
 
 def lifetime_item(shape, pe, added: int) -> Item:

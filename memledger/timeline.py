@@ -140,19 +140,20 @@ def events(sh: RankShape) -> list[Event]:
     return out
 
 
-def closed_peak(sh: RankShape, staircase: int) -> PeakEvent:
-    """Persistent gradients: static + max(staircase + buffers + largest transient, step)."""
-    fwd_bwd = staircase + sh.comm + max(sh.t_fwd, sh.t_fwd_last, sh.t_loss, sh.t_layer)
-    first = min(sh.stages, key=lambda s: (0, -s.stage) if s.in_flight else (1, 0))
-    if fwd_bwd >= sh.step:
-        phase = {sh.t_loss: "loss-backward", sh.t_layer: "backward"}.get(
-            max(sh.t_fwd, sh.t_fwd_last, sh.t_loss, sh.t_layer), "loss-forward")
-        if max(sh.t_fwd, sh.t_fwd_last, sh.t_loss, sh.t_layer) == 0:
-            phase = "backward"
-        layer = first.layers[-1][0] if phase == "backward" and first.layers else -1
-        return PeakEvent(phase, first.stage, layer, first.in_flight - 1 if phase == "loss-forward"
-                         else 0, -1, sh.static_bytes + sh.grads + fwd_bwd)
-    return PeakEvent("optimizer-step", -1, -1, -1, -1, sh.static_bytes + sh.grads + sh.step)
+def closed_peak(static_bytes: int, fwd_bwd: int, tr, step: int, flights) -> PeakEvent:
+    """Persistent gradients: static + max(staircase + buffers + largest transient, step).
+    `static_bytes` includes the gradients; `flights` names the first backward's stage."""
+    top = fwd_bwd + tr.largest
+    if top < step:
+        return PeakEvent("optimizer-step", -1, -1, -1, -1, static_bytes + step)
+    stage = max((s for s, n in flights if n), default=-1)
+    n = dict(flights).get(stage, 0)
+    if tr.largest == 0 or tr.largest == tr.layer:
+        return PeakEvent("backward", stage, -1, 0, -1, static_bytes + top)
+    if tr.largest == tr.loss:
+        return PeakEvent("loss-backward", stage, -1, 0, -1, static_bytes + top)
+    return PeakEvent("loss-forward" if tr.largest == tr.fwd_last else "forward", stage, -1,
+                     n - 1, -1, static_bytes + top)
 
 
 def walked_peak(sh: RankShape) -> PeakEvent:
@@ -160,11 +161,6 @@ def walked_peak(sh: RankShape) -> PeakEvent:
     i = max(range(len(evs)), key=lambda j: (evs[j].live(sh.static_bytes), -j))
     e = evs[i]
     return PeakEvent(e.phase, e.stage, e.layer, e.micro_batch, i, e.live(sh.static_bytes))
-
-
-def rank_peak(sh: RankShape, staircase: int) -> PeakEvent:
-    """The peak event: closed form for persistent gradients, the walked events otherwise."""
-    return walked_peak(sh) if sh.on_demand else closed_peak(sh, staircase)
 
 
 def describe(pe: PeakEvent) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .act_rows import autocast_cache
 from .params import layer_groups, layer_kind, padded_vocab
@@ -97,7 +98,46 @@ def _grads_by_section(items) -> Counter:
     return out
 
 
-def rank_shape(m, p, t, loop, parts, step_bytes: int) -> RankShape:
+class Transients(NamedTuple):
+    fwd: int  # forward working set at the end of every forward (amp's cast cache)
+    fwd_last: int  # the last stage's forward working set (logits, upcast, cast cache)
+    loss: int  # loss backward (logits gradients)
+    layer: int  # recompute working set during a layer's backward
+
+    @property
+    def largest(self) -> int:
+        return max(self)
+
+
+def transient_classes(m, p, t, parts) -> Transients:
+    """Split the rank's transient candidates (act_rows.activation_transients) by the event
+    that carries them."""
+    t_cache = getattr(autocast_cache(m, p, t, parts.flights), "bytes", 0)
+    t_fwd = t_loss = t_layer = 0
+    for x in parts.transients:
+        if x.name.startswith("forward working set"):
+            t_fwd = x.bytes
+        elif x.name.startswith("recompute working set"):
+            t_layer = max(t_layer, x.bytes)
+        else:
+            t_loss = max(t_loss, x.bytes)
+    holds_last = parts.r == last_stage_rank(p)
+    return Transients(min(t_cache, t_fwd), t_fwd if holds_last else 0, t_loss, t_layer)
+
+
+class LazyShape:
+    """rank_shape computed on first use: the persistent-gradient peak needs none of it."""
+
+    def __init__(self, *args):
+        self.args, self.value = args, None
+
+    def get(self) -> RankShape:
+        if self.value is None:
+            self.value = rank_shape(*self.args)
+        return self.value
+
+
+def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
     """The timeline inputs of one rank (parts: ledger.RankParts)."""
     stages = stage_layers(m, p)
     flights = dict(parts.flights)
@@ -124,24 +164,16 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int) -> RankShape:
         placed_g += loss_g + end_g
         out.append(StageShape(stage=s, in_flight=flights.get(s, 0), layers=tuple(layers),
                               first_acts=first, last_acts=last, end_grads=end_g, loss_grads=loss_g))
-    rows = Counter()
-    for i in parts.items:
-        rows[i.row] += i.bytes
+    if rows is None:
+        rows = Counter()
+        for i in parts.items:
+            rows[i.row] += i.bytes
     staircase = sum(st.in_flight * st.acts_per_mb for st in out)
-    t_cache = getattr(autocast_cache(m, p, t, parts.flights), "bytes", 0)
-    t_fwd = t_loss = t_layer = 0
-    for x in parts.transients:
-        if x.name.startswith("forward working set"):
-            t_fwd = x.bytes
-        elif x.name.startswith("recompute working set"):
-            t_layer = max(t_layer, x.bytes)
-        else:
-            t_loss = max(t_loss, x.bytes)
-    holds_last = parts.r == last_stage_rank(p)
+    tr = transient_classes(m, p, t, parts)
     return RankShape(
         r=parts.r, schedule=p.schedule, pp=p.pp, micro_batches=t.micro_batches,
         on_demand=loop.on_demand, stages=tuple(out), fixed_acts=rows["activations"] - staircase,
         static_bytes=rows["weights"] + rows["optimizer"], grads=rows["gradients"],
         other_grads=rows["gradients"] - placed_g, comm=rows["communication"],
-        t_fwd=min(t_cache, t_fwd), t_fwd_last=t_fwd if holds_last else 0, t_loss=t_loss,
-        t_layer=t_layer, step=step_bytes, step_name="")
+        t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
+        step_name="")
