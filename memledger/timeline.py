@@ -117,7 +117,7 @@ def events(sh: RankShape) -> list[Event]:
             if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):
                 acts += st.last_acts
                 out.append(Event("loss-forward", s, k, -1, grads, acts, comm, sh.t_fwd_last))
-            elif sh.t_fwd and out:
+            elif sh.t_fwd and st.layers:
                 out[-1] = out[-1]._replace(transient=sh.t_fwd)
             continue
         first_time = on_demand and s not in started
@@ -157,10 +157,55 @@ def closed_peak(static_bytes: int, fwd_bwd: int, tr, step: int, flights) -> Peak
 
 
 def walked_peak(sh: RankShape) -> PeakEvent:
-    evs = events(sh)
-    i = max(range(len(evs)), key=lambda j: (evs[j].live(sh.static_bytes), -j))
-    e = evs[i]
-    return PeakEvent(e.phase, e.stage, e.layer, e.micro_batch, i, e.live(sh.static_bytes))
+    """max over `events(sh)` without building them: within an action the events are monotone
+    (a forward grows, a backward that allocates nothing shrinks) except in each stage's first
+    backward under on-demand gradients, which is walked layer by layer. Same maximum, same
+    event (the first one reaching it), in O(actions)."""
+    by_stage = {s.stage: s for s in sh.stages}
+    last = max(by_stage)
+    grads = 0 if sh.on_demand else sh.grads
+    acts, comm, started = sh.fixed_acts, sh.comm, set()
+    best, at = None, None
+
+    def see(level, where):
+        nonlocal best, at
+        if best is None or level > best:
+            best, at = level, where
+
+    for kind, s, k in action_order(sh):
+        st = by_stage[s]
+        loss = bool(st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last))
+        if kind == "F":
+            acts += st.first_acts + sum(a for _, a, _ in st.layers)
+            if loss:
+                acts += st.last_acts
+                see(grads + acts + comm + sh.t_fwd_last, ("loss-forward", s, k, -1))
+            elif st.layers:
+                see(grads + acts + comm + sh.t_fwd, ("forward", s, k, st.layers[-1][0]))
+            continue
+        first_time = sh.on_demand and s not in started
+        if first_time and not started:
+            grads += sh.other_grads
+        started.add(s)
+        if loss:
+            grads += st.loss_grads if first_time else 0
+            see(grads + acts + comm + sh.t_loss, ("loss-backward", s, k, -1))
+        if first_time:
+            for i, a, g in reversed(st.layers):
+                grads += g
+                see(grads + acts + comm + sh.t_layer, ("backward", s, k, i))
+                acts -= a
+        else:
+            if st.layers:
+                see(grads + acts + comm + sh.t_layer, ("backward", s, k, st.layers[-1][0]))
+            acts -= sum(a for _, a, _ in st.layers)
+        grads += st.end_grads if first_time else 0
+        acts -= st.first_acts + st.last_acts
+        if not st.layers and not loss:
+            see(grads + acts + comm, ("backward", s, k, -1))
+    see(sh.grads + sh.step, ("optimizer-step", -1, -1, -1))
+    phase, s, k, i = at
+    return PeakEvent(phase, s, i, k, -1, sh.static_bytes + best)
 
 
 def describe(pe: PeakEvent) -> str:
