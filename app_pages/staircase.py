@@ -1,15 +1,18 @@
-"""Pipeline staircase: every pipeline rank's ledger, early ranks full, late ranks empty (seed 1)."""
+"""Pipeline staircase: every pipeline rank's ledger, early ranks full, late ranks empty (seed 1),
+and the step timeline of one rank (memory after every event of the training step)."""
 import streamlit as st
 
 from memledger.specs.parallel import SCHEDULES
+from memledger.timeline import describe as describe_peak
 from memledger.views import charts, sidebar, tables, ui
+from memledger.views.timeline_charts import timeline_chart
 from memledger.views.compute import ledger_for, schedule_ledgers
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
 
 DEFAULT_COMPARE = ("1f1b", "interleaved", "zb-v", "dualpipev")
 MAX_PANELS = 4  # more panels are too narrow to read
-SPECS = (PageParam("compare", False),
+SPECS = (PageParam("compare", False), PageParam("rank", -1, limits=(-1, 1023)),
          PageParam("schedules", DEFAULT_COMPARE, choices=tuple(SCHEDULES), multi=True,
                    max_items=MAX_PANELS))
 
@@ -40,6 +43,23 @@ else:
     fig = charts.staircase(led, hw)
 ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led)
 
+st.subheader("Memory over one training step")
+loop = led.loop.name if led.loop else "auto"
+st.caption(f"Training loop **{loop}** (sidebar → Training loop; *auto* follows the activation "
+           "profile: hf runs plain PyTorch, megatron/paper the Megatron loop). Each event is a "
+           "layer's forward or backward for one micro-batch in the schedule's order, then the "
+           "optimizer step and zero_grad; the rows are stacked as they are alive after it. "
+           "The staircase above is what this timeline holds at each rank's first backward.")
+ranks = list(range(len(led.ranks)))
+rank = st.selectbox("Pipeline rank", ranks, key="pg_rank",
+                    index=ranks.index(led.most_loaded_rank) if res.page["rank"] < 0
+                    else min(res.page["rank"], len(ranks) - 1),
+                    format_func=lambda r: f"rank {r}" + (" (most loaded)" if r == led.most_loaded_rank else ""))
+pe = led.ranks[rank].peak_event
+st.markdown(f"Peak allocated on rank {rank}: **{led.ranks[rank].peak_allocated_bytes / 2**30:.2f} GiB** "
+            f"at the {describe_peak(pe)}.")
+ui.chart(timeline_chart(led, rank), ui.stem(res, f"timeline_rank{rank}"), key="timeline_chart")
+
 per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",
                        icon=":material/table_rows:", key="ranks_open", on_change="rerun")
 if per_rank.open:
@@ -49,4 +69,5 @@ if per_rank.open:
                                                 "peak total (GiB)")})
 
 sidebar.draw(res)
-ui.finish(res, SPECS, {"compare": compare, "schedules": chosen}, share=share)
+ui.finish(res, SPECS, {"compare": compare, "schedules": chosen,
+                      "rank": -1 if rank == led.most_loaded_rank else rank}, share=share)

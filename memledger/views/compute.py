@@ -12,17 +12,16 @@ from ..ledger import Ledger, build_ledger
 from ..params import n_params
 from ..presets.policies import apply_policy
 from ..specs import ModelSpec, ParallelSpec, TrainSpec
-from ..specs.runtime import RuntimeSpec
 from ..textbook import SEED_EXAMPLES
 from .options import problem, with_value
-from .state import Config, hardware, to_specs
+from .state import Config, hardware, runtime, to_specs
 
 
 @lru_cache(maxsize=256)
 def ledger_for(m: ModelSpec, cfg: Config) -> Ledger:
     """The ledger of a valid configuration (raises SpecError on an invalid one)."""
     par, train = to_specs(cfg, m)
-    return build_ledger(m, par, train, hardware=hardware(cfg))
+    return build_ledger(m, par, train, runtime(cfg), hardware=hardware(cfg))
 
 
 @lru_cache(maxsize=64)
@@ -32,7 +31,7 @@ def policy_ledger(m: ModelSpec, cfg: Config, a2a: str = "dynamic", preset: str |
     recompute structure and rules, then `rules` on top. Raises SpecError when the policy is not
     valid here (e.g. offload to later ranks without pipeline parallelism)."""
     par, train = to_specs(cfg, m)
-    return build_ledger(m, par, apply_policy(train, preset, dict(rules)), RuntimeSpec(a2a=a2a),
+    return build_ledger(m, par, apply_policy(train, preset, dict(rules)), runtime(cfg, a2a=a2a),
                         hardware(cfg))
 
 

@@ -17,6 +17,7 @@ from ..activations import get_profile
 from ..errors import SpecError
 from ..presets import GPUS
 from ..specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
+from ..specs.runtime import LOOP_CHOICES
 from ..specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from ..validate import check_all
 from .state import LAYOUT_WORDS, Config, to_specs
@@ -65,6 +66,7 @@ CANDIDATES = {
     "profile": lambda m, c: tuple(PROFILES),
     "attention": lambda m, c: tuple(ATTENTION_IMPLS),
     "recompute": lambda m, c: tuple(RECOMPUTE),
+    "loop": lambda m, c: LOOP_CHOICES,
     "gpu": lambda m, c: tuple(GPUS),
     "seq": _seq_candidates,
 }

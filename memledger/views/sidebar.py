@@ -14,6 +14,7 @@ import streamlit as st
 from ..errors import SpecError
 from ..presets import GPUS, MODELS
 from ..specs.parallel import SCHEDULES
+from ..specs.loop import LOOPS
 from ..specs.train import OPTIMIZERS, RECIPES
 from ..units import gib
 from .model_codec import PREFIX, decode_model, encode_model
@@ -61,6 +62,10 @@ HELP = {
     "recompute": "Activation recomputation: *selective* re-runs attention core, norms and "
                  "activation functions; *full* keeps only each layer's input; *every-k* keeps "
                  "every ⌈√L⌉-th layer's input (Chen et al. 2016).",
+    "loop": "Which framework runs the step, and so when memory is alive: *auto* follows the "
+            "profile (hf → plain PyTorch, megatron/paper → Megatron). "
+            + " ".join(f"*{k}*: {v.grad_lifetime} gradients, {v.optimizer_impl} optimizer, MTP "
+                       f"{v.mtp}." for k, v in LOOPS.items()),
 }
 
 
@@ -153,6 +158,7 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
     _choice("optimizer", "Optimizer", res)
     if with_recompute:
         _choice("recompute", "Recompute", res)
+        _choice("loop", "Training loop", res)
     _choice("profile", "Activation profile", res)
     _choice("attention", "Attention kernel", res)
 
