@@ -5,17 +5,18 @@ loss forward (last stage), the loss backward, each layer's backward, the optimiz
 zero_grad. Each event records the bytes alive at its high point:
   forward layer   after its saved tensors are added (a forward only grows memory)
   loss forward    + the forward working set (logits and their fp32 upcast, amp's cast cache)
-  loss backward   + the logits gradients; head/MTP gradients allocated (on-demand)
+  loss backward   + the logits gradients; then the head/MTP gradients are allocated
+                  (on-demand) and the last stage's tensors (final norm, logits) are freed
   backward layer  its gradients allocated (on-demand, first backward of the stage only) and
                   the recompute working set, *before* its saved tensors are freed (they are
-                  read by the backward); the stage's first/last-stage tensors go at its end
+                  read by the backward); the first-stage tensors go at the stage's end
   optimizer step  every gradient + the step's temporaries; activations and communication
                   buffers are free (DESIGN.md §2 refinement, docs/design-notes.md 1)
   zero_grad       gradients freed (set_to_none: on-demand) or kept (persistent)
 peak_allocated is the maximum over events. With persistent gradients that maximum is the
 closed form static + max(staircase + buffers + largest transient, step temporaries): the
 activations never exceed the staircase held at the first backward and every transient meets
-it there. With on-demand gradients (PyTorch's zero_grad(set_to_none=True), default since 2.0)
+it there (the recompute working set net of the last stage's tensors, freed just before). With on-demand gradients (PyTorch's zero_grad(set_to_none=True), default since 2.0)
 the first backward of each stage starts with no gradient and allocates them layer by layer
 while freeing that layer's activations — the events are walked.
 Order (per rank, m micro-batches, n = its in-flight count): gpipe: all forwards, then all
@@ -125,14 +126,15 @@ def events(sh: RankShape) -> list[Event]:
             grads += sh.other_grads
         started.add(s)
         if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):
-            grads += st.loss_grads if first_time else 0
             out.append(Event("loss-backward", s, k, -1, grads, acts, comm, sh.t_loss))
+        grads += st.loss_grads if first_time else 0  # the head's gradient follows the loss's
+        acts -= st.last_acts
         for i, a, g in reversed(st.layers):
             grads += g if first_time else 0
             out.append(Event("backward", s, k, i, grads, acts, comm, sh.t_layer))
             acts -= a
         grads += st.end_grads if first_time else 0
-        acts -= st.first_acts + st.last_acts
+        acts -= st.first_acts
         if out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
     out.append(Event("optimizer-step", -1, -1, -1, sh.grads, 0, 0, sh.step))
@@ -142,13 +144,15 @@ def events(sh: RankShape) -> list[Event]:
 
 def closed_peak(static_bytes: int, fwd_bwd: int, tr, step: int, flights) -> PeakEvent:
     """Persistent gradients: static + max(staircase + buffers + largest transient, step).
-    `static_bytes` includes the gradients; `flights` names the first backward's stage."""
+    `static_bytes` includes the gradients; `flights` names the first backward's stage. The
+    recompute working set meets the staircase less the last stage's tensors (freed by the loss
+    backward): tr.layer is passed net of them (timeline_shape.transient_classes)."""
     top = fwd_bwd + tr.largest
     if top < step:
         return PeakEvent("optimizer-step", -1, -1, -1, -1, static_bytes + step)
     stage = max((s for s, n in flights if n), default=-1)
     n = dict(flights).get(stage, 0)
-    if tr.largest == 0 or tr.largest == tr.layer:
+    if tr.largest == 0 or tr.largest == tr.layer - tr.last_acts:
         return PeakEvent("backward", stage, -1, 0, -1, static_bytes + top)
     if tr.largest == tr.loss:
         return PeakEvent("loss-backward", stage, -1, 0, -1, static_bytes + top)
@@ -188,8 +192,9 @@ def walked_peak(sh: RankShape) -> PeakEvent:
             grads += sh.other_grads
         started.add(s)
         if loss:
-            grads += st.loss_grads if first_time else 0
             see(grads + acts + comm + sh.t_loss, ("loss-backward", s, k, -1))
+        grads += st.loss_grads if first_time else 0
+        acts -= st.last_acts
         if first_time:
             for i, a, g in reversed(st.layers):
                 grads += g
@@ -200,7 +205,7 @@ def walked_peak(sh: RankShape) -> PeakEvent:
                 see(grads + acts + comm + sh.t_layer, ("backward", s, k, st.layers[-1][0]))
             acts -= sum(a for _, a, _ in st.layers)
         grads += st.end_grads if first_time else 0
-        acts -= st.first_acts + st.last_acts
+        acts -= st.first_acts
         if not st.layers and not loss:
             see(grads + acts + comm, ("backward", s, k, -1))
     see(sh.grads + sh.step, ("optimizer-step", -1, -1, -1))

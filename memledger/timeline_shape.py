@@ -58,6 +58,14 @@ class RankShape:
     step: int  # optimizer-step temporaries
     step_name: str
 
+    @property
+    def feasible(self) -> bool:
+        """Whether the staircase (schedules.in_flight) can be reached by running m micro-batches:
+        interleaved with m < pp asks for more micro-batches of a chunk than exist, or none of
+        another (Megatron-Core requires m divisible by pp there). The events of an infeasible
+        rank run the in-flight counts as given and may rise above the staircase."""
+        return all(1 <= s.in_flight <= self.micro_batches for s in self.stages)
+
 
 def _per_layer_acts(moves, kinds) -> tuple[dict, int, dict]:
     """(bytes per layer-micro-batch by kind, checkpoint bytes each, stage-section bytes/mb)."""
@@ -103,10 +111,13 @@ class Transients(NamedTuple):
     fwd_last: int  # the last stage's forward working set (logits, upcast, cast cache)
     loss: int  # loss backward (logits gradients)
     layer: int  # recompute working set during a layer's backward
+    last_acts: int = 0  # last-stage tensors of one micro-batch, freed before the layers' backward
 
     @property
     def largest(self) -> int:
-        return max(self)
+        """The most a transient adds to the staircase (the recompute set meets it less the
+        last stage's tensors)."""
+        return max(self.fwd, self.fwd_last, self.loss, self.layer - self.last_acts, 0)
 
 
 def transient_classes(m, p, t, parts) -> Transients:
@@ -122,7 +133,15 @@ def transient_classes(m, p, t, parts) -> Transients:
         else:
             t_loss = max(t_loss, x.bytes)
     holds_last = parts.r == last_stage_rank(p)
-    return Transients(min(t_cache, t_fwd), t_fwd if holds_last else 0, t_loss, t_layer)
+    # the first backward starts with the loss only if the last stage has a micro-batch in flight
+    loss_first = holds_last and dict(parts.flights).get(p.n_stages - 1, 0) > 0
+    last = last_stage_acts(m, p, t, parts.moves) if loss_first and t_layer else 0
+    return Transients(min(t_cache, t_fwd), t_fwd if holds_last else 0, t_loss, t_layer, last)
+
+
+def last_stage_acts(m, p, t, moves) -> int:
+    """One micro-batch's last-stage tensors (final norm, head input, log-probs, head cast)."""
+    return sum(mv.gpu_bytes for mv in moves if mv.section == "last stage") + _head_cast(m, p, t)
 
 
 class LazyShape:

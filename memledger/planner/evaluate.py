@@ -128,8 +128,10 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
             act = ((lD + lM) * ba.layer_input)[:, None]
             cache_d, cache_m = ba.cast_cache  # amp: the forward's cast cache joins the logits
             fwd = last_t * ba.logits_fwd + (n_dense * cache_d + n_moe * cache_m)[:, None]
+            # the recompute set meets the staircase less the last stage's tensors (timeline)
+            freed = last_t * (ba.last + ba.autocast[rc][2])
             worst = np.maximum(np.maximum(has_d[:, None] * ba.full["dense"][None],
-                                          has_m[:, None] * ba.full["moe"][None]),
+                                          has_m[:, None] * ba.full["moe"][None]) - freed[:, None],
                                np.maximum(last_t * ba.logits, fwd)[:, None])
         else:
             act = lD[:, None] * keep["dense", rc] + lM[:, None] * keep["moe", rc]

@@ -5,11 +5,12 @@ Per rank (one stage, n micro-batches in flight at its first backward, m per step
 S0 = static rows without gradients, C = buffers, A = the staircase, T_F / T_loss / T_layer the
 forward working set, the loss-backward and the per-layer (recompute) transients:
   warm-up end        S0 + C + A + T_F                       (no gradient exists yet)
-  loss backward      S0 + C + A + G_other + G_head + T_loss   (last stage)
-  layer k backward   S0 + C + A + G_other + G_head + Σ_{i<k}(g_i − a_i) + g_k + T_layer
-                     (layers in reverse; linear within a run of one kind: its ends suffice)
-  steady state       S0 + G + C + A + max(T)               if m > n (the staircase recurs)
-  second backward    S0 + G + C + A − a_mb + max(T_loss, T_layer)   if m = n ≥ 2
+  loss backward      S0 + C + A + G_other + T_loss           (last stage)
+  layer k backward   S0 + C + A − L + G_other + G_head + Σ_{i<k}(g_i − a_i) + g_k + T_layer
+                     (layers in reverse; linear within a run of one kind: its ends suffice;
+                     L: the last stage's tensors of the micro-batch, freed by the loss backward)
+  steady state       S0 + G + C + max(A + T_F, A + T_loss, A − L + T_layer)   if m > n
+  second backward    S0 + G + C + A − a_mb + max(T_loss, T_layer − L)         if m = n ≥ 2
   optimizer step     S0 + G + step temporaries
 Interleaved and V-shaped ranks hold several stages; their walked timeline has no vectorised
 form here, so the planner leaves those shapes out under an on-demand loop.
@@ -82,11 +83,15 @@ def on_demand_alloc(static, fixed, step, ba, lD, lM, fmb, lml, n_dense, n_moe, r
         a_mb = (n_dense[:, None, None] * aD[None] + n_moe[:, None, None] * aM[None]
                 + (first * ba.first)[:, None, :] + ((lml > 0) * (ba.last + cast_last))[:, None, :])
         base = S0[..., None] + comm + acts[:, :, None, :]  # [R, W, Z, B]
-        t_all = np.maximum(np.maximum(t_fwd, t_loss), t_layer)[:, :, None, :]
+        freed = ((lml > 0) * (ba.last + cast_last))[:, None, :]  # [R, 1, B]
+        t_net = t_layer - freed
+        t_all = np.maximum(np.maximum(t_fwd, t_loss), t_net)[:, :, None, :]
         warm = base + t_fwd[:, :, None, :]
-        start = base + (G - gD * n_dense[:, None, None] - gM * n_moe[:, None, None] - g["embedding"]
-                        )[..., None]  # + other and head gradients: allocated at the first event
-        best = np.maximum(warm, np.where(last[:, None, None, None], start + t_loss[:, :, None, :], warm))
+        other = (G - gD * n_dense[:, None, None] - gM * n_moe[:, None, None] - g["embedding"]
+                 - head)[..., None]
+        best = np.maximum(warm, np.where(last[:, None, None, None],
+                                         base + other + t_loss[:, :, None, :], warm))
+        start = base + other + head[..., None] - freed[:, :, None, :]
         for j in range(max(len(c) for c in corners)):
             nd = np.array([c[min(j, len(c) - 1)][0] if c else 0 for c in corners], np.int64)
             nm = np.array([c[min(j, len(c) - 1)][1] if c else 0 for c in corners], np.int64)
@@ -99,7 +104,7 @@ def on_demand_alloc(static, fixed, step, ba, lD, lM, fmb, lml, n_dense, n_moe, r
         full = base + G[..., None]
         restore = full + t_all
         second = full - a_mb[:, :, None, :] + np.maximum(
-            t_loss, has_layers[:, None, None] * t_layer)[:, :, None, :]
+            t_loss, np.where(has_layers[:, None, None], t_net, t_loss))[:, :, None, :]
         more = (m_b[None, :] > n_in)[:, None, None, :]
         again = ((m_b[None, :] == n_in) & (n_in >= 2))[:, None, None, :]
         fb = np.where(more, restore, np.where(again, np.maximum(best, second), best))

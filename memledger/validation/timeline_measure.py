@@ -1,0 +1,148 @@
+"""Measure a training step's timeline with the allocation tracker and line it up with the
+ledger's predicted events (torch lazily; CPU or GPU).
+
+One step of a validation case under a loop (`LoopRun`: zero_grad to None or not, AdamW fused /
+foreach / for-loop, HF gradient checkpointing via the case's recompute) is run twice; the second
+is measured inside `tracker.LiveBytes` with marks after each decoder layer's forward (forward
+hook) and backward (full backward hook), after each micro-batch's loss, after the optimizer
+step and after zero_grad. Static bytes (weights, optimizer states and, when they persist,
+gradients) exist before the mode is entered and are added to every mark.
+The prediction at a mark is the bytes alive *after* the matching event of
+`memledger.timeline.events`: the event's high point minus its transient, minus the layer's
+activations for a backward event (freed once the layer's backward ends).
+"""
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, replace
+
+from ..ledger import build_ledger
+from ..hf_config import from_hf_config
+from ..specs import ParallelSpec
+from ..specs.runtime import RuntimeSpec
+from .cases import Case
+
+
+@dataclass(frozen=True)
+class LoopRun:
+    """How the measured loop runs: the knobs `memledger validate` covers."""
+
+    name: str
+    set_to_none: bool = True
+    optimizer_impl: str = "foreach"  # fused | foreach | for-loop
+
+    def runtime(self) -> RuntimeSpec:
+        return RuntimeSpec(cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0,
+                           loop="pytorch", optimizer_impl=self.optimizer_impl,
+                           grad_lifetime="on-demand" if self.set_to_none else "persistent")
+
+
+LOOP_RUNS = (LoopRun("set_to_none foreach"), LoopRun("set_to_none fused", optimizer_impl="fused"),
+             LoopRun("set_to_none for-loop", optimizer_impl="for-loop"),
+             LoopRun("persistent foreach", set_to_none=False))
+
+
+def predicted_marks(case: Case, run: LoopRun, device: str = "cpu") -> list[tuple[str, int]]:
+    """(mark label, bytes alive after the matching event) from the ledger's timeline."""
+    led = build_ledger(from_hf_config(case.config, name=case.name), ParallelSpec(schedule="gpipe"),
+                       case.train(device), run.runtime())
+    r = led.ranks[0]
+    sh = r.shape
+    acts = {i: a for st in sh.stages for i, a, _ in st.layers}
+    out = []
+    for e in r.timeline:
+        after = e.live(sh.static_bytes) - e.transient
+        if e.phase == "forward":
+            out.append((f"F{e.micro_batch}.{e.layer}", after))
+        elif e.phase == "loss-forward":
+            out.append((f"loss{e.micro_batch}", after))
+        elif e.phase == "backward" and e.layer >= 0:
+            out.append((f"B{e.micro_batch}.{e.layer}", after - acts[e.layer]))
+        elif e.phase in ("optimizer-step", "zero-grad"):
+            out.append((e.phase, after))
+    return out
+
+
+def _optimizer(model, run: LoopRun):
+    import torch
+    impl = {"fused": dict(fused=True), "foreach": dict(foreach=True),
+            "for-loop": dict(foreach=False)}[run.optimizer_impl]
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **impl)
+
+
+def measure_marks(case: Case, run: LoopRun, device: str = "cpu") -> dict:
+    """Measured bytes at every mark of the second step, the tracker's peak and static bytes."""
+    import torch
+
+    from .measure import _batches, _forward, _tensor_bytes, build_model
+    from .tracker import LiveBytes
+    gc.collect()
+    model = build_model(case, device)
+    opt = _optimizer(model, run)
+    batches = _batches(case, model.config.vocab_size, device)
+    for loss in _forward(model, case, batches):
+        loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=run.set_to_none)
+    static = sum(_tensor_bytes(p) for p in model.parameters()) + \
+        sum(_tensor_bytes(v) for s in opt.state.values() for v in s.values()
+            if isinstance(v, torch.Tensor) and v.dim()) + \
+        sum(_tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None)
+    existing = [*model.parameters(), *model.buffers(), *batches,
+                *(p.grad for p in model.parameters() if p.grad is not None),
+                *(v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor))]
+    tr = LiveBytes(existing)
+    layers = model.model.layers
+    state = {"mb": 0}
+    hooks = []
+    for i, layer in enumerate(layers):
+        # hooks must return None (a value would replace the layer's output / input grads)
+        hooks.append(layer.register_forward_hook(
+            lambda mod, a, o, i=i: tr.mark(f"F{state['mb']}.{i}") and None))
+        hooks.append(layer.register_full_backward_hook(
+            lambda mod, gi, go, i=i: tr.mark(f"B{state['mb']}.{i}") and None))
+    try:
+        with tr:
+            losses = []
+            for k, x in enumerate(batches):
+                state["mb"] = k
+                losses += _forward(model, case, [x])
+                tr.mark(f"loss{k}")
+            for k, loss in enumerate(losses):
+                state["mb"] = k
+                (loss / len(batches)).backward()
+                losses[k] = None
+            del loss, losses
+            opt.step()
+            tr.mark("optimizer-step")
+            opt.zero_grad(set_to_none=run.set_to_none)
+            tr.mark("zero-grad")
+    finally:
+        for h in hooks:
+            h.remove()
+    out = {"static": static, "marks": [(k, static + v) for k, v in tr.marks],
+           "peak_allocated": static + tr.peak_bytes, "peak_at": tr.peak_label}
+    del model, opt, batches
+    gc.collect()
+    return out
+
+
+def compare(case: Case, run: LoopRun, device: str = "cpu") -> dict:
+    """Predicted vs measured at every mark both have (the last measurement of a label wins:
+    a layer re-run by gradient checkpointing marks its forward again inside the backward)."""
+    measured = measure_marks(case, run, device)
+    got = dict(measured["marks"])
+    pred = predicted_marks(case, run, device)
+    rows = [(k, p, got[k]) for k, p in pred if k in got]
+    led = build_ledger(from_hf_config(case.config, name=case.name), ParallelSpec(schedule="gpipe"),
+                       case.train(device), run.runtime())
+    return {"case": case.name, "loop": run.name, "rows": rows,
+            "peak_predicted": led.ranks[0].peak_allocated_bytes,
+            "peak_measured": measured["peak_allocated"], "peak_at": measured["peak_at"]}
+
+
+def with_runs(case: Case) -> list[tuple[Case, LoopRun]]:
+    return [(case, run) for run in LOOP_RUNS]
+
+
+__all__ = ["LoopRun", "LOOP_RUNS", "compare", "measure_marks", "predicted_marks", "replace"]
