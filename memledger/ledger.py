@@ -173,7 +173,12 @@ def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
 
 
 def _largest_local(held: list[Held], p) -> int:
-    return max((ceil_div(h.group.count, shard_divisor(h.group, p)) for h in held), default=0)
+    """The largest parameter tensor on the rank: one matrix of a group (transformers keeps
+    q/k/v and gate/up apart), but all experts of a layer at once (its fused 3-D tensors)."""
+    def size(g):
+        n = g.rows * g.cols if g.matrix and not g.expert else g.count
+        return ceil_div(n, shard_divisor(g, p))
+    return max((size(h.group) for h in held), default=0)
 
 
 def for_loop_temporaries(held: list[Held], p, t) -> Item:

@@ -4,7 +4,7 @@ ledger's predicted events (torch lazily; CPU or GPU).
 One step of a validation case under a loop (`LoopRun`: zero_grad to None or not, AdamW fused /
 foreach / for-loop, HF gradient checkpointing via the case's recompute) is run twice; the second
 is measured inside `tracker.LiveBytes` with marks after each decoder layer's forward (forward
-hook) and backward (full backward hook), after each micro-batch's loss, after the optimizer
+hook) and backward (its input norm's gradient accumulated), after each micro-batch's loss, after the optimizer
 step and after zero_grad. Static bytes (weights, optimizer states and, when they persist,
 gradients) exist before the mode is entered and are added to every mark.
 The prediction at a mark is the bytes alive *after* the matching event of
@@ -99,8 +99,9 @@ def measure_marks(case: Case, run: LoopRun, device: str = "cpu") -> dict:
         # hooks must return None (a value would replace the layer's output / input grads)
         hooks.append(layer.register_forward_hook(
             lambda mod, a, o, i=i: tr.mark(f"F{state['mb']}.{i}") and None))
-        hooks.append(layer.register_full_backward_hook(
-            lambda mod, gi, go, i=i: tr.mark(f"B{state['mb']}.{i}") and None))
+        # a layer's backward ends with its input norm's gradient: mark when it is accumulated
+        hooks.append(layer.input_layernorm.weight.register_post_accumulate_grad_hook(
+            lambda p, i=i: tr.mark(f"B{state['mb']}.{i}") and None))
     try:
         with tr:
             losses = []
@@ -128,15 +129,15 @@ def measure_marks(case: Case, run: LoopRun, device: str = "cpu") -> dict:
 
 
 def compare(case: Case, run: LoopRun, device: str = "cpu") -> dict:
-    """Predicted vs measured at every mark both have (the last measurement of a label wins:
+    """Predicted vs measured at every mark both have (the first measurement of a label counts:
     a layer re-run by gradient checkpointing marks its forward again inside the backward)."""
     measured = measure_marks(case, run, device)
-    got = dict(measured["marks"])
+    got = dict(reversed(measured["marks"]))
     pred = predicted_marks(case, run, device)
     rows = [(k, p, got[k]) for k, p in pred if k in got]
     led = build_ledger(from_hf_config(case.config, name=case.name), ParallelSpec(schedule="gpipe"),
                        case.train(device), run.runtime())
-    return {"case": case.name, "loop": run.name, "rows": rows,
+    return {"case": case.name, "loop": run.name, "rows": rows, "marks": measured["marks"],
             "peak_predicted": led.ranks[0].peak_allocated_bytes,
             "peak_measured": measured["peak_allocated"], "peak_at": measured["peak_at"]}
 
