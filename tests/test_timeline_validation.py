@@ -44,3 +44,16 @@ def test_set_to_none_frees_every_gradient_and_persistent_keeps_them():
     off = dict(compare(case, RUNS["persistent foreach"])["marks"])
     grads = off["zero-grad"] - on["zero-grad"]
     assert grads == off["F0.0"] - on["F0.0"] > 0  # alive from the start of the step, or not
+
+
+def test_the_stored_timeline_runs_are_re_predicted_within_the_bars():
+    import json
+    from pathlib import Path
+
+    from memledger.validation.timeline_report import GRID, rescore_timeline
+    doc = json.loads((Path(__file__).parents[1] / "validation" / "timeline-cpu.json").read_text())
+    records = rescore_timeline(doc)
+    assert len(records) == len(GRID) == 24
+    assert all(r["ok"] for r in records), [(r["case"], r["loop"]) for r in records if not r["ok"]]
+    assert max(r["worst_mark"] for r in records) < 0.03
+    assert max(abs(r["peak_error"]) for r in records) < 0.05  # the aim

@@ -148,3 +148,15 @@ def test_downloads_carry_exact_bytes_of_the_rows_shown():
     assert {r["row"] for r in body["records"]} == {"weights"}
     assert all(isinstance(r["measured_bytes"], int) for r in body["records"])
     assert body["environments"][0]["environment"].startswith("GPU: NVIDIA H200")
+
+
+def test_the_timeline_overlay_opens_on_demand(app_test):
+    at = ok(app_test(PAGE).run())
+    assert len(figures(at)) == 1  # the parity plot only, until the expander opens
+    at.session_state["timeline_open"] = True
+    figs = figures(ok(at.run()))
+    assert len(figs) == 2
+    names = {tr["name"] for tr in figs[1]["data"]}
+    assert {"measured", "peak", "Gradients"} <= names
+    at.selectbox(key="pg_tl_run").set_value(3).run()
+    assert "persistent foreach" in figures(ok(at))[1]["layout"]["title"]["text"]

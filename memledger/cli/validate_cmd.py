@@ -18,6 +18,10 @@ def add(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     p.add_argument("--rescore", metavar="JSON", default=None,
                    help="re-predict a stored run's measurements with the current ledger (no torch)")
+    p.add_argument("--timeline", action="store_true",
+                   help="measure the step timeline event by event (CPU cases × zero_grad to None "
+                        "or not × AdamW foreach/fused/for-loop × checkpointing); writes "
+                        "<out>/timeline-<device>.json")
     p.set_defaults(run=run)
 
 
@@ -41,6 +45,9 @@ def run(args) -> int:
     if args.rescore:
         return rescore_file(Path(args.rescore))
     device = _device(args.device)
+    if args.timeline:
+        from .timeline_validate import run_timeline
+        return run_timeline(device, args.out)
     pool = GPU_CASES if device == "cuda" else CPU_CASES
     cases = cases_named(args.cases.split(",") if args.cases else None, pool=GPU_CASES + CPU_CASES) \
         if args.cases else pool
@@ -68,6 +75,9 @@ def rescore_file(path: Path) -> int:
     from ..validation.report import rescore, worst_by_row
     try:
         doc = json.loads(path.read_text())
+        if "runs" in doc:  # a timeline result (validate --timeline)
+            from .timeline_validate import print_records
+            return print_records(doc)
         records = rescore(doc)
     except (OSError, ValueError, KeyError) as e:
         raise SpecError("rescore", f"cannot read a validation result from {path}: {e}") from None

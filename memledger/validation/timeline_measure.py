@@ -46,20 +46,22 @@ def predicted_marks(case: Case, run: LoopRun, device: str = "cpu") -> list[tuple
     """(mark label, bytes alive after the matching event) from the ledger's timeline."""
     led = build_ledger(from_hf_config(case.config, name=case.name), ParallelSpec(schedule="gpipe"),
                        case.train(device), run.runtime())
+    return [(label, after) for label, after in event_marks(led) if label]
+
+
+def event_marks(led) -> list[tuple[str | None, int]]:
+    """(mark label or None, bytes alive after the event) for every event of rank 0."""
     r = led.ranks[0]
     sh = r.shape
     acts = {i: a for st in sh.stages for i, a, _ in st.layers}
     out = []
     for e in r.timeline:
         after = e.live(sh.static_bytes) - e.transient
-        if e.phase == "forward":
-            out.append((f"F{e.micro_batch}.{e.layer}", after))
-        elif e.phase == "loss-forward":
-            out.append((f"loss{e.micro_batch}", after))
-        elif e.phase == "backward" and e.layer >= 0:
-            out.append((f"B{e.micro_batch}.{e.layer}", after - acts[e.layer]))
-        elif e.phase in ("optimizer-step", "zero-grad"):
-            out.append((e.phase, after))
+        label = {"forward": f"F{e.micro_batch}.{e.layer}", "loss-forward": f"loss{e.micro_batch}",
+                 "optimizer-step": "optimizer-step", "zero-grad": "zero-grad"}.get(e.phase)
+        if e.phase == "backward" and e.layer >= 0:
+            label, after = f"B{e.micro_batch}.{e.layer}", after - acts[e.layer]
+        out.append((label, after))
     return out
 
 

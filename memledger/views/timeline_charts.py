@@ -80,7 +80,8 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
         text=[f"peak {gib(r.peak_allocated_bytes):.2f} GiB"], textposition="top center",
         hovertemplate=f"peak allocated %{{y:.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
     if measured is not None:
-        fig.add_trace(go.Scatter(x=x[:len(measured)], y=[gib(v) for v in measured], name="measured",
+        fig.add_trace(go.Scatter(x=x[:len(measured)], y=[None if v is None else gib(v) for v in measured],
+                                 name="measured", connectgaps=True,
                                  mode="lines", line=dict(color=PEAK_COLOR, dash="dot", width=2)))
     loop = led.loop.name if led.loop else "?"
     fig.update_layout(
