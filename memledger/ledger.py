@@ -90,8 +90,18 @@ def move_dict(mv) -> dict:
             "recompute_flops_per_micro_batch": mv.recompute_flops_per_micro_batch}
 
 
-def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Held]:
-    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules."""
+def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int,
+                loop: LoopSpec | None = None) -> list[Held]:
+    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules. Under Muon
+    with a loop that keeps experts as 3-D tensors, expert groups are not Muon matrices."""
+    held = _held_groups(m, p, t, r)
+    if loop is not None and loop.muon_experts == "adamw" and t.optimizer == "muon":
+        held = [replace(h, group=replace(h.group, matrix=False)) if h.group.expert and h.group.matrix
+                else h for h in held]
+    return held
+
+
+def _held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Held]:
     stages = stage_layers(m, p)
     layers = [i for s in p.rank_stages(r) for i in stages[s]]
     held: list[Held] = []
@@ -243,7 +253,7 @@ class RankParts:
 
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loop = resolve_loop(rt, t.profile)
-    held = held_groups(m, p, t, r)
+    held = held_groups(m, p, t, r, loop)
     flights = in_flight(p, r, t.micro_batches)
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0

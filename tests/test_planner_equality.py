@@ -81,6 +81,9 @@ SCENARIOS = {
     "on-demand, chunked loss, for-loop AdamW, mixed16 cast": dict(
         model="qwen3-30b-a3b", worlds=(16,), seq=2048, global_batch=16, precision="mixed16",
         runtime=RuntimeSpec(loop="pytorch", loss="chunked", optimizer_impl="for-loop")),
+    "muon with HF's 3-D experts left to AdamW, on-demand": dict(
+        model="qwen3-30b-a3b", worlds=(16,), seq=2048, global_batch=16, optimizer="muon",
+        profile="hf", runtime=RuntimeSpec(loop="hf-trainer"), constraints=Constraints(max_vpp=2)),
     "on-demand, alternating dense/MoE layers (run ends)": dict(
         model=load_hf_config(Path(__file__).parent / "fixtures" / "hf" /
                              "tiny-deepseek-v3-moe-layer-freq-2.json"),

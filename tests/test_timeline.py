@@ -208,3 +208,16 @@ def test_cli_names_a_bad_loop_or_knob_in_one_line():
                               *args], capture_output=True, text=True)
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
         assert any(w in out.stderr for w in ("loop", "grad-lifetime", "optimizer_impl"))
+
+
+def test_muon_leaves_fused_3d_experts_to_adamw_unless_the_loop_splits_them():
+    m = model("qwen3-30b-a3b")
+    t = TrainSpec(seq=1024, optimizer="muon", precision="bf16")
+    par = ParallelSpec(ep=8, dp=8)
+    split = build_ledger(m, par, t, RuntimeSpec(loop="pytorch", muon_experts="split")).ranks[0]
+    fused = build_ledger(m, par, t, RuntimeSpec(loop="pytorch")).ranks[0]  # transformers: 3-D
+    experts = sum(g.count for g in __import__("memledger.params", fromlist=["x"]).layer_groups(m, "moe")
+                  if g.expert) * m.n_moe_layers // 8
+    # AdamW keeps two bf16 moments where Muon keeps one momentum buffer
+    assert fused.rows["optimizer"] - split.rows["optimizer"] == 2 * experts
+    assert fused.rows["weights"] == split.rows["weights"]

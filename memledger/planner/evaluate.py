@@ -187,7 +187,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
     held_cache: dict = {}
     for tp in np.unique(g.tp).tolist():
         in_tp = np.flatnonzero(g.tp == tp)
-        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache)]
+        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop)]
         cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
         stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
                                               cols(g.etp)), zs)

@@ -21,8 +21,12 @@ The ledger's rows say *what* lives on a GPU; the loop says *when*. Five knobs:
                               largest local tensor during the step
 Presets set them together (each with its source); "auto" follows the activation profile:
 `hf`/`hf-cpu`/traced profiles run the plain-PyTorch loop, the others Megatron's.
-Not modelled: Muon's 2-D-only coverage of fused 3-D expert tensors (the optimizer rows assign
-Muon per matrix group), FSDP2's unsharded-gradient lifetime under ZeRO-3.
+  muon_experts    split       Muon orthogonalises each expert's 2-D matrix (Megatron-Core keeps
+                              one weight per expert: TE GroupedLinear weight0..weightN)
+                  adamw       torch.optim.Muon takes 2-D parameters only; transformers 5.24 fuses
+                              a layer's experts into 3-D tensors, so they fall back to AdamW
+                              (two states instead of one) unless the loop splits them
+Not modelled: FSDP2's unsharded-gradient lifetime under ZeRO-3.
 """
 from __future__ import annotations
 
@@ -36,8 +40,9 @@ OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 LOSSES = ("materialized", "chunked")
 MTP = ("built", "skipped")
 MASTER_GRADS = ("in-place", "cast-per-tensor")
+MUON_EXPERTS = ("split", "adamw")
 KNOBS = {"grad_lifetime": GRAD_LIFETIMES, "optimizer_impl": OPTIMIZER_IMPLS, "loss": LOSSES,
-         "mtp": MTP, "master_grads": MASTER_GRADS}
+         "mtp": MTP, "master_grads": MASTER_GRADS, "muon_experts": MUON_EXPERTS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +53,7 @@ class LoopSpec:
     loss: str = "materialized"
     mtp: str = "built"
     master_grads: str = "in-place"
+    muon_experts: str = "split"
     source: str = ""
 
     def __post_init__(self):
@@ -60,16 +66,16 @@ class LoopSpec:
 
 
 LOOPS: dict[str, LoopSpec] = {x.name: x for x in (
-    LoopSpec(name="pytorch", grad_lifetime="on-demand", optimizer_impl="foreach",
+    LoopSpec(name="pytorch", muon_experts="adamw", grad_lifetime="on-demand", optimizer_impl="foreach",
              loss="materialized", mtp="skipped", master_grads="cast-per-tensor",
              source="torch 2.13: Optimizer.zero_grad(set_to_none=True) (torch/optim/optimizer.py); "
                     "AdamW defaults to foreach on CUDA (_default_to_fused_or_foreach); the "
                     "transformers model's own loss (fp32 logits)"),
-    LoopSpec(name="hf-trainer", grad_lifetime="on-demand", optimizer_impl="fused",
+    LoopSpec(name="hf-trainer", muon_experts="adamw", grad_lifetime="on-demand", optimizer_impl="fused",
              loss="materialized", mtp="skipped", master_grads="cast-per-tensor",
              source="transformers 5.24 Trainer: optim defaults to adamw_torch_fused for torch>=2.8 "
                     "(training_args.py), model.zero_grad() sets grads to None (trainer.py)"),
-    LoopSpec(name="torchtitan", grad_lifetime="on-demand", optimizer_impl="fused",
+    LoopSpec(name="torchtitan", muon_experts="adamw", grad_lifetime="on-demand", optimizer_impl="fused",
              loss="materialized", mtp="skipped", master_grads="in-place",
              source="torchtitan: optimizer.implementation='fused' (config/job_config.py), "
                     "optimizers.zero_grad() to None, FSDP2 reduce_dtype fp32, no MTP module, "
@@ -78,7 +84,7 @@ LOOPS: dict[str, LoopSpec] = {x.name: x for x in (
              loss="materialized", mtp="built", master_grads="in-place",
              source="Megatron-Core: contiguous main-grad buffer (distributed/param_and_grad_buffer.py),"
                     " TE/Apex FusedAdam, MultiTokenPredictionBlock built from mtp_num_layers"),
-    LoopSpec(name="deepspeed", grad_lifetime="persistent", optimizer_impl="fused",
+    LoopSpec(name="deepspeed", muon_experts="adamw", grad_lifetime="persistent", optimizer_impl="fused",
              loss="materialized", mtp="skipped", master_grads="in-place",
              source="DeepSpeed ZeRO-1/2: contiguous_gradients buffer, FusedAdam (ops/adam), "
                     "bf16 optimizer keeps fp32 grad partitions; HF model (no MTP)"),

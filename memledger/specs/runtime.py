@@ -23,6 +23,7 @@ GRAD_LIFETIMES = ("auto", "persistent", "on-demand")
 LOSSES = ("auto", "materialized", "chunked")
 MTP_CHOICES = ("auto", "built", "skipped")
 MASTER_GRADS = ("auto", "in-place", "cast-per-tensor")
+MUON_EXPERTS = ("auto", "split", "adamw")
 LOOP_CHOICES = ("auto", "pytorch", "hf-trainer", "torchtitan", "megatron", "deepspeed")
 ZERO3_IMPLS = ("fsdp", "deepspeed")
 MUON_GATHER = ("on-demand", "full")
@@ -61,6 +62,7 @@ class RuntimeSpec:
     loss: str = "auto"  # materialized | chunked (fused linear cross-entropy)
     mtp: str = "auto"  # built | skipped (multi-token-prediction modules)
     master_grads: str = "auto"  # in-place | cast-per-tensor (fp32 copy at step time)
+    muon_experts: str = "auto"  # split | adamw (3-D expert tensors fall back to AdamW)
     optimizer_offload: bool = False  # ZeRO-Offload: master + states and the step on the CPU
     grad_offload: bool = False  # gradient shards on the CPU, a two-chunk double buffer on the GPU
     grad_offload_chunk_params: int = 0  # chunk of the double buffer; 0 = bucket_params
@@ -89,6 +91,7 @@ class RuntimeSpec:
         require_choice("loss", self.loss, LOSSES)
         require_choice("mtp", self.mtp, MTP_CHOICES)
         require_choice("master_grads", self.master_grads, MASTER_GRADS)
+        require_choice("muon_experts", self.muon_experts, MUON_EXPERTS)
         require_choice("muon_gather", self.muon_gather, MUON_GATHER)
         if self.grad_offload and not self.optimizer_offload:
             raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
