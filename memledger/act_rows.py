@@ -121,9 +121,10 @@ def kind_decisions(m, kind: str, t, p) -> tuple:
                  for x, _ in layer_tensors(m, kind, t, p))
 
 
-def activation_moves(m, p, t, flights, first: int, last: int) -> list[TensorMove]:
+def activation_moves(m, p, t, flights, first: int, last: int, chunked_loss: bool = False) -> list[TensorMove]:
     """Every saved tensor of the rank and its storage decision. `first`/`last`: micro-batches of
-    the first/last stage held on this rank (0 if it does not hold that stage)."""
+    the first/last stage held on this rank (0 if it does not hold that stage). chunked_loss: a
+    fused linear cross-entropy (Liger) keeps no logits-sized tensor (class "logits")."""
     prof = get_profile(t.profile)
     if t.recompute in ("full", "every-k"):
         moves = _structural_moves(m, p, t, flights)
@@ -142,6 +143,8 @@ def activation_moves(m, p, t, flights, first: int, last: int) -> list[TensorMove
     for section, held, tensors in (("first stage", first, prof.first_stage(m, t, p)),
                                    ("last stage", last, prof.last_stage(m, t, p))):
         for x in tensors if held else ():
+            if chunked_loss and x.cls == "logits":
+                continue
             moves.append(decide(x, m, t, p, section=section, copies=held, per_mb=1, in_layer=False,
                                 base_formula=f"{held} micro-batches × {formula(x, m, t, p)}"))
     return moves

@@ -259,7 +259,7 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
     items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
-    moves = activation_moves(m, p, t, flights, first, last)
+    moves = activation_moves(m, p, t, flights, first, last, loop.loss == "chunked")
     items += activation_items(m, p, t, flights, first, last, moves)
     items += comm_items(m, p, t, rt, held)
     stages = stage_layers(m, p)

@@ -3,8 +3,8 @@
 An allocation tracker (memledger.validation.tracker, a TorchDispatchMode following storages)
 measures the bytes alive after each decoder layer's forward and backward, each loss, the
 optimizer step and zero_grad; the ledger's timeline predicts each of them. Loops covered:
-zero_grad to None or not, AdamW foreach / fused / for-loop, HF gradient checkpointing, dense,
-MoE (fused 3-D experts) and MLA+MoE models."""
+zero_grad to None or not, AdamW foreach / fused / for-loop, HF gradient checkpointing, the
+model's fp32 loss or a chunked (checkpointed) one, dense, MoE (fused 3-D experts) and MLA+MoE."""
 from dataclasses import replace
 
 import pytest
@@ -23,6 +23,7 @@ GRID = [(CASES["llama-tiny bf16"], RUNS[r]) for r in RUNS] + [
     (CHECKPOINTED, RUNS["set_to_none foreach"]),
     (CASES["mixtral-tiny bf16"], RUNS["set_to_none fused"]),
     (CASES["deepseek-v3-tiny bf16"], RUNS["persistent foreach"]),
+    (CASES["qwen3-moe-tiny bf16"], RUNS["set_to_none fused chunked-loss"]),
 ]
 
 
@@ -53,7 +54,7 @@ def test_the_stored_timeline_runs_are_re_predicted_within_the_bars():
     from memledger.validation.timeline_report import GRID, rescore_timeline
     doc = json.loads((Path(__file__).parents[1] / "validation" / "timeline-cpu.json").read_text())
     records = rescore_timeline(doc)
-    assert len(records) == len(GRID) == 24
+    assert len(records) == len(GRID) == 29
     assert all(r["ok"] for r in records), [(r["case"], r["loop"]) for r in records if not r["ok"]]
     assert max(r["worst_mark"] for r in records) < 0.03
     assert max(abs(r["peak_error"]) for r in records) < 0.05  # the aim

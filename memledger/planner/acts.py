@@ -70,7 +70,8 @@ def _columns(m, t, tp, cp, etp, b, loss: str = "materialized") -> dict:
     tv = VecTrain(t, micro_batch=b, recompute="none")
     out["layer_input"] = _gpu(prof.layer_input(m, tv, pv), m, tv, pv, False)
     out["first"] = sum((_gpu(x, m, tv, pv, False) for x in prof.first_stage(m, tv, pv)), 0)
-    out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)), 0)
+    out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)
+                       if loss == "materialized" or x.cls != "logits"), 0)  # chunked: no logits
     out["logits"], out["logits_fwd"] = 0, 0
     for x in prof.transients(m, tv, pv) if loss == "materialized" else ():  # chunked: no logits
         if x.cls == "forward":  # summed into the forward working set (act_rows)

@@ -30,16 +30,38 @@ class LoopRun:
     name: str
     set_to_none: bool = True
     optimizer_impl: str = "foreach"  # fused | foreach | for-loop
+    loss: str = "materialized"  # materialized (the model's loss) | chunked (chunked_loss)
 
     def runtime(self) -> RuntimeSpec:
         return RuntimeSpec(cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0,
-                           loop="pytorch", optimizer_impl=self.optimizer_impl,
+                           loop="pytorch", optimizer_impl=self.optimizer_impl, loss=self.loss,
                            grad_lifetime="on-demand" if self.set_to_none else "persistent")
 
 
 LOOP_RUNS = (LoopRun("set_to_none foreach"), LoopRun("set_to_none fused", optimizer_impl="fused"),
              LoopRun("set_to_none for-loop", optimizer_impl="for-loop"),
-             LoopRun("persistent foreach", set_to_none=False))
+             LoopRun("persistent foreach", set_to_none=False),
+             LoopRun("set_to_none fused chunked-loss", optimizer_impl="fused", loss="chunked"))
+CHUNKS = 8
+
+
+def chunked_loss(model, x, chunks: int = CHUNKS):
+    """Cross-entropy over sequence chunks, each chunk's head + loss checkpointed: the logits of
+    one chunk exist at a time (in forward, and again in backward), none is saved — what a
+    fused linear cross-entropy (Liger) achieves with one kernel."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    h = model.model(input_ids=x).last_hidden_state[:, :-1]
+    labels = x[:, 1:]
+    head = model.get_output_embeddings()
+
+    def part(hc, yc):
+        logits = head(hc).float()
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), yc.flatten(),
+                                                 reduction="sum")
+    total = sum(checkpoint(part, hc, yc, use_reentrant=False)
+                for hc, yc in zip(h.chunk(chunks, 1), labels.chunk(chunks, 1)))
+    return total / labels.numel()
 
 
 def predicted_marks(case: Case, run: LoopRun, device: str = "cpu") -> list[tuple[str, int]]:
@@ -82,8 +104,8 @@ def measure_marks(case: Case, run: LoopRun, device: str = "cpu") -> dict:
     model = build_model(case, device)
     opt = _optimizer(model, run)
     batches = _batches(case, model.config.vocab_size, device)
-    for loss in _forward(model, case, batches):
-        loss.backward()
+    for x in batches:
+        (chunked_loss(model, x) if run.loss == "chunked" else _forward(model, case, [x])[0]).backward()
     opt.step()
     opt.zero_grad(set_to_none=run.set_to_none)
     static = sum(_tensor_bytes(p) for p in model.parameters()) + \
@@ -109,7 +131,7 @@ def measure_marks(case: Case, run: LoopRun, device: str = "cpu") -> dict:
             losses = []
             for k, x in enumerate(batches):
                 state["mb"] = k
-                losses += _forward(model, case, [x])
+                losses += [chunked_loss(model, x)] if run.loss == "chunked" else _forward(model, case, [x])
                 tr.mark(f"loss{k}")
             for k, loss in enumerate(losses):
                 state["mb"] = k

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..validation.timeline_report import CASES, MARK_BAR, PEAK_BAR, ledger_for, measured_by_event, rescore_timeline
-from ..validation.timeline_measure import LoopRun
+from ..validation.timeline_report import (CASES, MARK_BAR, PEAK_BAR, ledger_for, measured_by_event,
+                                          rescore_timeline, stored_run)
 from .timeline_charts import timeline_chart
 
 
@@ -37,7 +37,7 @@ def summary(doc: dict) -> str:
 def overlay(doc: dict, index: int):
     """The predicted timeline of one stored run with its measured marks as a line."""
     x = doc["runs"][index]
-    run = LoopRun(x["loop"], x["set_to_none"], x["optimizer_impl"])
+    run = stored_run(x)
     led = ledger_for(CASES[x["case"]], run, doc.get("environment", {}).get("device", "cpu"))
     fig = timeline_chart(led, 0, measured=measured_by_event(led, x["marks"]))
     fig.update_layout(title_text=f"Predicted timeline and measured bytes: {x['case']}, {x['loop']}")
