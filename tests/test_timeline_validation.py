@@ -58,3 +58,25 @@ def test_the_stored_timeline_runs_are_re_predicted_within_the_bars():
     assert all(r["ok"] for r in records), [(r["case"], r["loop"]) for r in records if not r["ok"]]
     assert max(r["worst_mark"] for r in records) < 0.03
     assert max(abs(r["peak_error"]) for r in records) < 0.05  # the aim
+
+
+def test_muon_state_with_fused_3d_experts_is_what_the_hf_loop_predicts():
+    # torch.optim.Muon takes 2-D parameters only: transformers' 3-D expert tensors go to AdamW
+    from memledger import ParallelSpec, build_ledger
+    from memledger.hf_config import from_hf_config
+    from memledger.specs.runtime import RuntimeSpec
+    from memledger.validation.measure import Stepper, _batches, _forward, build_model
+    case = replace(CASES["qwen3-moe-tiny bf16"], optimizer="muon")
+    model = build_model(case, "cpu")
+    stepper = Stepper(model, case)
+    for loss in _forward(model, case, _batches(case, model.config.vocab_size, "cpu")):
+        loss.backward()
+    stepper.step()
+    measured = stepper.state_bytes()
+
+    def predicted(experts):
+        led = build_ledger(from_hf_config(case.config), ParallelSpec(schedule="gpipe"),
+                           case.train("cpu"), RuntimeSpec(loop="pytorch", muon_experts=experts))
+        return led.ranks[0].rows["optimizer"]
+    assert abs(predicted("adamw") - measured) <= 64  # the optimizers' scalar step counters
+    assert predicted("split") < 0.7 * measured
