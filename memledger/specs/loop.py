@@ -124,10 +124,25 @@ def loop_kwargs(args) -> dict:
     return {"loop": args.loop, **{k: getattr(args, k) for k in KNOBS}}
 
 
-@lru_cache(maxsize=1024)
+_RESOLVED: dict = {}
+
+
 def resolve_loop(rt, profile: str) -> LoopSpec:
     """The concrete loop of a RuntimeSpec: its preset (auto: by profile) with every knob that is
-    not "auto" set on top. Raises SpecError for combinations no framework runs."""
+    not "auto" set on top. Raises SpecError for combinations no framework runs. Cached by the
+    spec's identity: an lru_cache would compare ~30 fields on every hit, several per rank."""
+    hit = _RESOLVED.get((id(rt), profile))
+    if hit is not None and hit[0] is rt:
+        return hit[1]
+    loop = _resolve(rt, profile)
+    if len(_RESOLVED) > 4096:
+        _RESOLVED.clear()
+    _RESOLVED[id(rt), profile] = (rt, loop)
+    return loop
+
+
+@lru_cache(maxsize=1024)
+def _resolve(rt, profile: str) -> LoopSpec:
     base = loop_preset(default_loop_name(profile) if rt.loop == "auto" else rt.loop)
     knobs = {k: getattr(rt, k) for k in KNOBS if getattr(rt, k) != "auto"}
     if rt.optimizer_offload and knobs.get("optimizer_impl") in ("fused", "foreach"):
