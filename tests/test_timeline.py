@@ -221,3 +221,11 @@ def test_muon_leaves_fused_3d_experts_to_adamw_unless_the_loop_splits_them():
     # AdamW keeps two bf16 moments where Muon keeps one momentum buffer
     assert fused.rows["optimizer"] - split.rows["optimizer"] == 2 * experts
     assert fused.rows["weights"] == split.rows["weights"]
+
+
+def test_help_states_that_the_loop_follows_the_profile():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "memledger", "ledger", "--help"],
+                         capture_output=True, text=True).stdout
+    assert "defaults follow --profile" in out and "--loop" in out and "--muon-experts" in out
