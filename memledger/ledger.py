@@ -9,7 +9,7 @@ rows always sum to peak_total.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import comm
@@ -23,13 +23,14 @@ from .sharding import shard_divisor
 from .specs.hardware import Hardware
 from .specs.model import ModelSpec
 from .specs.parallel import ParallelSpec
-from .specs.loop import LoopSpec, resolve_loop
+from .specs.loop import LoopSpec, built_model, resolve_loop
 from .specs.runtime import RuntimeSpec
 from .specs.train import TrainSpec
 from .remote import remote_offload
 from .static import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
+from .optimizer_step import for_loop_temporaries, muon_coverage, with_master_cast
 from .static_moves import HostSide, move_static, muon_gather_item, opt_partition_params
-from .timeline import closed_peak, walked_peak
+from .timeline import closed_peak, lifetime_item, walked_peak
 from .timeline_shape import LazyShape, rank_shape, transient_classes
 from .units import ceil_div, format_bytes
 from .validate import check_all
@@ -92,16 +93,8 @@ def move_dict(mv) -> dict:
 
 def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int,
                 loop: LoopSpec | None = None) -> list[Held]:
-    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules. Under Muon
-    with a loop that keeps experts as 3-D tensors, expert groups are not Muon matrices."""
-    held = _held_groups(m, p, t, r)
-    if loop is not None and loop.muon_experts == "adamw" and t.optimizer == "muon":
-        held = [replace(h, group=replace(h.group, matrix=False)) if h.group.expert and h.group.matrix
-                else h for h in held]
-    return held
-
-
-def _held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Held]:
+    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules (the loop
+    decides which optimizer owns the experts: optimizer_step.muon_coverage)."""
     stages = stage_layers(m, p)
     layers = [i for s in p.rank_stages(r) for i in stages[s]]
     held: list[Held] = []
@@ -118,7 +111,7 @@ def _held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[He
             held += [Held("mtp", g, m.n_mtp_layers) for g in mtp_groups(m)]
             if not first:  # MTP re-embeds tokens: the last stage keeps an embedding copy
                 held += [Held("mtp", g, 1) for g in embedding_groups(m, vocab)[:1]]
-    return held
+    return muon_coverage(held, t, loop)
 
 
 @lru_cache(maxsize=65536)
@@ -180,37 +173,6 @@ def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
         ns = Item("runtime", f"optimizer step: {muon.name} + newton-schulz", ns.bytes + muon.bytes,
                   f"{muon.formula}; {ns.formula}", muon.source)
     return max(base, ns, key=lambda i: i.bytes)
-
-
-def _largest_local(held: list[Held], p) -> int:
-    """The largest parameter tensor on the rank: one matrix of a group (transformers keeps
-    q/k/v and gate/up apart), but all experts of a layer at once (its fused 3-D tensors)."""
-    def size(g):
-        n = g.rows * g.cols if g.matrix and not g.expert else g.count
-        return ceil_div(n, shard_divisor(g, p))
-    return max((size(h.group) for h in held), default=0)
-
-
-def for_loop_temporaries(held: list[Held], p, t) -> Item:
-    """torch.optim for-loop AdamW (_single_tensor_adam): denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
-    holds the sqrt and the quotient of one tensor at once — two copies of the largest one."""
-    fmt = t.opt.fixed_fmt or t.recipe.state_fmt
-    n = _largest_local(held, p)
-    return Item("runtime", "optimizer-step temporaries", 2 * format_bytes(fmt, n),
-                f"for-loop step: sqrt and quotient ({fmt}) of the largest tensor, {n} params",
-                "torch 2.13 torch/optim/adam.py _single_tensor_adam")
-
-
-def with_master_cast(base: Item, held: list[Held], p, t, loop) -> Item:
-    """cast-per-tensor: low-precision grads become fp32 master grads one tensor at a time
-    (master.grad = p.grad.float()), alive while that tensor's update runs."""
-    r = t.recipe
-    if loop.master_grads != "cast-per-tensor" or not r.master_fmt or r.grad_fmt == r.master_fmt:
-        return base
-    n = _largest_local(held, p)
-    cast = format_bytes(r.master_fmt, n)
-    return base._replace(name=base.name + " + master-grad cast", bytes=base.bytes + cast,
-                         formula=f"{base.formula}; + {r.master_fmt} cast of the largest grad ({n})")
 
 
 def muon_workspace(held: list[Held], t: TrainSpec) -> Item:
@@ -307,16 +269,6 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
                       peak_event=peak_event, lazy_shape=shape)
 
 
-def lifetime_item(shape, pe, added: int) -> Item:
-    """On-demand gradients: the rows hold every byte of the step, the peak event fewer (or a
-    transient more); this runtime item is the difference, so the rows still sum to peak_total."""
-    where = f"{pe.phase}" + (f" stage {pe.stage}" if pe.stage >= 0 else "") + \
-        (f" layer {pe.layer}" if pe.layer >= 0 else "") + \
-        (f" micro-batch {pe.micro_batch}" if pe.micro_batch >= 0 else "")
-    return Item("runtime", f"lifetimes at the peak ({where})", added,
-                "timeline: transient at the peak minus the gradients not yet allocated and the "
-                "activations/buffers already freed there", "memledger.timeline (on-demand grads)")
-
 
 def build_rank(m, p, t, rt, r: int) -> RankLedger:
     return finalize(rank_parts(m, p, t, rt, r), rt)
@@ -338,9 +290,4 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
                   ranks=ranks, n_params=n_params(model) + mtp,
                   n_active_params=n_active_params(model), loop=loop)
-
-
-def built_model(m: ModelSpec, loop: LoopSpec) -> ModelSpec:
-    """The model the loop's framework instantiates: without MTP modules unless it builds them."""
-    return m if loop.mtp == "built" or not m.n_mtp_layers else replace(m, n_mtp_layers=0)
 

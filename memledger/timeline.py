@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .items import Item
 from .timeline_shape import RankShape
 
 
@@ -231,3 +232,11 @@ def compact(evs: list[Event], static_bytes: int) -> dict:
             "columns": ["phase", "stage", "micro_batch", "layer", "gradients", "activations",
                         "communication", "transient"],
             "events": [[phases.index(e.phase), *e[1:]] for e in evs]}
+
+
+def lifetime_item(shape, pe, added: int) -> Item:
+    """On-demand gradients: the rows hold every byte of the step, the peak event fewer (or a
+    transient more); this runtime item is the difference, so the rows still sum to peak_total."""
+    return Item("runtime", f"lifetimes at the peak ({describe(pe)})", added,
+                "timeline: transient at the peak minus the gradients not yet allocated and the "
+                "activations/buffers already freed there", "memledger.timeline (on-demand grads)")

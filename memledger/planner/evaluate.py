@@ -19,8 +19,7 @@ import numpy as np
 
 from ..units import ceil_div
 from .acts import act_arrays
-from ..ledger import built_model
-from ..specs.loop import resolve_loop
+from ..specs.loop import built_model, resolve_loop
 from .coeffs import block_arrays, static_tables
 from .lifetimes import on_demand_alloc
 from .ranks import pipe_tables, rank_held

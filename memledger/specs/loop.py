@@ -150,3 +150,9 @@ def _resolve(rt, profile: str) -> LoopSpec:
                                           "optimizer_offload the step runs on the CPU "
                                           "(DeepSpeedCPUAdam); leave it auto or use for-loop")
     return replace(base, name=base.name if not knobs else f"{base.name}+custom", **knobs)
+
+
+def built_model(m, loop: LoopSpec):
+    """The model (ModelSpec) the loop's framework instantiates: without MTP modules unless it
+    builds them."""
+    return m if loop.mtp == "built" or not m.n_mtp_layers else replace(m, n_mtp_layers=0)

@@ -14,7 +14,7 @@ activations for a backward event (freed once the layer's backward ends).
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..ledger import build_ledger
 from ..hf_config import from_hf_config
@@ -164,10 +164,3 @@ def compare(case: Case, run: LoopRun, device: str = "cpu") -> dict:
     return {"case": case.name, "loop": run.name, "rows": rows, "marks": measured["marks"],
             "peak_predicted": led.ranks[0].peak_allocated_bytes,
             "peak_measured": measured["peak_allocated"], "peak_at": measured["peak_at"]}
-
-
-def with_runs(case: Case) -> list[tuple[Case, LoopRun]]:
-    return [(case, run) for run in LOOP_RUNS]
-
-
-__all__ = ["LoopRun", "LOOP_RUNS", "compare", "measure_marks", "predicted_marks", "replace"]
