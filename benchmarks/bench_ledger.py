@@ -46,15 +46,24 @@ def clear_caches():
                 obj.cache_clear()
 
 
-def bench(case, repeat=50, cold=True, clock=time.perf_counter):
+def bench(case, repeat=50, cold=True, clock=time.perf_counter, timeline=False):
+    """timeline=True: also build every rank's explicit step timeline (the JSON / chart path)."""
     times = []
     for _ in range(repeat):
         if cold:
             clear_caches()
         t0 = clock()
-        build_ledger(*case)
+        led = build_ledger(*case)
+        if timeline:
+            for r in led.ranks:
+                r.timeline
         times.append(clock() - t0)
     return statistics.median(times) * 1e3
+
+
+def with_loop(case, loop):
+    from memledger.specs.runtime import RuntimeSpec
+    return (*case, RuntimeSpec(loop=loop))
 
 
 if __name__ == "__main__":
@@ -62,3 +71,9 @@ if __name__ == "__main__":
         # process CPU time is robust to other jobs on a shared machine; wall time is what users feel
         print(f"{name}: cold {bench(case):.2f} ms wall / {bench(case, clock=time.process_time):.2f} ms CPU, "
               f"warm {bench(case, cold=False):.2f} ms wall per full ledger (median of 50)")
+        full = (bench(case, clock=time.process_time, timeline=True),
+                bench(case, cold=False, clock=time.process_time, timeline=True))
+        walked = with_loop(case, "pytorch")  # on-demand gradients: the peak walks the events
+        on_demand = (bench(walked, clock=time.process_time), bench(walked, cold=False, clock=time.process_time))
+        print(f"  + every rank's explicit timeline: cold {full[0]:.2f} / warm {full[1]:.2f} ms CPU; "
+              f"loop pytorch (walked peak): cold {on_demand[0]:.2f} / warm {on_demand[1]:.2f} ms CPU")

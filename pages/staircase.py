@@ -1,4 +1,5 @@
-"""Pipeline staircase: every pipeline rank's ledger, early ranks full, late ranks empty (seed 1)."""
+"""Pipeline staircase: every pipeline rank's ledger, early ranks full, late ranks empty (seed 1),
+and the step timeline of one rank (memory after every event of the training step)."""
 import streamlit as st
 
 from memledger.specs.parallel import SCHEDULES
@@ -8,13 +9,14 @@ from memledger.views.frame import page_frame
 from memledger.views.staircase import charts
 from memledger.views.staircase import stages as staircase_stages
 from memledger.views.staircase import tables as stair_tables
+from memledger.views.staircase.timeline_charts import peak_sentence, timeline_chart
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
 
 page_frame("staircase")
 DEFAULT_COMPARE = ("1f1b", "interleaved", "zb-v", "dualpipev")
 MAX_PANELS = 4  # more panels are too narrow to read
-SPECS = (PageParam("compare", False),
+SPECS = (PageParam("compare", False), PageParam("rank", -1, limits=(-1, 1023)),
          PageParam("schedules", DEFAULT_COMPARE, choices=tuple(SCHEDULES), multi=True,
                    max_items=MAX_PANELS))
 
@@ -54,6 +56,22 @@ if (engine := staircase_stages.engine_sentence(led)) is not None:
     st.info(engine, icon=":material/info:")
 ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led, setting=ui.setting(res))
 
+st.subheader("Memory over one training step")
+loop = led.loop.name if led.loop else "auto"
+st.caption(f"Training loop **{loop}** (sidebar → Training loop; *auto* follows the activation "
+           "profile: hf runs plain PyTorch, megatron/paper the Megatron loop). Each event is a "
+           "layer's forward or backward for one micro-batch in the schedule's order, then the "
+           "optimizer step and zero_grad; the rows are stacked as they are alive after it. "
+           "The staircase above is what this timeline holds at each rank's first backward.")
+ranks = list(range(len(led.ranks)))
+rank = st.selectbox("Pipeline rank", ranks, key="pg_rank",
+                    index=ranks.index(led.most_loaded_rank) if res.page["rank"] < 0
+                    else min(res.page["rank"], len(ranks) - 1),
+                    format_func=lambda r: f"rank {r}" + (" (most loaded)" if r == led.most_loaded_rank else ""))
+st.markdown(peak_sentence(led, rank))
+ui.chart(timeline_chart(led, rank), ui.stem(res, f"timeline_rank{rank}"), key="timeline_chart",
+         setting=ui.setting(res))
+
 per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",
                        icon=":material/table_rows:", key="ranks_open", on_change="rerun")
 if per_rank.open:
@@ -63,4 +81,5 @@ if per_rank.open:
                                                 "peak total (GiB)")})
 
 sidebar.draw(res)
-ui.finish(res, SPECS, {"compare": compare, "schedules": chosen}, share=share)
+ui.finish(res, SPECS, {"compare": compare, "schedules": chosen,
+                      "rank": -1 if rank == led.most_loaded_rank else rank}, share=share)

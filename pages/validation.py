@@ -13,6 +13,7 @@ from memledger.views.frame import page_frame
 from memledger.views.state import BadValue, PageParam
 from memledger.views.sync import resolve
 from memledger.views.validation import charts, data, engine_section
+from memledger.views.validation import timeline as timeline_validation
 
 page_frame("validation")
 ENV_NAMES = {"all": "All", **data.ENVIRONMENTS}
@@ -125,6 +126,21 @@ with st.container(horizontal=True, gap="small"):
                        f"{stem}.json", "application/json", key="dl_val_json", on_click="ignore",
                        icon=":material/data_object:",
                        help="The rows shown and the environments they were measured in.")
+
+timeline_doc = timeline_validation.load_timeline(folder)
+if timeline_doc is not None:
+    tl = st.expander("Step timeline: predicted vs measured, event by event (CPU)",
+                     icon=":material/timeline:", key="timeline_open", on_change="rerun")
+    if tl.open:
+        tl.caption("An allocation tracker (a TorchDispatchMode following storages) measured the "
+                   "bytes alive after every decoder layer's forward and backward, the loss, the "
+                   "optimizer step and zero_grad; the line is that measurement, the stacked rows "
+                   "the ledger's timeline for the same loop. " + timeline_validation.summary(timeline_doc))
+        names = timeline_validation.run_names(timeline_doc)
+        pick = tl.selectbox("Run", range(len(names)), format_func=names.__getitem__, key="pg_tl_run")
+        with tl:
+            ui.chart(timeline_validation.overlay(timeline_doc, pick), f"{stem}_timeline",
+                     key="timeline_overlay")
 
 with st.expander("How it was measured", icon=":material/science:"):
     st.markdown(HOW)

@@ -143,7 +143,18 @@ def test_staircase_compares_schedules_side_by_side(app_test):
 def test_staircase_link_with_a_bad_schedule_list(app_test, schedules):
     at = ok(app_test(STAIRS, f"compare=1&schedules={schedules}").run())
     assert any("`schedules=" in e.value for e in at.error)
-    assert len(figures(at)) == 1
+    assert len(figures(at)) == 2  # the staircase (comparison fallback) and the step timeline
+
+
+def test_staircase_page_draws_the_step_timeline_of_the_chosen_rank_and_loop(app_test):
+    at = ok(app_test(STAIRS, "loop=pytorch").run())
+    timeline = figures(at)[1]
+    assert "loop pytorch" in timeline["layout"]["title"]["text"]
+    assert {tr["name"] for tr in timeline["data"]} >= {"Gradients", "Activations", "peak"}
+    at.selectbox(key="pg_rank").set_value(3).run()
+    ok(at)
+    assert at.query_params == {"loop": "pytorch", "rank": "3"}
+    assert "pp rank 3" in figures(at)[1]["layout"]["title"]["text"]
 
 
 def test_staircase_pp_slider_redraws_the_ranks(app_test):

@@ -3,13 +3,16 @@
 every configuration the planner evaluated (fitting or not), across dense, MoE, MLA, tied,
 vocab-less models, every precision recipe family, optimizers with odd state shapes (8-bit
 blocks, factored, Muon with its step workspace), the megatron, paper and traced-HF activation
-profiles (whose inventory depends on the micro-batch), amp's autocast casts and non-default
-runtime knobs (buffer sizing rules, DeepSpeed ZeRO-3, NCCL protocols)."""
+profiles (whose inventory depends on the micro-batch), amp's autocast casts, non-default
+runtime knobs (buffer sizing rules, DeepSpeed ZeRO-3, NCCL protocols) and every training-loop
+preset (on-demand gradients: the walked timeline's peak, planner.lifetimes)."""
 import random
+from pathlib import Path
 
 import pytest
 
 from memledger import build_ledger, gpu, model
+from memledger.model.hf_config import load_hf_config
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.specs.runtime import RuntimeSpec
 
@@ -60,6 +63,31 @@ SCENARIOS = {
     "hf-cpu profile, MLA + MoE": dict(
         model="deepseek-v3", worlds=(64,), seq=1024, global_batch=64, profile="hf-cpu",
         constraints=Constraints(max_vpp=2, max_cp=2)),
+    "loop pytorch (set_to_none, foreach), llama3-8b": dict(
+        model="llama3-8b", worlds=(16,), seq=4096, global_batch=32,
+        runtime=RuntimeSpec(loop="pytorch")),
+    "loop hf-trainer, amp with full recompute (cast cache, recompute set)": dict(
+        model="llama3.2-1b", worlds=(8,), seq=2048, global_batch=32, precision="amp",
+        profile="hf", runtime=RuntimeSpec(loop="hf-trainer")),
+    "loop torchtitan, deepseek-v3 without MTP": dict(
+        model="deepseek-v3", worlds=(64,), seq=2048, global_batch=64,
+        runtime=RuntimeSpec(loop="torchtitan"), constraints=Constraints(max_vpp=2)),
+    "loop deepspeed, mixtral": dict(
+        model="mixtral-8x7b", worlds=(16,), seq=2048, global_batch=32,
+        runtime=RuntimeSpec(loop="deepspeed", grad_buckets="deepspeed")),
+    "loop megatron, hf profile": dict(
+        model="qwen3-30b-a3b", worlds=(16,), seq=2048, global_batch=32, profile="hf",
+        runtime=RuntimeSpec(loop="megatron"), constraints=Constraints(max_vpp=2)),
+    "on-demand, chunked loss, for-loop AdamW, mixed16 cast": dict(
+        model="qwen3-30b-a3b", worlds=(16,), seq=2048, global_batch=16, precision="mixed16",
+        runtime=RuntimeSpec(loop="pytorch", loss="chunked", optimizer_impl="for-loop")),
+    "muon with HF's 3-D experts left to AdamW, on-demand": dict(
+        model="qwen3-30b-a3b", worlds=(16,), seq=2048, global_batch=16, optimizer="muon",
+        profile="hf", runtime=RuntimeSpec(loop="hf-trainer"), constraints=Constraints(max_vpp=2)),
+    "on-demand, alternating dense/MoE layers (run ends)": dict(
+        model=load_hf_config(Path(__file__).parent / "fixtures" / "hf" /
+                             "tiny-deepseek-v3-moe-layer-freq-2.json"),
+        worlds=(4,), seq=256, global_batch=16, runtime=RuntimeSpec(loop="pytorch")),
 }
 SAMPLES = 300
 
@@ -67,7 +95,9 @@ SAMPLES = 300
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_vectorised_peak_equals_scalar_ledger_byte_for_byte(name):
     kw = dict(SCENARIOS[name])
-    spec = PlanSpec(model=model(kw.pop("model")), hardware=gpu(kw.pop("gpu", "h100")), **kw)
+    m = kw.pop("model")
+    spec = PlanSpec(model=model(m) if isinstance(m, str) else m,
+                    hardware=gpu(kw.pop("gpu", "h100")), **kw)
     result = plan(spec, keep_all=True)
     n = result.n_evaluated
     assert n == len(result.evaluated.peak_bytes) > SAMPLES

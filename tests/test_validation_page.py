@@ -153,3 +153,16 @@ def test_downloads_carry_exact_bytes_of_the_rows_shown():
     assert {r["row"] for r in body["records"]} == {"weights"}
     assert all(isinstance(r["measured_bytes"], int) for r in body["records"])
     assert body["environments"][0]["environment"].startswith("GPU: NVIDIA H200")
+
+
+def test_the_timeline_overlay_opens_on_demand(app_test):
+    at = ok(app_test(PAGE).run())
+    before = len(figures(at))  # no timeline figure until the expander opens
+    at.session_state["timeline_open"] = True
+    figs = figures(ok(at.run()))
+    assert len(figs) == before + 1
+    (tl,) = [f for f in figs if {"measured", "peak"} <= {tr.get("name") for tr in f["data"]}]
+    assert "Gradients" in {tr["name"] for tr in tl["data"]}
+    at.selectbox(key="pg_tl_run").set_value(3).run()
+    titles = [f["layout"]["title"]["text"] for f in figures(ok(at))]
+    assert any("persistent foreach" in t for t in titles)

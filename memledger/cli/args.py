@@ -10,11 +10,12 @@ from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.presets import GPUS, MODELS, gpu, model
 from memledger.presets.policies import POLICY_PRESETS, apply_policy
 from memledger.specs import ParallelSpec, TrainSpec
+from memledger.specs.loop import add_loop_args, loop_kwargs
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
-from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, GRAD_LIFETIMES, MUON_GATHER,
-                                     NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES,
-                                     OPTIMIZER_IMPLS, W_HOLDS, ZERO3_IMPLS, RuntimeSpec)
+from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
+                                     NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, W_HOLDS,
+                                     ZERO3_IMPLS, RuntimeSpec)
 from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from memledger.units import GIB
 
@@ -76,9 +77,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--capacity-factor", type=float, default=1.0)
     r.add_argument("--cuda-context-gib", type=float, default=0.6)
     r.add_argument("--allocator-slack-pct", type=int, default=5)
-    r.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default="fused")
     r.add_argument("--grad-buckets", choices=GRAD_BUCKETS, default="megatron")
-    r.add_argument("--grad-lifetime", choices=GRAD_LIFETIMES, default="persistent")
     r.add_argument("--deepep-max-tokens", type=int, default=0,
                    help="DeepEP low-latency num_max_dispatch_tokens_per_rank (0 = tokens per rank)")
     r.add_argument("--reduce-bucket", type=float, default=5e8, help="DeepSpeed reduce_bucket_size")
@@ -109,6 +108,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="zero-bubble: what stays alive between I and W — graph (PyTorch's "
                         "retain_graph, default) or w-inputs (DeepSeek / zero-bubble runtimes)")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
+    add_loop_args(p)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -176,8 +176,8 @@ def runtime_from_args(args) -> RuntimeSpec:
     return RuntimeSpec(cuda_context_bytes=int(args.cuda_context_gib * GIB),
                        allocator_slack_pct=args.allocator_slack_pct, a2a=args.a2a,
                        capacity_factor_pct=round(args.capacity_factor * 100),
-                       optimizer_impl=args.optimizer_impl, grad_buckets=args.grad_buckets,
-                       grad_lifetime=args.grad_lifetime, deepep_max_tokens=args.deepep_max_tokens,
+                       grad_buckets=args.grad_buckets, deepep_max_tokens=args.deepep_max_tokens,
+                       **loop_kwargs(args),
                        reduce_bucket_params=_count("reduce_bucket", args.reduce_bucket),
                        allgather_bucket_params=_count("allgather_bucket", args.allgather_bucket),
                        overlap_comm=args.overlap_comm, zero3_impl=args.zero3_impl,

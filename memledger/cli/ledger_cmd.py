@@ -43,6 +43,9 @@ def render(led, with_items: bool = False) -> str:
         lines.append("  ".join(f"{v:>12}" for v in vals))
     peak = led.peak
     lines.append(f"most loaded: pp rank {peak.pp_rank}, {gib(peak.peak_total_bytes):.2f} GiB")
+    if peak.peak_event is not None:
+        from memledger.ledger.timeline import describe
+        lines.append(f"peak at: {describe(peak.peak_event)} (loop {led.loop.name})")
     if led.hardware:
         cap = led.hardware.hbm_bytes
         diff = gib(cap - peak.peak_total_bytes)

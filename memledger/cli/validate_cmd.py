@@ -22,6 +22,10 @@ def add(sub) -> None:
                    help="re-predict a stored run's measurements with the current ledger (no torch)")
     from memledger.cli.engine_cmd import add_flags
     add_flags(p)
+    p.add_argument("--timeline", action="store_true",
+                   help="measure the step timeline event by event (CPU cases × zero_grad to None "
+                        "or not × AdamW foreach/fused/for-loop × checkpointing); writes "
+                        "<out>/timeline-<device>.json")
     p.set_defaults(run=run)
 
 
@@ -60,6 +64,9 @@ def _run(args) -> int:
     if args.rescore:
         return rescore_file(Path(args.rescore))
     device = _device(args.device)
+    if args.timeline:
+        from memledger.cli.timeline_validate import run_timeline
+        return run_timeline(device, args.out)
     pool = GPU_CASES if device == "cuda" else CPU_CASES
     cases = cases_named(args.cases.split(",") if args.cases else None, pool=GPU_CASES + CPU_CASES) \
         if args.cases else pool
@@ -90,6 +97,9 @@ def rescore_file(path: Path) -> int:
     if isinstance(doc, dict) and doc.get("engine"):  # a stored `validate --engine torch` run
         from memledger.cli.engine_cmd import rescore_file as engine_rescore
         return engine_rescore(doc)
+    if isinstance(doc, dict) and "runs" in doc:  # a timeline result (validate --timeline)
+        from memledger.cli.timeline_validate import print_records
+        return print_records(doc)
     try:
         records = rescore(doc)
     except (ValueError, KeyError, TypeError, AttributeError) as e:

@@ -3,7 +3,8 @@
 A case is a Hugging Face config trained for one step on `world = tp · pp · dp` ranks with one
 strategy per axis, the way PyTorch spells it:
   zero=3 / zero=2   FSDP2 `fully_shard` per decoder layer + root, reshard after forward on / off
-                    (ledger: zero=3 / zero=2 with RuntimeSpec(zero3_impl="fsdp", optimizer_impl="fused"))
+                    (ledger: zero=3 / zero=2 with RuntimeSpec(zero3_impl="fsdp"), the harness loop:
+                    persistent gradients, for-loop AdamW)
   zero=1            DDP + `ZeroRedundancyOptimizer` (ledger: zero=1)
   zero=0            DDP (dp > 1) or nothing
   tp (+sp)          DTensor `parallelize_module`, torchtitan's Llama plan (vocab-parallel
@@ -90,7 +91,8 @@ class EngineCase:
         units = -(-n_layers // (self.pp * self.vpp)) * self.vpp  # decoder layers per rank
         return RuntimeSpec(zero3_prefetch_layers=units - 1 if self.zero == 2 else 1,
                            cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0,
-                           zero3_impl="fsdp", optimizer_impl="fused")
+                           zero3_impl="fsdp", optimizer_impl="for-loop",
+                           grad_lifetime="persistent")  # the loop the harness runs (worker.py)
 
 
 def model_spec(case: EngineCase):

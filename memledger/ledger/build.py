@@ -24,8 +24,9 @@ from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, la
 from memledger.ledger.runtime import RankParts, finalize, step_temporaries
 from memledger.ledger.static.held import held_groups, static_items
 from memledger.ledger.static.moves import move_static, opt_partition_params
-from memledger.model.params import n_active_params, n_params
+from memledger.model.params import n_active_params, n_mtp_params, n_params
 from memledger.specs.hardware import Hardware
+from memledger.specs.loop import LoopSpec, built_model, resolve_loop
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.runtime import RuntimeSpec
@@ -42,6 +43,7 @@ class Ledger:
     ranks: tuple[RankLedger, ...]
     n_params: int
     n_active_params: int
+    loop: LoopSpec | None = None  # the resolved training loop
 
     @property
     def most_loaded_rank(self) -> int:
@@ -67,11 +69,14 @@ class Ledger:
                 "payments": payments(r.moves, self.train.micro_batches),
                 "transfers": [asdict(x) for x in r.transfers],
                 "host": asdict(r.host) if r.host else None,
+                "peak_event": r.peak_event._asdict() if r.peak_event else None,
+                "timeline": r.timeline_json(),
             } for r in self.ranks],
             "most_loaded_rank": self.most_loaded_rank,
             "config": {"model": asdict(self.model), "parallel": asdict(self.parallel),
                        "train": asdict(self.train), "runtime": asdict(self.runtime),
-                       "hardware": asdict(self.hardware) if self.hardware else None},
+                       "hardware": asdict(self.hardware) if self.hardware else None,
+                       "loop": asdict(self.loop) if self.loop else None},
         }
 
 
@@ -84,21 +89,23 @@ def move_dict(mv) -> dict:
 
 
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
-    held = held_groups(m, p, t, r)
+    loop = resolve_loop(rt, t.profile)
+    held = held_groups(m, p, t, r, loop)
     flights = in_flight(p, r, t.micro_batches, rt.pp_engine, rt.zb_w_holds)
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
     items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
     loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
-    acts = held_activations(m, p, t, flights, first, last, loss)
+    acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked")
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += comm_items(m, p, t, rt, held)
     stages = stage_layers(m, p)
     return RankParts(r=r, items=tuple(items), transients=tuple(activation_transients(acts, moves)),
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
-                     layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights)
+                     layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights,
+                     ctx=(m, p, t, loop), acts=acts)
 
 
 def build_rank(m, p, t, rt, r: int) -> RankLedger:
@@ -110,10 +117,13 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     """Every pipeline rank's ledger. Raises SpecError on an invalid combination."""
     rt = runtime or RuntimeSpec()
     check_all(model, parallel, train)
-    parts = [rank_parts(model, parallel, train, rt, r) for r in range(parallel.pp)]
+    loop = resolve_loop(rt, train.profile)
+    built = built_model(model, loop)  # the modules the loop's framework builds (MTP or not)
+    parts = [rank_parts(built, parallel, train, rt, r) for r in range(parallel.pp)]
     if train.policy.uses_pp_offload:  # with pp = 1 nothing moves and no staging is kept
         ranks = remote_offload(parts, rt)
     else:
         ranks = tuple(finalize(x, rt) for x in parts)
     return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
-                  ranks=ranks, n_params=n_params(model), n_active_params=n_active_params(model))
+                  ranks=ranks, n_params=n_params(model) + n_mtp_params(built),
+                  n_active_params=n_active_params(model), loop=loop)

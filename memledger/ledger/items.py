@@ -40,6 +40,22 @@ class RankLedger:
     moves: tuple = ()  # activations.policy.TensorMove per saved tensor: what each policy kept and paid
     transfers: tuple = ()  # levelling.Transfer in or out of this rank (remote offload)
     host: object = None  # static_moves.HostSide: static rows moved to host memory
+    peak_event: object = None  # timeline.PeakEvent: where in the step the peak happens
+    lazy_shape: object = field(default=None, repr=False, compare=False)  # timeline.Timeline
+
+    @property
+    def shape(self):
+        """timeline_shape.RankShape: the per-layer quantities the timeline moves."""
+        return self.lazy_shape.get() if self.lazy_shape is not None else None
+
+    @property
+    def timeline(self) -> list:
+        """The step's events with the bytes alive at each (memledger.ledger.timeline.Timeline,
+        built on first use)."""
+        return self.lazy_shape.events() if self.lazy_shape is not None else []
+
+    def timeline_json(self) -> dict | None:
+        return self.lazy_shape.json() if self.lazy_shape is not None else None
 
     def row(self, name: str) -> int:
         return self.rows[name]

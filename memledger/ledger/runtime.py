@@ -14,8 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memledger.ledger.items import Item, RankLedger, sum_rows
+from memledger.ledger.optimizer_step import for_loop_temporaries, with_master_cast
 from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partition_params
 from memledger.ledger.static.rows import Held
+from memledger.ledger.timeline import Timeline, closed_peak, lifetime_item, walked_peak
+from memledger.ledger.timeline_shape import LazyShape, Transients, rank_shape, transient_classes
+from memledger.specs.loop import resolve_loop
 from memledger.specs.runtime import RuntimeSpec
 from memledger.specs.train import TrainSpec
 from memledger.units import ceil_div, format_bytes
@@ -25,18 +29,22 @@ def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
     """The optimizer-step phase: the step's temporaries, Muon's Newton-Schulz workspace and its
     gather, whichever is largest (the AdamW part and the Muon part run one after the other)."""
     muon = muon_gather_item([(h.group, h.instances) for h in held if h.group.matrix], p, t, rt)
+    loop = resolve_loop(rt, t.profile)
     if rt.optimizer_offload:
         return Item("runtime", "optimizer-step temporaries", 0, "the step runs on the CPU",
                     "ZeRO-Offload (arXiv 2101.06840)")
-    if rt.optimizer_impl == "fused":
+    if loop.optimizer_impl == "fused":
         base = Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
                     "Apex/TE/torch fused AdamW")
+    elif loop.optimizer_impl == "for-loop":
+        base = for_loop_temporaries(held, p, t)
     else:
         n = opt_partition_params(held, p)
         fmt = t.opt.fixed_fmt or t.recipe.state_fmt
         base = Item("runtime", "optimizer-step temporaries", format_bytes(fmt, n),
                     f"foreach step: one {fmt} copy of the {n} local params (sqrt of v)",
                     "torch.optim foreach implementation")
+    base = with_master_cast(base, held, p, t, loop)
     if t.optimizer != "muon":
         return base
     ns = muon_workspace(held, t)
@@ -74,6 +82,8 @@ class RankParts:
     host: HostSide
     layers: tuple[int, ...]
     flights: tuple[tuple[int, int], ...]
+    ctx: tuple = ()  # (model, parallel, train, loop) for the timeline
+    acts: object = None  # activations.held.HeldActivations of the rank
 
     def sums(self) -> tuple[int, int, int]:
         """(static, forward/backward-phase bytes, largest transient)."""
@@ -84,14 +94,27 @@ class RankParts:
 
 
 def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
-    """Assemble the peak: static + max(forward/backward + largest transient, optimizer step)."""
+    """Assemble the peak: the maximum of the rank's step timeline (memledger.ledger.timeline).
+    Under on-demand gradients the events are walked; with persistent gradients it is the closed
+    form static + max(forward/backward + largest transient, optimizer step), the loss-side
+    transients net of FSDP's layer-unit buffers (`transient_at_peak`)."""
     items = list(parts.items)
     static, fwd_bwd, _ = parts.sums()
-    worst, over = transient_at_peak(parts, rt)
     step = parts.step
-    peak_alloc = static + max(fwd_bwd + over, step.bytes)
+    m, p, t, loop = parts.ctx
+    if loop.on_demand:  # walk the events
+        shape = rank_shape(m, p, t, loop, parts, step.bytes)
+        peak_event = walked_peak(shape)
+    else:  # closed form; the events only when asked for (RankLedger.timeline)
+        shape = LazyShape(m, p, t, loop, parts, step.bytes)
+        tr = fsdp_discounted(transient_classes(m, p, t, parts), fsdp_unit_bytes(parts.items, rt))
+        peak_event = closed_peak(static, fwd_bwd, tr, step.bytes, parts.flights)
+    peak_alloc = peak_event.bytes
     added = peak_alloc - static - fwd_bwd
-    if worst is not None and fwd_bwd + over >= step.bytes:
+    worst, over = transient_at_peak(parts, rt)
+    if loop.on_demand:
+        items.append(lifetime_item(shape, peak_event, added))
+    elif worst is not None and peak_event.phase != "optimizer-step":
         note = "" if over == worst.bytes else (
             f"; FSDP layer units are resharded at the loss: {worst.bytes} - their buffers")
         items.append(Item("runtime", f"largest transient: {worst.name}", added,
@@ -107,7 +130,8 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     return RankLedger(pp_rank=parts.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
                       layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),
-                      moves=parts.moves, transfers=tuple(transfers), host=parts.host)
+                      moves=parts.moves, transfers=tuple(transfers), host=parts.host,
+                      peak_event=peak_event, lazy_shape=Timeline(shape))
 
 
 FSDP_UNIT_ITEMS = ("zero-3 gather + prefetch", "zero-3 reduce-scatter input")
@@ -135,3 +159,12 @@ def transient_at_peak(parts: RankParts, rt: RuntimeSpec) -> tuple[Item | None, i
         if best is None or over > best_over or (over == best_over and x.bytes > best.bytes):
             best, best_over = x, over
     return best, best_over
+
+
+def fsdp_discounted(tr: Transients, units: int) -> Transients:
+    """The loss-side transients run while no FSDP layer unit is gathered: each adds only what
+    exceeds the units' buffers (see `transient_at_peak`)."""
+    if not units:
+        return tr
+    return tr._replace(fwd=max(tr.fwd - units, 0), fwd_last=max(tr.fwd_last - units, 0),
+                       loss=max(tr.loss - units, 0))

@@ -57,7 +57,7 @@ def _gpu(x, m, tv, pv, in_layer: bool):
     return decision(x, m, tv, pv, in_layer)[3]
 
 
-def _columns(m, t, tp, cp, etp, b) -> dict:
+def _columns(m, t, tp, cp, etp, b, loss: str = "materialized") -> dict:
     """Every quantity for one etp (column vector) and b (row vector) — or arrays of them."""
     prof = get_profile(t.profile)
     pv = _vp(tp, cp, etp)
@@ -72,9 +72,10 @@ def _columns(m, t, tp, cp, etp, b) -> dict:
     tv = VecTrain(t, micro_batch=b, recompute="none")
     out["layer_input"] = _gpu(prof.layer_input(m, tv, pv), m, tv, pv, False)
     out["first"] = sum((_gpu(x, m, tv, pv, False) for x in prof.first_stage(m, tv, pv)), 0)
-    out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)), 0)
+    out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)
+                       if loss == "materialized" or x.cls != "logits"), 0)  # chunked: no logits
     out["logits"], out["logits_fwd"] = 0, 0
-    for x in prof.transients(m, tv, pv):
+    for x in prof.transients(m, tv, pv) if loss == "materialized" else ():  # chunked: no logits
         if x.cls == "forward":  # summed into the forward working set (activations.transients)
             out["logits_fwd"] = out["logits_fwd"] + tensor_bytes(x, m, tv, pv)
         else:
@@ -85,11 +86,13 @@ def _columns(m, t, tp, cp, etp, b) -> dict:
 def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs) -> ActArrays:
     etps, bs = np.asarray(etps, np.int64), np.asarray(bs, np.int64)
     shape = (len(etps), len(bs))
+    from memledger.specs.loop import resolve_loop
+    loss = resolve_loop(rt, t.profile).loss
     try:
-        cols = _columns(m, t, tp, cp, etps[:, None], bs[None, :])
+        cols = _columns(m, t, tp, cp, etps[:, None], bs[None, :], loss)
         cols = {k: np.broadcast_to(v, shape) for k, v in cols.items()}
     except (ValueError, TypeError):  # the inventory branches on b or etp: one pair at a time
-        cells = [[_columns(m, t, tp, cp, int(e), int(b)) for b in bs] for e in etps]
+        cells = [[_columns(m, t, tp, cp, int(e), int(b), loss) for b in bs] for e in etps]
         cols = {k: np.array([[c[k] for c in row] for row in cells], np.int64) for k in cells[0][0]}
     return ActArrays(
         etps, bs, keep={(k, rc): cols["keep", k, rc] for k in KINDS for rc in ("none", "selective")},

@@ -22,6 +22,7 @@ from memledger.ledger.communication import root_unit_params
 from memledger.ledger.runtime import step_temporaries
 from memledger.ledger.static.rows import ROW_FUNCS, Held
 from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor
+from memledger.planner.lifetimes import section_grads
 from memledger.planner.vec import VecParallel, VecTrain, quiet
 from memledger.units import ceil_div
 
@@ -42,6 +43,7 @@ class StaticTables:
     weights0: np.ndarray  # [W, R] unsharded weights row (time model)
     grads0: np.ndarray  # [W, R] unsharded gradients row (time model)
     units_z: np.ndarray | None = None  # [W, R, z] the FSDP layer-unit part of comm_z
+    grads: dict | None = None  # section -> [W, R, z] gradient bytes (planner.lifetimes)
 
 
 def _pairs(helds):
@@ -94,8 +96,8 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
     inverse = np.array([first.setdefault(k, len(first)) for k in keys], dtype=np.int64)
     unique = [helds[keys.index(k)] for k in first]
     index, entries, starts = _pairs(unique)
-    rows = {k: np.add.reduceat(v[:, entries], starts, axis=1)
-            for k, v in _row_tables(index, widths, t, zs).items()}
+    raw = _row_tables(index, widths, t, zs)
+    rows = {k: np.add.reduceat(v[:, entries], starts, axis=1) for k, v in raw.items()}
     n_w, n_u, n_z = len(cp), len(unique), len(zs)
     static = np.stack([sum(rows[row, z] for row in ROW_FUNCS) for z in zs], -1)
     unsharded = [z for z in zs if not ZERO_SHARDED[z]]
@@ -111,10 +113,11 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
             if z == 3:
                 units = _zero3_bytes(largest, t, rt)
                 comm_z[:, j, k] = units + _root_bytes(held, widths, t, rt)
-                units_z[:, j, k] = units if rt.zero3_impl == "fsdp" else 0  # ledger.fsdp_unit_bytes
+                units_z[:, j, k] = units if rt.zero3_impl == "fsdp" else 0  # runtime.fsdp_unit_bytes
+    grads = {k: v[:, inverse] for k, v in section_grads(raw, index, unique, zs).items()}
     return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
                         rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse],
-                        units_z[:, inverse])
+                        units_z[:, inverse], grads)
 
 
 def over_widths(fn, widths, zero: int = 0) -> np.ndarray:

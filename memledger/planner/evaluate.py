@@ -13,16 +13,18 @@ test compares every piece's sum with `build_ledger` on thousands of random confi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from memledger.planner.acts import act_arrays
 from memledger.planner.coeffs import block_arrays, static_tables
+from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
 from memledger.planner.space import Group, Space, divisors
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
+from memledger.specs.loop import built_model, resolve_loop
 from memledger.units import ceil_div
 
 COLUMNS = ("world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "schedule", "balanced", "zero",
@@ -99,11 +101,20 @@ def _axes(spec: PlanSpec):
 
 
 def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None,
-            units=None) -> np.ndarray:
+            units=None, life=None) -> np.ndarray:
     """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
 
     Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
-    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat."""
+    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat.
+    `life`: on-demand gradients (planner.lifetimes), else the persistent closed form, where
+    `units` (FSDP layer-unit buffers) discount the loss-side transients as
+    memledger.ledger.runtime / timeline_shape.transient_classes do."""
+    if life is not None:
+        fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)
+        alloc = on_demand_alloc(S.transpose(1, 0, 2), fixed, STEP.transpose(1, 0, 2), ba, lD, lM,
+                                fmb, lml, n_dense, n_moe, rcs, life)
+        alloc = np.maximum.reduceat(alloc, seg, axis=0)
+        return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
     has_d, has_m, last_t = lD > 0, lM > 0, lml > 0  # [R, B]
     fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)  # [R, W, Z] comm that is not per-b
     static, step = S.transpose(1, 0, 2), STEP.transpose(1, 0, 2)
@@ -118,8 +129,10 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
             act = ((lD + lM) * ba.layer_input)[:, None]
             cache_d, cache_m = ba.cast_cache  # amp: the forward's cast cache joins the logits
             fwd = last_t * ba.logits_fwd + (n_dense * cache_d + n_moe * cache_m)[:, None]
+            # the recompute set meets the staircase less the last stage's tensors (timeline)
+            freed = last_t * (ba.last + ba.autocast[rc][2])
             in_layer = np.maximum(has_d[:, None] * ba.full["dense"][None],
-                                  has_m[:, None] * ba.full["moe"][None])
+                                  has_m[:, None] * ba.full["moe"][None]) - freed[:, None]
             at_loss = np.maximum(last_t * ba.logits, fwd)[:, None]
             worst = np.maximum(in_layer, at_loss)
         else:
@@ -136,7 +149,7 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         u = units.transpose(1, 0, 2)[..., None]  # [R, W, Z, 1] run while no FSDP unit is gathered
         for i, (in_layer, at_loss) in enumerate(phases):
             lp, sp = in_layer[:, :, None, :], at_loss[:, :, None, :]
-            alloc[..., i] += np.maximum(u + lp, sp) - u - np.maximum(lp, sp)
+            alloc[..., i] += np.maximum(np.maximum(lp, sp - u), 0) - np.maximum(lp, sp)
     np.maximum(alloc, (static + step)[..., None, None], out=alloc)
     alloc = np.maximum.reduceat(alloc, seg, axis=0)
     return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
@@ -165,22 +178,27 @@ def _group_ms(spec, g: Group):
 
 
 def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
-    m, rt = spec.model, spec.runtime
-    t = spec.base_train()
+    rt, t = spec.runtime, spec.base_train()
+    loop = resolve_loop(rt, t.profile)
+    m = built_model(spec.model, loop)
+    if loop.on_demand:  # planner.lifetimes: single-stage (1F1B) ranks only
+        g = replace(g, pipes=[x for x in g.pipes if x.schedule == "1f1b" and x.vpp == 1])
     per_dp, ms = _group_ms(spec, g)
-    if not len(ms):
+    if not len(ms) or not g.pipes:
         return
-    tables = [pipe_tables(m, pipe, ms, rt.pp_engine, rt.zb_w_holds) for pipe in g.pipes]
+    tables = [pipe_tables(m, pipe, ms, rt.pp_engine, rt.zb_w_holds, prune=not loop.on_demand)
+              for pipe in g.pipes]
     runs = np.stack([tb.runs for tb in tables])  # [P, M] micro-batch counts the engine runs
     seg = np.cumsum([0] + [len(tb.ranks) for tb in tables[:-1]])
     cat = {k: np.concatenate([getattr(tb, k) for tb in tables])
-           for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb")}
+           for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb", "n_mb", "last")}
+    corners = [c for tb in tables for c in tb.corners]
     bubble = np.stack([tb.bubble for tb in tables])
     pipe_cols = _pipe_columns(g.pipes)
     held_cache: dict = {}
     for tp in np.unique(g.tp).tolist():
         in_tp = np.flatnonzero(g.tp == tp)
-        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache)]
+        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop)]
         cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
         stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
                                               cols(g.etp)), zs)
@@ -200,10 +218,12 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
                                            cache["bs"])
             ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
             t0 = time.perf_counter()
+            life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
+                        m_b=ms_b, last=cat["last"], corners=corners) if loop.on_demand else None
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
                            cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"],
-                           stt.units_z[rows])
+                           stt.units_z[rows], life)
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
                                  stt.grads0[rows], stt.weights0[rows], seg)
             out.seconds_eval += time.perf_counter() - t0

@@ -24,6 +24,7 @@ from memledger.ledger.pipeline.schedules import (bubble_fraction, first_stage_ra
                                                  last_stage_rank, stage_layers)
 from memledger.ledger.static.held import held_groups
 from memledger.model.params import layer_kind
+from memledger.planner.lifetimes import backward_corners
 from memledger.planner.space import Pipe
 from memledger.specs.model import ModelSpec
 from memledger.specs.train import TrainSpec
@@ -48,12 +49,17 @@ class PipeTables:
     all_last: np.ndarray
     bubble: np.ndarray  # [m] bubble fraction
     runs: np.ndarray  # [m] whether the engine runs that many micro-batches
+    n_mb: np.ndarray | None = None  # [candidate, m] micro-batches in flight of its first stage
+    corners: list | None = None  # per candidate: planner.lifetimes.backward_corners
 
 
 def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray, engine: str = "auto",
-                w_holds: str = "graph") -> PipeTables:
+                w_holds: str = "graph", prune: bool = True) -> PipeTables:
     """Micro-batch counts the engine refuses (`runs` False) keep zero counts; the evaluator
-    drops them, as the ledger refuses them."""
+    drops them, as the ledger refuses them. prune=False keeps every rank: with on-demand
+    gradients the peak is not monotone in the in-flight counts (a rank whose staircase recurs
+    after its first backward carries every gradient there), so the dominance argument below
+    does not hold."""
     p = pipe.parallel()
     stages = stage_layers(m, p)
     dense = np.array([sum(layer_kind(m, i) == "dense" for i in s) for s in stages], dtype=np.int64)
@@ -62,6 +68,7 @@ def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray, engine: str = "auto",
     n_r, n_m = pipe.pp, len(ms)
     l_d, l_m = np.zeros((n_r, n_m), np.int64), np.zeros((n_r, n_m), np.int64)
     f_mb, l_mb = np.zeros((n_r, n_m), np.int64), np.zeros((n_r, n_m), np.int64)
+    n_mb = np.zeros((n_r, n_m), np.int64)
     runs = np.array([_runs(p, int(x), engine) for x in ms], dtype=bool)
     for r in range(n_r):
         limit, flights = _limit(p, r, engine, w_holds), None
@@ -75,16 +82,21 @@ def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray, engine: str = "auto",
             l_m[r, j] = sum(n * moe[s] for s, n in flights)
             f_mb[r, j] = held.get(0, 0) if r == f_rank else 0
             l_mb[r, j] = held.get(last_stage, 0) if r == l_rank else 0
+            n_mb[r, j] = flights[0][1]
     own = [p.rank_stages(r) for r in range(n_r)]
     all_d = np.array([dense[list(s)].sum() for s in own], dtype=np.int64)
     all_m = np.array([moe[list(s)].sum() for s in own], dtype=np.int64)
     first = np.arange(n_r) == f_rank
     last = np.arange(n_r) == l_rank
     keep = _undominated(np.stack([all_d, all_m, first, last], 1),
-                        np.concatenate([l_d, l_m, f_mb, l_mb, l_d > 0, l_m > 0], 1))
+                        np.concatenate([l_d, l_m, f_mb, l_mb, l_d > 0, l_m > 0], 1)) if prune \
+        else np.arange(n_r)
+    corners = [backward_corners([layer_kind(m, i) for s in p.rank_stages(r) for i in stages[s]])
+               for r in keep.tolist()]
     bubble = np.array([bubble_fraction(p, int(x)) for x in ms], dtype=np.float64)
     return PipeTables(pipe, keep, all_d[keep], all_m[keep], first[keep], last[keep], l_d[keep],
-                      l_m[keep], f_mb[keep], l_mb[keep], all_d, all_m, last, bubble, runs)
+                      l_m[keep], f_mb[keep], l_mb[keep], all_d, all_m, last, bubble, runs,
+                      n_mb[keep], corners)
 
 
 def _limit(p, r: int, engine: str, w_holds: str):
@@ -116,7 +128,7 @@ def _undominated(sig: np.ndarray, feat: np.ndarray) -> np.ndarray:
     return np.array(keep, dtype=np.int64)
 
 
-def rank_held(m: ModelSpec, tb: PipeTables, tp: int, t: TrainSpec, cache: dict) -> list:
+def rank_held(m: ModelSpec, tb: PipeTables, tp: int, t: TrainSpec, cache: dict, loop=None) -> list:
     """`held_groups` of each candidate rank at this tp (vocabulary padding depends on tp).
     The held list is a function of the signature (layers by kind, first, last), so it is
     computed once per signature and tp (`cache`, shared by the group's pipeline shapes)."""
@@ -126,6 +138,6 @@ def rank_held(m: ModelSpec, tb: PipeTables, tp: int, t: TrainSpec, cache: dict) 
         key = (tp, int(tb.n_dense[j]), int(tb.n_moe[j]), bool(tb.first[j]), bool(tb.last[j]))
         if key not in cache:
             p = p or tb.pipe.parallel(tp=tp, sp=tp > 1)
-            cache[key] = held_groups(m, p, t, r)
+            cache[key] = held_groups(m, p, t, r, loop)
         out.append(cache[key])
     return out

@@ -21,8 +21,14 @@ from memledger.specs.hashing import cache_hash
 
 A2A_SIZING = ("dynamic", "capacity", "worst-case", "deepep-ll")
 GRAD_BUCKETS = ("megatron", "deepspeed")
-OPTIMIZER_IMPLS = ("fused", "foreach")
-GRAD_LIFETIMES = ("persistent", "on-demand")
+# Training-loop knobs (memledger.specs.loop): "auto" takes the loop preset's value
+OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "for-loop")
+GRAD_LIFETIMES = ("auto", "persistent", "on-demand")
+LOSSES = ("auto", "materialized", "chunked")
+MTP_CHOICES = ("auto", "built", "skipped")
+MASTER_GRADS = ("auto", "in-place", "cast-per-tensor")
+MUON_EXPERTS = ("auto", "split", "adamw")
+LOOP_CHOICES = ("auto", "pytorch", "hf-trainer", "torchtitan", "megatron", "deepspeed")
 ZERO3_IMPLS = ("fsdp", "deepspeed")
 MUON_GATHER = ("on-demand", "full")
 # Whose order of a pipeline schedule to follow, and what a zero-bubble I/W split keeps between I
@@ -58,8 +64,13 @@ class RuntimeSpec:
     nccl_buffer_bytes: int = NCCL_SIMPLE_DEFAULT_BYTES  # NCCL_BUFFSIZE (Simple protocol)
     nccl_ll_buffer_bytes: int = 0  # NCCL_LL_BUFFSIZE; NCCL default NCCL_LL_DEFAULT_BYTES
     nccl_ll128_buffer_bytes: int = 0  # NCCL_LL128_BUFFSIZE; NCCL default NCCL_LL128_DEFAULT_BYTES
-    optimizer_impl: str = "fused"
-    grad_lifetime: str = "persistent"  # Megatron/DDP buffers; "on-demand": set_to_none grads
+    loop: str = "auto"  # training-loop preset (specs/loop.py); auto: by activation profile
+    optimizer_impl: str = "auto"  # fused | foreach | for-loop; auto: the loop's
+    grad_lifetime: str = "auto"  # persistent (Megatron/DDP buffers) | on-demand (set_to_none)
+    loss: str = "auto"  # materialized | chunked (fused linear cross-entropy)
+    mtp: str = "auto"  # built | skipped (multi-token-prediction modules)
+    master_grads: str = "auto"  # in-place | cast-per-tensor (fp32 copy at step time)
+    muon_experts: str = "auto"  # split | adamw (3-D expert tensors fall back to AdamW)
     optimizer_offload: bool = False  # ZeRO-Offload: master + states and the step on the CPU
     grad_offload: bool = False  # gradient shards on the CPU, a two-chunk double buffer on the GPU
     grad_offload_chunk_params: int = 0  # chunk of the double buffer; 0 = bucket_params
@@ -86,6 +97,11 @@ class RuntimeSpec:
             require_non_negative(f, getattr(self, f))
         require_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         require_choice("grad_lifetime", self.grad_lifetime, GRAD_LIFETIMES)
+        require_choice("loop", self.loop, LOOP_CHOICES)
+        require_choice("loss", self.loss, LOSSES)
+        require_choice("mtp", self.mtp, MTP_CHOICES)
+        require_choice("master_grads", self.master_grads, MASTER_GRADS)
+        require_choice("muon_experts", self.muon_experts, MUON_EXPERTS)
         require_choice("muon_gather", self.muon_gather, MUON_GATHER)
         require_choice("pp_engine", self.pp_engine, ENGINES)
         require_choice("zb_w_holds", self.zb_w_holds, W_HOLDS)

@@ -114,11 +114,13 @@ CPU_CASES: tuple[Case, ...] = (
 
 
 def predict(case: Case, device: str = "cuda"):
-    """The ledger for a case: one GPU, no context/slack (allocated bytes only), persistent grads,
-    fused optimizer kernels (what the measurement runs)."""
+    """The ledger for a case: one GPU, no context/slack (allocated bytes only), and the loop the
+    measurement runs (measure.Stepper): the transformers model and its loss, fused AdamW,
+    zero_grad(set_to_none=False) — persistent gradients — and mixed16's per-tensor fp32 cast."""
     model = from_hf_config(case.config, name=case.name)
     parallel = ParallelSpec(schedule="gpipe")
-    runtime = RuntimeSpec(cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0)
+    runtime = RuntimeSpec(cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0,
+                          loop="pytorch", grad_lifetime="persistent", optimizer_impl="fused")
     return build_ledger(model, parallel, case.train(device), runtime)
 
 

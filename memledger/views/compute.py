@@ -16,14 +16,14 @@ from memledger.specs import ModelSpec, ParallelSpec, TrainSpec
 from memledger.specs.runtime import RuntimeSpec
 from memledger.views.budget import LEDGER_CACHE_BYTES, byte_lru, ledger_bytes
 from memledger.views.options import problem, with_value
-from memledger.views.state import Config, hardware, to_specs
+from memledger.views.state import Config, hardware, runtime, to_specs
 
 
 @byte_lru(LEDGER_CACHE_BYTES, ledger_bytes)  # by bytes: a 1,280-rank ledger is ~25 MB
 def ledger_for(m: ModelSpec, cfg: Config) -> Ledger:
     """The ledger of a valid configuration (raises SpecError on an invalid one)."""
     par, train = to_specs(cfg, m)
-    return build_ledger(m, par, train, hardware=hardware(cfg))
+    return build_ledger(m, par, train, runtime(cfg), hardware=hardware(cfg))
 
 
 @byte_lru(LEDGER_CACHE_BYTES // 4, ledger_bytes)
@@ -33,7 +33,7 @@ def policy_ledger(m: ModelSpec, cfg: Config, a2a: str = "dynamic", preset: str |
     recompute structure and rules, then `rules` on top. Raises SpecError when the policy is not
     valid here (e.g. offload to later ranks without pipeline parallelism)."""
     par, train = to_specs(cfg, m)
-    return build_ledger(m, par, apply_policy(train, preset, dict(rules)), RuntimeSpec(a2a=a2a),
+    return build_ledger(m, par, apply_policy(train, preset, dict(rules)), runtime(cfg, a2a=a2a),
                         hardware(cfg))
 
 

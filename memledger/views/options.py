@@ -18,6 +18,7 @@ from memledger.ledger.activations import get_profile
 from memledger.ledger.checks import check_all
 from memledger.presets import GPUS
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
+from memledger.specs.runtime import LOOP_CHOICES
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.state import LAYOUT_WORDS, Config, to_specs
 
@@ -66,6 +67,7 @@ CANDIDATES = {
     "profile": lambda m, c: tuple(PROFILES),
     "attention": lambda m, c: tuple(ATTENTION_IMPLS),
     "recompute": lambda m, c: tuple(RECOMPUTE),
+    "loop": lambda m, c: LOOP_CHOICES,
     "gpu": lambda m, c: tuple(GPUS),
     "seq": _seq_candidates,
     # micro-batches: powers of two and multiples of pp (what pipeline engines ask for)

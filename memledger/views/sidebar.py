@@ -12,6 +12,7 @@ import streamlit as st
 from memledger import safe_json
 from memledger.errors import SpecError
 from memledger.presets import GPUS, MODELS
+from memledger.specs.loop import LOOPS
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.train import OPTIMIZERS, RECIPES
 from memledger.units import gib
@@ -61,6 +62,10 @@ HELP = {
     "recompute": "Activation recomputation: *selective* re-runs attention core, norms and "
                  "activation functions; *full* keeps only each layer's input; *every-k* keeps "
                  "every ⌈√L⌉-th layer's input (Chen et al. 2016).",
+    "loop": "Which framework runs the step, and so when memory is alive: *auto* follows the "
+            "profile (hf → plain PyTorch, megatron/paper → Megatron). "
+            + " ".join(f"*{k}*: {v.grad_lifetime} gradients, {v.optimizer_impl} optimizer, MTP "
+                       f"{v.mtp}." for k, v in LOOPS.items()),
 }
 
 
@@ -168,6 +173,7 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
     _choice("optimizer", "Optimizer", res)
     if with_recompute:
         _choice("recompute", "Recompute", res)
+        _choice("loop", "Training loop", res)
     _choice("profile", "Activation profile", res)
     _choice("attention", "Attention kernel", res)
 

@@ -18,6 +18,7 @@ from memledger.presets import GPUS, MODELS, gpu, model
 from memledger.presets.layouts import LAYOUT_KEYS, start_layout
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
 from memledger.specs.hardware import Hardware
+from memledger.specs.runtime import LOOP_CHOICES, RuntimeSpec
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.model_codec import PREFIX as SPEC_PREFIX
 from memledger.views.model_codec import decode_model
@@ -25,7 +26,7 @@ from memledger.views.model_codec import decode_model
 # The share-link keys, in URL order (the planner builds links with the same names).
 KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
         "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile", "attention",
-        "recompute")
+        "recompute", "loop")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -55,6 +56,7 @@ class Config:
     profile: str = "megatron"
     attention: str = "flash"
     recompute: str = "none"
+    loop: str = "auto"  # training-loop preset (specs/loop.py); auto follows the profile
 
     @property
     def dp(self) -> int:
@@ -74,7 +76,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
     "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
-    "recompute": tuple(RECOMPUTE),
+    "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES,
 }
 BOOL_WORDS = {"1": True, "true": True, "on": True, "yes": True,
               "0": False, "false": False, "off": False, "no": False}
@@ -228,6 +230,11 @@ def load_model(name: str) -> ModelSpec:
 
 def hardware(cfg: Config) -> Hardware:
     return gpu(cfg.gpu)
+
+
+def runtime(cfg: Config, **kw) -> RuntimeSpec:
+    """The runtime spec a configuration implies: its training loop (the rest at defaults)."""
+    return RuntimeSpec(loop=cfg.loop, **kw)
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:

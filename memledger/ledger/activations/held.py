@@ -93,6 +93,7 @@ class HeldActivations:
     # when a zero-bubble I has detached the loss while W still holds the stage
     tables: dict[str, KindTable]  # the kinds this rank holds
     outer: dict[str, tuple[Entry, ...]]
+    chunked_loss: bool = False  # a fused linear cross-entropy keeps no logits-sized tensor
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -115,11 +116,13 @@ def _checkpoints(m, p, t, flights) -> int:
 
 
 def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first: int,
-                     last: int, loss: int | None = None) -> HeldActivations:
+                     last: int, loss: int | None = None,
+                     chunked_loss: bool = False) -> HeldActivations:
     """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
     of the first/last stage held on this rank (0 if it does not hold that stage); `loss`: of the
     last stage's, those whose loss is alive (default: all of them;
-    memledger.ledger.pipeline.schedules.last_stage_open)."""
+    memledger.ledger.pipeline.schedules.last_stage_open); `chunked_loss`: the loop's loss keeps
+    no logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE)."""
     layer_mbs = _per_kind(m, p, flights)
     ones = tuple((s, 1) for s, _ in flights)
     every_k = t.recompute == "every-k"
@@ -129,7 +132,7 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first
         checkpoints_per_mb=_checkpoints(m, p, t, ones) if every_k else 0,
         first=first, last=last, loss=last if loss is None else loss,
         tables={k: kind_table(m, k, t, p) for k, n in layer_mbs.items() if n},
-        outer=outer_entries(m, t, p))
+        outer=outer_entries(m, t, p), chunked_loss=chunked_loss)
 
 
 def layer_bytes(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> int:

@@ -69,7 +69,10 @@ def activation_moves(a: HeldActivations) -> list[TensorMove]:
                                   base_formula=f"{n} layer-micro-batches × {e.formula}"))
     for section, held in (("first stage", a.first), ("last stage", a.last)):
         for e in a.outer[section] if held else ():
-            n = a.loss if section == "last stage" and e.tensor.cls == "logits" else held
+            logits = section == "last stage" and e.tensor.cls == "logits"
+            if logits and a.chunked_loss:
+                continue
+            n = a.loss if logits else held
             if n:
                 moves.append(decide(e.tensor, a.m, a.t, a.p, section=section, copies=n,
                                     per_mb=1, in_layer=False, native=e.bytes,

@@ -38,7 +38,7 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove]) -> list[I
                         "re-created op by op inside fused kernels)",
                         "memledger.ledger.activations.policy"))
     forward = [autocast_cache(a)]
-    for e in a.outer["transients"] if a.last else ():
+    for e in a.outer["transients"] if a.last and not a.chunked_loss else ():
         item = Item("runtime", e.tensor.name, e.bytes, f"one micro-batch × {e.formula}",
                     SRC.get(t.profile, t.profile))
         (forward if e.tensor.cls == "forward" else out).append(item)

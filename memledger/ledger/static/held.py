@@ -11,19 +11,23 @@ from __future__ import annotations
 from functools import lru_cache
 
 from memledger.ledger.items import Item
+from memledger.ledger.optimizer_step import muon_coverage
 from memledger.ledger.pipeline.schedules import first_stage_rank, last_stage_rank, stage_layers
 from memledger.ledger.static.rows import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
 from memledger.ledger.static.sharding import shard_divisor
 from memledger.model.params import (embedding_groups, head_groups, layer_groups, layer_kind,
                                     mtp_groups, padded_vocab)
+from memledger.specs.loop import LoopSpec
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
 from memledger.units import ceil_div
 
 
-def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Held]:
-    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules."""
+def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int,
+                loop: LoopSpec | None = None) -> list[Held]:
+    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules (the loop
+    decides which optimizer owns the experts: optimizer_step.muon_coverage)."""
     stages = stage_layers(m, p)
     layers = [i for s in p.rank_stages(r) for i in stages[s]]
     held: list[Held] = []
@@ -40,7 +44,7 @@ def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int) -> list[Hel
             held += [Held("mtp", g, m.n_mtp_layers) for g in mtp_groups(m)]
             if not first:  # MTP re-embeds tokens: the last stage keeps an embedding copy
                 held += [Held("mtp", g, 1) for g in embedding_groups(m, vocab)[:1]]
-    return held
+    return muon_coverage(held, t, loop)
 
 
 @lru_cache(maxsize=65536)

@@ -16,6 +16,7 @@ from memledger.planner import Constraints, Plan, PlanSpec, plan
 from memledger.planner.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
 from memledger.presets import gpu
 from memledger.specs import ModelSpec
+from memledger.specs.runtime import RuntimeSpec
 from memledger.views.budget import PLANNER_MAX_WORLDS, admit_plan
 from memledger.views.state import INT_LIMITS, BadValue, Config, PageParam
 
@@ -92,6 +93,7 @@ def plan_settings(cfg: Config, page: Mapping) -> dict:
     return {"worlds": ",".join(map(str, worlds(page, cfg))), "seq": cfg.seq, "gb": page["gb"],
             "gpn": page["gpn"], "precision": cfg.precision, "optimizer": cfg.optimizer,
             "profile": cfg.profile, "attention": cfg.attention, "headroom": page["headroom"],
+            "loop": cfg.loop,
             **{k: page[k] for k in FIXED}, **{k: page[k] for k in CHOSEN}}
 
 
@@ -104,6 +106,7 @@ def plan_spec(m: ModelSpec, gpu_key: str, v: Mapping) -> PlanSpec:
                     seq=v["seq"], global_batch=v["gb"], gpus_per_node=v["gpn"],
                     precision=v["precision"], optimizer=v["optimizer"], profile=v["profile"],
                     attention=v["attention"], headroom=v["headroom"] / 100,
+                    runtime=RuntimeSpec(loop=v.get("loop", "auto")),
                     constraints=Constraints(**fixed, **chosen))
 
 

@@ -1,0 +1,198 @@
+"""The per-layer quantities a rank's step timeline moves: what one micro-batch of each held
+layer keeps for backward, what each layer's gradients weigh, and the transients by class.
+
+Everything is taken from the rank's ledger items (so the timeline and the rows agree by
+construction): activation bytes per layer-micro-batch from the TensorMoves (`gpu_bytes` is per
+copy), checkpoints placed on every (full) or every k-th (every-k) layer, amp's autocast weight
+casts per layer (act_rows.autocast_copies), first/last-stage tensors per micro-batch, gradients
+per layer from the gradient row's "<kind> layers" items, head/MTP/embedding gradients apart.
+What the decomposition does not place (offload staging buffers, …) is `fixed_acts`, alive from
+the first forward to the last backward; at the first backward the timeline holds exactly the
+activation row (the staircase).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from memledger.ledger.activations.transients import autocast_cache
+from memledger.ledger.pipeline.schedules import last_stage_rank, stage_layers
+from memledger.ledger.static.sharding import shard_divisor
+from memledger.model.params import layer_groups, layer_kind, padded_vocab
+from memledger.units import format_bytes
+
+
+@dataclass(frozen=True)
+class StageShape:
+    stage: int
+    in_flight: int  # micro-batches held at the first backward
+    layers: tuple[tuple[int, int, int], ...]  # (layer index, act bytes per micro-batch, grad bytes)
+    first_acts: int  # first-stage tensors per micro-batch (0 unless stage 0)
+    last_acts: int  # last-stage tensors per micro-batch (0 unless the last stage)
+    end_grads: int  # gradients allocated when the stage's backward ends (embedding)
+    loss_grads: int  # gradients allocated at the loss backward (head, MTP)
+
+    @property
+    def acts_per_mb(self) -> int:
+        return sum(a for _, a, _ in self.layers) + self.first_acts + self.last_acts
+
+
+@dataclass(frozen=True)
+class RankShape:
+    r: int
+    schedule: str
+    pp: int
+    micro_batches: int
+    on_demand: bool
+    stages: tuple[StageShape, ...]
+    fixed_acts: int
+    static_bytes: int  # weights + optimizer states (+ gradients: see grads)
+    grads: int  # the gradient row
+    other_grads: int  # gradients no layer owns: allocated at the first backward
+    comm: int
+    t_fwd: int  # forward working set at the end of every forward (amp cast cache)
+    t_fwd_last: int  # + the last stage's logits working set at its forward end
+    t_loss: int  # loss backward transient (logits gradients)
+    t_layer: int  # recompute working set, during a layer's backward
+    step: int  # optimizer-step temporaries
+    step_name: str
+
+    @property
+    def feasible(self) -> bool:
+        """Whether the staircase (schedules.in_flight) can be reached by running m micro-batches:
+        interleaved with m < pp asks for more micro-batches of a chunk than exist, or none of
+        another (Megatron-Core requires m divisible by pp there). The events of an infeasible
+        rank run the in-flight counts as given and may rise above the staircase."""
+        return all(1 <= s.in_flight <= self.micro_batches for s in self.stages)
+
+
+def _per_layer_acts(moves, kinds) -> tuple[dict, int, dict]:
+    """(bytes per layer-micro-batch by kind, checkpoint bytes each, stage-section bytes/mb)."""
+    unit, ckpt, section = Counter(), 0, Counter()
+    for mv in moves:
+        if mv.section in ("dense layers", "moe layers"):
+            unit[mv.section.split()[0]] += mv.gpu_bytes
+        elif mv.section == "checkpoints":
+            ckpt += mv.gpu_bytes
+        else:
+            section[mv.section] += mv.gpu_bytes
+    return unit, ckpt, section
+
+
+def _cast_per_layer(m, p, t, kinds) -> dict:
+    """amp: each layer's bf16 weight casts saved per micro-batch (act_rows.autocast_copies)."""
+    r = t.recipe
+    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or t.recompute in ("full", "every-k"):
+        return {}
+    return {k: format_bytes(r.act_fmt, sum(-(-g.count // shard_divisor(g, p))
+                                           for g in layer_groups(m, k)
+                                           if g.matrix and not g.expert and not g.fp32))
+            for k in kinds}
+
+
+def _head_cast(m, p, t) -> int:
+    r = t.recipe
+    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or not m.vocab:
+        return 0
+    return format_bytes(r.act_fmt, -(-padded_vocab(m, p.tp, t.pad_multiple()) // p.tp) * m.hidden)
+
+
+def _grads_by_section(items) -> Counter:
+    out = Counter()
+    for i in items:
+        if i.row == "gradients":
+            out[i.name.split(" / ")[0]] += i.bytes
+    return out
+
+
+class Transients(NamedTuple):
+    fwd: int  # forward working set at the end of every forward (amp's cast cache)
+    fwd_last: int  # the last stage's forward working set (logits, upcast, cast cache)
+    loss: int  # loss backward (logits gradients)
+    layer: int  # recompute working set during a layer's backward
+    last_acts: int = 0  # last-stage tensors of one micro-batch, freed before the layers' backward
+
+    @property
+    def largest(self) -> int:
+        """The most a transient adds to the staircase (the recompute set meets it less the
+        last stage's tensors)."""
+        return max(self.fwd, self.fwd_last, self.loss, self.layer - self.last_acts, 0)
+
+
+def transient_classes(m, p, t, parts) -> Transients:
+    """Split the rank's transient candidates (activations.transients) by the event
+    that carries them."""
+    t_cache = getattr(autocast_cache(parts.acts), "bytes", 0)
+    t_fwd = t_loss = t_layer = 0
+    for x in parts.transients:
+        if x.name.startswith("forward working set"):
+            t_fwd = x.bytes
+        elif x.name.startswith("recompute working set"):
+            t_layer = max(t_layer, x.bytes)
+        else:
+            t_loss = max(t_loss, x.bytes)
+    holds_last = parts.r == last_stage_rank(p)
+    # the first backward starts with the loss only if the last stage has a micro-batch in flight
+    loss_first = holds_last and dict(parts.flights).get(p.n_stages - 1, 0) > 0
+    last = last_stage_acts(m, p, t, parts.moves) if loss_first and t_layer else 0
+    return Transients(min(t_cache, t_fwd), t_fwd if holds_last else 0, t_loss, t_layer, last)
+
+
+def last_stage_acts(m, p, t, moves) -> int:
+    """One micro-batch's last-stage tensors (final norm, head input, log-probs, head cast)."""
+    return sum(mv.gpu_bytes for mv in moves if mv.section == "last stage") + _head_cast(m, p, t)
+
+
+class LazyShape:
+    """rank_shape computed on first use: the persistent-gradient peak needs none of it."""
+
+    def __init__(self, *args):
+        self.args, self.value = args, None
+
+    def get(self) -> RankShape:
+        if self.value is None:
+            self.value = rank_shape(*self.args)
+        return self.value
+
+
+def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
+    """The timeline inputs of one rank (parts: ledger.RankParts)."""
+    stages = stage_layers(m, p)
+    flights = dict(parts.flights)
+    kinds = Counter(layer_kind(m, i) for i in parts.layers)
+    unit, ckpt, section = _per_layer_acts(parts.moves, kinds)
+    cast = _cast_per_layer(m, p, t, [k for k, n in kinds.items() if n])
+    grads = _grads_by_section(parts.items)
+    g_layer = {k: grads[f"{k} layers"] // n for k, n in kinds.items() if n}
+    every = t.checkpoint_every(m.n_layers) if t.recompute == "every-k" else 1
+    last_stage = p.n_stages - 1
+    out, placed_g = [], 0
+    for s in p.rank_stages(parts.r):
+        rng = stages[s]
+        layers = []
+        for j, i in enumerate(rng):
+            k = layer_kind(m, i)
+            a = unit[k] + cast.get(k, 0) + (ckpt if j % every == 0 else 0)
+            layers.append((i, a, g_layer.get(k, 0)))
+            placed_g += g_layer.get(k, 0)
+        first = section["first stage"] if s == 0 else 0
+        last = section["last stage"] + _head_cast(m, p, t) if s == last_stage else 0
+        loss_g = grads["head"] + grads["mtp"] if s == last_stage else 0
+        end_g = grads["embedding"] if s == 0 else 0
+        placed_g += loss_g + end_g
+        out.append(StageShape(stage=s, in_flight=flights.get(s, 0), layers=tuple(layers),
+                              first_acts=first, last_acts=last, end_grads=end_g, loss_grads=loss_g))
+    if rows is None:
+        rows = Counter()
+        for i in parts.items:
+            rows[i.row] += i.bytes
+    staircase = sum(st.in_flight * st.acts_per_mb for st in out)
+    tr = transient_classes(m, p, t, parts)
+    return RankShape(
+        r=parts.r, schedule=p.schedule, pp=p.pp, micro_batches=t.micro_batches,
+        on_demand=loop.on_demand, stages=tuple(out), fixed_acts=rows["activations"] - staircase,
+        static_bytes=rows["weights"] + rows["optimizer"], grads=rows["gradients"],
+        other_grads=rows["gradients"] - placed_g, comm=rows["communication"],
+        t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
+        step_name="")

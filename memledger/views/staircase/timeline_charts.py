@@ -1,0 +1,102 @@
+"""Plotly chart of one rank's step timeline: the rows alive after every event, stacked.
+
+x is the event index in execution order (forwards and backwards per layer and micro-batch, the
+loss, the optimizer step, zero_grad); weights and optimizer states are flat, gradients grow in
+the first backward when they are allocated on demand, activations climb the staircase and fall,
+the transient on top is whatever the event holds briefly (logits, recompute, step temporaries).
+The schedule's phases are shaded (warm-up: forwards before the first backward; steady state:
+until the last forward; cool-down: the remaining backwards; the optimizer step) and the peak
+event is marked. Builders take a finished Ledger; bytes become GiB only for display.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from memledger.ledger import Ledger
+from memledger.ledger.items import ROW_LABELS
+from memledger.ledger.timeline import describe as describe_peak
+from memledger.units import gib
+from memledger.views.figures import GIB_AXIS, describe
+from memledger.views.palette import FONT_FAMILY, GRID, INK, PEAK_COLOR, ROW_COLORS
+
+LAYERS = (("weights", "weights"), ("optimizer", "optimizer"), ("gradients", "gradients"),
+          ("activations", "activations"), ("communication", "communication"),
+          ("transient", "runtime"))
+PHASE_SHADES = {"warm-up": "rgba(0,114,178,0.07)", "steady state": "rgba(230,159,0,0.08)",
+                "cool-down": "rgba(0,158,115,0.07)", "optimizer": "rgba(123,78,163,0.09)"}
+
+
+def phases(evs) -> list[tuple[str, int, int]]:
+    """(name, first event, last event) of each phase present in the timeline."""
+    bwd = [i for i, e in enumerate(evs) if e.phase in ("backward", "loss-backward")]
+    fwd = [i for i, e in enumerate(evs) if e.phase in ("forward", "loss-forward")]
+    opt = next((i for i, e in enumerate(evs) if e.phase == "optimizer-step"), len(evs))
+    if not bwd or not fwd:
+        return [("optimizer", opt, len(evs) - 1)]
+    first_b, last_f = bwd[0], fwd[-1]
+    out = [("warm-up", 0, first_b - 1)]
+    if last_f > first_b:
+        out.append(("steady state", first_b, last_f))
+    out.append(("cool-down", max(first_b, last_f + 1), opt - 1))
+    out.append(("optimizer", opt, len(evs) - 1))
+    return [x for x in out if x[2] >= x[1]]
+
+
+def _label(e) -> str:
+    if e.phase in ("optimizer-step", "zero-grad"):
+        return e.phase.replace("-", " ")
+    where = f"layer {e.layer}" if e.layer >= 0 else e.phase.replace("-", " ")
+    return f"{e.phase.replace('-', ' ')} · {where} · stage {e.stage} · micro-batch {e.micro_batch}"
+
+
+def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | None = None) -> go.Figure:
+    """Stacked rows over the step's events of `rank` (default: the most loaded); `measured`:
+    allocated bytes after each event from a real run, overlaid as a line."""
+    r = led.ranks[led.most_loaded_rank if rank is None else rank]
+    evs, sh = r.timeline, r.shape
+    weights, opt = r.rows["weights"], r.rows["optimizer"]
+    x = list(range(len(evs)))
+    text = [_label(e) for e in evs]
+    fig = go.Figure()
+    series = {"weights": [weights] * len(evs), "optimizer": [opt] * len(evs),
+              "gradients": [e.gradients for e in evs], "activations": [e.activations for e in evs],
+              "communication": [e.communication for e in evs],
+              "transient": [e.transient for e in evs]}
+    for key, color_key in LAYERS:
+        name = "Transient" if key == "transient" else ROW_LABELS[key]
+        fig.add_trace(go.Scatter(
+            x=x, y=[gib(v) for v in series[key]], name=name, stackgroup="rows", mode="none",
+            fillcolor=ROW_COLORS[color_key], line=dict(width=0, shape="hv"), customdata=text,
+            hovertemplate=f"{name}: %{{y:.2f}} GiB<br>%{{customdata}}<extra></extra>"))
+    for name, a, b in phases(evs):
+        fig.add_vrect(x0=a - 0.5, x1=b + 0.5, fillcolor=PHASE_SHADES[name], line_width=0,
+                      layer="below", annotation_text=name, annotation_position="top left",
+                      annotation_font=dict(size=11, color=INK))
+    pe = r.peak_event
+    at = next(i for i, e in enumerate(evs) if e.live(sh.static_bytes) == r.peak_allocated_bytes)
+    fig.add_trace(go.Scatter(
+        x=[at], y=[gib(r.peak_allocated_bytes)], mode="markers+text", name="peak",
+        marker=dict(color=PEAK_COLOR, size=10, symbol="diamond"),
+        text=[f"peak {gib(r.peak_allocated_bytes):.2f} GiB"], textposition="top center",
+        hovertemplate=f"peak allocated %{{y:.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
+    if measured is not None:
+        fig.add_trace(go.Scatter(x=x[:len(measured)], y=[None if v is None else gib(v) for v in measured],
+                                 name="measured", connectgaps=True,
+                                 mode="lines", line=dict(color=PEAK_COLOR, dash="dot", width=2)))
+    loop = led.loop.name if led.loop else "?"
+    fig.update_layout(
+        title=dict(text=f"Memory over one training step: pp rank {r.pp_rank}, loop {loop}<br>"
+                        f"<sup>{describe(led)}</sup>", font=dict(family=FONT_FAMILY, color=INK)),
+        xaxis=dict(title="event (forward / backward per layer and micro-batch, then the step)",
+                   gridcolor=GRID, zeroline=False),
+        yaxis=dict(title=GIB_AXIS, gridcolor=GRID, rangemode="tozero"),
+        font=dict(family=FONT_FAMILY, color=INK), plot_bgcolor="white", hovermode="x unified",
+        legend=dict(orientation="h", y=-0.22), margin=dict(t=90, l=60, r=20, b=90), height=460)
+    return fig
+
+
+def peak_sentence(led, rank: int) -> str:
+    """Markdown: where rank `rank`'s peak allocated happens, in GiB (2^30 bytes)."""
+    r = led.ranks[rank]
+    return (f"Peak allocated on rank {rank}: **{gib(r.peak_allocated_bytes):.2f} GiB** "
+            f"at the {describe_peak(r.peak_event)}.")

@@ -1,0 +1,44 @@
+"""The step-timeline chart: rows stacked over the events, the peak marked, phases shaded."""
+from memledger import ParallelSpec, TrainSpec, build_ledger, model
+from memledger.specs.runtime import RuntimeSpec
+from memledger.units import gib
+from memledger.views.staircase.timeline_charts import phases, timeline_chart
+
+
+def led(loop="pytorch", m=8):
+    return build_ledger(model("llama3-8b"), ParallelSpec(tp=2, pp=4, sp=True),
+                        TrainSpec(seq=4096, micro_batches=m), RuntimeSpec(loop=loop))
+
+
+def test_rows_stack_to_the_peak_at_the_marked_event():
+    ledger = led()
+    fig = timeline_chart(ledger, 0)
+    stacked = [tr for tr in fig.data if tr.stackgroup == "rows"]
+    assert [tr.name for tr in stacked] == ["Weights", "Optimizer states", "Gradients",
+                                           "Activations", "Communication buffers", "Transient"]
+    totals = [sum(v) for v in zip(*(tr.y for tr in stacked))]
+    peak = next(tr for tr in fig.data if tr.name == "peak")
+    assert abs(peak.y[0] - gib(ledger.ranks[0].peak_allocated_bytes)) < 1e-9
+    assert abs(max(totals) - peak.y[0]) < 1e-6 and abs(totals[peak.x[0]] - peak.y[0]) < 1e-6
+
+
+def test_phases_follow_the_1f1b_schedule():
+    evs = led(m=8).ranks[0].timeline  # rank 0 of pp 4: 4 warm-up forwards, then steady state
+    names = [p[0] for p in phases(evs)]
+    assert names == ["warm-up", "steady state", "cool-down", "optimizer"]
+    warm = phases(evs)[0]
+    assert {e.phase for e in evs[warm[1]:warm[2] + 1]} == {"forward"}
+    assert sum(e.phase == "forward" for e in evs[warm[1]:warm[2] + 1]) == 4 * 8  # 4 mbs × 8 layers
+
+
+def test_gradients_grow_during_the_first_backward_only_with_set_to_none():
+    on = [e.gradients for e in led("pytorch", m=4).ranks[3].timeline]
+    off = [e.gradients for e in led("megatron", m=4).ranks[3].timeline]
+    assert on[0] == 0 and on[-1] == 0 and max(on) == off[0] == off[-1]
+
+
+def test_measured_bytes_overlay_as_a_line():
+    ledger = led()
+    fig = timeline_chart(ledger, 1, measured=[1, 2, 3])
+    line = next(tr for tr in fig.data if tr.name == "measured")
+    assert list(line.x) == [0, 1, 2]
