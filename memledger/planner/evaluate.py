@@ -70,6 +70,7 @@ class Evaluated:
     n_fits: int = 0
     best: dict | None = None  # the configuration with the smallest peak, fitting or not
     seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
+    parts: dict | None = None  # step-time terms per kept configuration (evaluate(parts=True))
 
     def columns(self, rows=None) -> dict[str, np.ndarray]:
         """Decoded axes of the kept configurations `rows` (default: all), in that order."""
@@ -133,9 +134,11 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
     return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
 
 
-def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False) -> Evaluated:
-    """Evaluate every configuration of the space; keep those that fit (or all, for tests)."""
-    out = Evaluated()
+def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
+             parts: bool = False) -> Evaluated:
+    """Evaluate every configuration of the space; keep those that fit (or all, for tests).
+    parts=True also keeps every step-time term (`timing.PARTS`) of the kept configurations."""
+    out = Evaluated(parts={} if parts else None)
     zs, rcs = _axes(spec)
     if not zs or not rcs:
         return _finish(out)
@@ -193,11 +196,13 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
             peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
                            cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"])
+            terms = {} if out.parts is not None else None
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
-                                 stt.grads0[rows], stt.weights0[rows], seg)
+                                 stt.grads0[rows], stt.weights0[rows], seg, terms)
             out.seconds_eval += time.perf_counter() - t0
             _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
-                     dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs))
+                     dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs),
+                     terms)
 
 
 def _pipe_columns(pipes):
@@ -206,7 +211,7 @@ def _pipe_columns(pipes):
             "balanced": np.array([p.layout is not None for p in pipes])}
 
 
-def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, ax):
+def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, ax, terms=None):
     block = Block(g.world, g.pp, ax["tp"], ax["cp"], ax["dp"], ax["ep"], ax["etp"], pipe_cols,
                   np.asarray(ax["zs"]), ax["bs"], ax["ms_b"],
                   np.array([PLAN_RECOMPUTE.index(x) for x in ax["rcs"]]), peak.shape)
@@ -228,6 +233,8 @@ def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, ax):
     out.flat.append(kept)
     out.peak_bytes.append(flat_peak[kept])
     out.seconds.append(np.ascontiguousarray(secs).reshape(-1)[kept])
+    for k, v in (terms or {}).items():
+        out.parts.setdefault(k, []).append(np.ascontiguousarray(v).reshape(-1)[kept])
 
 
 def _finish(out: Evaluated) -> Evaluated:
@@ -235,4 +242,6 @@ def _finish(out: Evaluated) -> Evaluated:
                      ("seconds", np.float64)):
         parts = getattr(out, k)
         setattr(out, k, np.concatenate(parts) if parts else np.zeros(0, dtype))
+    if out.parts is not None:
+        out.parts = {k: np.concatenate(v) for k, v in out.parts.items()}
     return out

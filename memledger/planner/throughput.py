@@ -1,0 +1,48 @@
+"""Throughput of a configuration from its predicted step time: tokens/s, model TFLOP/s per GPU
+and MFU (model FLOPs utilisation: 3 × the model's forward FLOPs per token, recompute not
+counted, over the GPUs' dense bf16 peak — the convention of Chowdhery et al. 2022, PaLM,
+Appendix B), and the breakdown of one layout's step into the terms of
+`memledger.costs.stepmodel` (`timing.PARTS`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from memledger.model.flops import head_forward_flops_per_token, layer_forward_flops_per_token
+from memledger.model.params import layer_kind
+from memledger.planner.spec import Constraints, PlanSpec
+from memledger.planner.timing import PARTS
+
+
+def forward_flops_per_token(m, seq: int) -> int:
+    """The whole model's forward FLOPs per token: every layer and the head."""
+    layers = sum(layer_forward_flops_per_token(m, layer_kind(m, i), seq) for i in range(m.n_layers))
+    return layers + (head_forward_flops_per_token(m, m.vocab) if m.vocab else 0)
+
+
+def throughput(spec: PlanSpec, seconds, world):
+    """(tokens/s, model TFLOP/s per GPU, MFU in %) of steps of `seconds` on `world` GPUs."""
+    seconds, world = np.asarray(seconds, np.float64), np.asarray(world, np.float64)
+    tokens = spec.global_batch * spec.seq
+    tps = tokens / seconds
+    tflops = 3.0 * forward_flops_per_token(spec.model, spec.seq) * tps / world / 1e12
+    return tps, tflops, 100.0 * tflops * 1e12 / spec.hardware.bf16_flops
+
+
+def breakdown(spec: PlanSpec, row: dict) -> dict[str, float]:
+    """Seconds per step of each term (PARTS) for the configuration `row` (a Plan row); they
+    sum to its predicted step time."""
+    from memledger.planner import plan
+    fixed = {k: row[k] for k in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero",
+                                 "micro_batch", "recompute", "schedule")}
+    one = replace(spec, worlds=(row["world"],), constraints=Constraints(
+        **fixed, max_tp=row["tp"], max_etp=row["etp"]))
+    result = plan(one, keep_all=True, parts=True)
+    cols = result.evaluated.columns()
+    hit = np.flatnonzero(cols["balanced"] == (row.get("layout") == "balanced"))
+    if not len(hit):
+        raise ValueError(f"configuration not in the space: {row}")
+    i = int(hit[0])
+    return {k: float(result.evaluated.parts[k][i]) for k in PARTS}
