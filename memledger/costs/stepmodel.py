@@ -14,9 +14,10 @@ Per layer per micro-batch on one rank (tokens = b·s/cp):
   ETP      = all-gather before / reduce-scatter after the experts over etp·T·K rows
 Per micro-batch: pipeline send/recv of tokens·h (÷ tp under SP) per chunk boundary, forward
 and backward (blocking in Megatron's 1F1B). Per step:
-  step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 gathers (exposed) + optimizer
-with t_mb the slowest rank's micro-batch, DP sync hidden behind one micro-batch's backward
-when the framework overlaps it, and the optimizer memory-bound: every parameter's master,
+  step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 traffic (exposed) + optimizer
+with t_mb the slowest rank's micro-batch; DP sync hidden behind one micro-batch's backward
+when the framework overlaps it (sharded gradients, ZeRO-2/3, are reduce-scattered every
+micro-batch, each behind its own backward; ZeRO-3's gathers behind the prefetching compute), and the optimizer memory-bound: every parameter's master,
 states, gradient read and weight written, ÷ the ZeRO shard, at HBM bandwidth.
 Ignores: expert-data-parallel groups (all gradients sync over dp·cp), the communication a
 recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps.
@@ -145,19 +146,22 @@ def p2p_seconds(su: Setup, tokens, chunks):
 
 
 def dp_seconds(su: Setup, grads, weights, zero, micro_batches, window, compute_mb):
-    """(exposed DP sync, exposed ZeRO-3 gathers) per step. grads / weights: the rank's
-    unsharded rows in bytes; window: one micro-batch's backward."""
+    """(exposed DP sync of ZeRO 0–2, exposed ZeRO-3 traffic) per step. grads / weights: the
+    rank's unsharded rows in bytes; window: one micro-batch's backward. ZeRO-0 all-reduces and
+    ZeRO-1 reduce-scatters the accumulated gradients once per step (+ all-gather of the updated
+    weights); sharded gradients (ZeRO-2, 3) cannot accumulate, so they are reduce-scattered
+    every micro-batch, and ZeRO-3 gathers the weights forward and backward as well."""
     n = su.dp * su.cp
     beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn)
-    zero = np.asarray(zero)
-    reduce = np.where(zero == 0, co.all_reduce_seconds(grads, n, beta, alpha),
-                      co.gather_seconds(grads, n, beta, alpha)
-                      + co.gather_seconds(weights, n, beta, alpha))
-    sync = np.maximum(reduce - window, 0) if su.fw.dp_overlap else reduce
-    gather = 2 * co.gather_seconds(weights, n, beta, alpha)  # forward and backward
-    hidden = compute_mb if su.fw.prefetch else 0.0
-    z3 = np.where(zero == 3, np.asarray(micro_batches) * np.maximum(gather - hidden, 0), 0)
-    return sync, z3
+    zero, m = np.asarray(zero), np.asarray(micro_batches, np.float64)
+    rs, ag = co.gather_seconds(grads, n, beta, alpha), co.gather_seconds(weights, n, beta, alpha)
+    hide = window if su.fw.dp_overlap else 0.0
+    once = np.where(zero == 0, co.all_reduce_seconds(grads, n, beta, alpha), rs + ag)
+    sync = np.where(zero == 2, m * np.maximum(rs - hide, 0) + np.maximum(ag - hide, 0),
+                    np.maximum(once - hide, 0))
+    hide3 = compute_mb if su.fw.prefetch else 0.0
+    z3 = np.where(zero == 3, m * np.maximum(rs + 2 * ag - hide3, 0), 0)
+    return np.where(zero == 3, 0, sync), z3
 
 
 def optimizer_bytes_per_param(t) -> int:
