@@ -46,3 +46,34 @@ def breakdown(spec: PlanSpec, row: dict) -> dict[str, float]:
         raise ValueError(f"configuration not in the space: {row}")
     i = int(hit[0])
     return {k: float(result.evaluated.parts[k][i]) for k in PARTS}
+
+
+LABELS = {"compute": "compute", "recompute": "recompute", "tp": "TP comm", "cp": "CP ring",
+          "ep": "EP all-to-all", "pp_p2p": "PP send/recv", "bubble": "bubble",
+          "dp_sync": "DP sync", "zero3": "ZeRO-3 gathers", "optimizer": "optimizer"}
+
+
+def annotate(spec: PlanSpec, rows: list[dict]) -> list[dict]:
+    """Rows with tokens_per_s, tflops_per_gpu, mfu_pct, the step's breakdown (seconds per
+    term) and `why`: the terms that make it slower than the first row (or, for the first, its
+    largest terms besides compute)."""
+    out, first = [], None
+    for row in rows:
+        tps, tflops, mfu = throughput(spec, row["seconds"], row["world"])
+        parts = breakdown(spec, row)
+        first = first or parts
+        out.append(row | {"tokens_per_s": float(tps), "tflops_per_gpu": float(tflops),
+                          "mfu_pct": float(mfu), "breakdown": parts,
+                          "why": why(parts, first, row["seconds"])})
+    return out
+
+
+def why(parts: dict, first: dict, seconds: float) -> str:
+    """One phrase: what this step spends beyond the fastest one, largest first."""
+    if parts is first:
+        big = sorted((v, k) for k, v in parts.items() if k != "compute" and v > 0)[::-1][:2]
+        rest = ", ".join(f"{LABELS[k]} {v / seconds:.0%}" for v, k in big)
+        return f"fastest; compute {parts['compute'] / seconds:.0%}" + (f", {rest}" if rest else "")
+    delta = sorted(((parts[k] - first[k], k) for k in parts), reverse=True)
+    gains = [f"+{d:.2f} s {LABELS[k]}" for d, k in delta[:2] if d > 1e-3]
+    return "; ".join(gains) or "ties the fastest (smaller peak first)"
