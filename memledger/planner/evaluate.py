@@ -20,10 +20,10 @@ import numpy as np
 from memledger.planner.acts import act_arrays
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.ranks import pipe_tables, rank_held
+from memledger.planner.segmax import segment_peak
 from memledger.planner.space import Group, Space, divisors
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
-from memledger.units import ceil_div
 
 COLUMNS = ("world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "schedule", "balanced", "zero",
            "micro_batch", "micro_batches", "recompute")
@@ -128,10 +128,8 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
     fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
-    alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
-    np.maximum(alloc, (static + step)[..., None, None], out=alloc)
-    alloc = np.maximum.reduceat(alloc, seg, axis=0)
-    return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
+    return segment_peak(fwd_bwd, static + fixed, static + step, seg, rt.allocator_slack_pct,
+                        rt.cuda_context_bytes)
 
 
 def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,

@@ -15,6 +15,7 @@ from memledger.costs import stepmodel as sm
 from memledger.costs.overlap import framework
 from memledger.ledger.activations import get_profile
 from memledger.model.params import padded_vocab
+from memledger.planner.segmax import segment_max
 from memledger.planner.vec import VecParallel
 from memledger.units import format_bytes
 
@@ -46,12 +47,15 @@ def pipe_flops(m, t, tp: int, tables, rcs) -> PipeFlops:
     for tb in tables:
         pipe = tb.pipe
         visits = 0.5 if pipe.schedule == "dualpipe" else 1.0
-        dense.append(visits * tb.all_dense)
-        moe.append(visits * tb.all_moe)
-        last.append(visits * tb.all_last)
+        # ranks with the same layers run the same time: the slowest of a pipe is the slowest
+        # of its distinct rows (exact; most stages hold the same layers)
+        sig = np.unique(np.stack([tb.all_dense, tb.all_moe, tb.all_last], 1), axis=0)
+        dense.append(visits * sig[:, 0])
+        moe.append(visits * sig[:, 1])
+        last.append(visits * sig[:, 2])
         n_chunks = 0 if pipe.pp == 1 else (2 if pipe.schedule == "dualpipe" else pipe.vpp)
-        chunks.append(np.full(len(tb.all_dense), n_chunks, np.float64))
-        dual.append(np.full(len(tb.all_dense), pipe.schedule == "dualpipe"))
+        chunks.append(np.full(len(sig), n_chunks, np.float64))
+        dual.append(np.full(len(sig), pipe.schedule == "dualpipe"))
     seg = np.cumsum([0] + [len(x) for x in dense[:-1]])
     vocab = padded_vocab(m, tp, t.pad_multiple()) if m.vocab else 0
     cat = np.concatenate
@@ -108,13 +112,13 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     rp = _rank_parts(pf, L, sm.p2p_seconds(su, tokens, pf.chunks[:, None]))
     per_rank = sum(rp[k] for k in ("compute", "tp", "cp", "ep", "pp_p2p"))  # [R, W, B]
     t_rank = per_rank[..., None] + rp["recompute"]  # [R, W, B, RC]
-    t_mb = np.maximum.reduceat(t_rank, pf.seg, axis=0)  # [P, W, B, RC]
-    comp = np.maximum.reduceat(np.broadcast_to(rp["compute"], per_rank.shape), pf.seg, axis=0)
+    t_mb = segment_max(t_rank, pf.seg)  # [P, W, B, RC]
+    comp = np.broadcast_to(segment_max(rp["compute"], pf.seg), t_mb.shape[:3])
     m_b = np.asarray(ms_b, np.float64)
     b = bubble[:, None, :, None]
     pipeline = m_b[:, None] * t_mb / (1.0 - b)  # [P, W, B, RC]
-    grads = np.maximum.reduceat(grads0.T, seg, axis=0)[:, :, None, None]  # [P, W, 1, 1]
-    weights = np.maximum.reduceat(weights0.T, seg, axis=0)[:, :, None, None]
+    grads = segment_max(grads0.T, seg)[:, :, None, None]  # [P, W, 1, 1]
+    weights = segment_max(weights0.T, seg)[:, :, None, None]
     z = np.asarray(zs)[:, None]
     window = (2.0 / 3.0) * comp[:, :, None, :]  # one micro-batch's backward [P, W, 1, B]
     sync, z3 = sm.dp_seconds(su, grads, weights, z, m_b, window, comp[:, :, None, :] / 3)
