@@ -145,23 +145,34 @@ def p2p_seconds(su: Setup, tokens, chunks):
     return 2 * np.asarray(chunks) * co.p2p_seconds(buf, beta, alpha)
 
 
-def dp_seconds(su: Setup, grads, weights, zero, micro_batches, window, compute_mb):
-    """(exposed DP sync of ZeRO 0–2, exposed ZeRO-3 traffic) per step. grads / weights: the
-    rank's unsharded rows in bytes; window: one micro-batch's backward. ZeRO-0 all-reduces and
-    ZeRO-1 reduce-scatters the accumulated gradients once per step (+ all-gather of the updated
-    weights); sharded gradients (ZeRO-2, 3) cannot accumulate, so they are reduce-scattered
-    every micro-batch, and ZeRO-3 gathers the weights forward and backward as well."""
+def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb):
+    """(exposed DP sync of ZeRO 0–2, exposed ZeRO-3 traffic) per step, each stacked over the
+    ZeRO stages `zs` on a new leading axis. grads / weights: the rank's unsharded rows in
+    bytes; window: one micro-batch's backward. ZeRO-0 all-reduces and ZeRO-1 reduce-scatters
+    the accumulated gradients once per step (+ all-gather of the updated weights); sharded
+    gradients (ZeRO-2, 3) cannot accumulate, so they are reduce-scattered every micro-batch,
+    and ZeRO-3 gathers the weights forward and backward as well."""
     n = su.dp * su.cp
     beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn)
-    zero, m = np.asarray(zero), np.asarray(micro_batches, np.float64)
+    m = np.asarray(micro_batches, np.float64)
     rs, ag = co.gather_seconds(grads, n, beta, alpha), co.gather_seconds(weights, n, beta, alpha)
     hide = window if su.fw.dp_overlap else 0.0
-    once = np.where(zero == 0, co.all_reduce_seconds(grads, n, beta, alpha), rs + ag)
-    sync = np.where(zero == 2, m * np.maximum(rs - hide, 0) + np.maximum(ag - hide, 0),
-                    np.maximum(once - hide, 0))
     hide3 = compute_mb if su.fw.prefetch else 0.0
-    z3 = np.where(zero == 3, m * np.maximum(rs + 2 * ag - hide3, 0), 0)
-    return np.where(zero == 3, 0, sync), z3
+    shape = np.broadcast_shapes(np.shape(rs), np.shape(hide), np.shape(hide3), m.shape)
+    zero = np.zeros(shape)
+    sync, z3 = [], []
+    for z in zs:
+        if z == 0:
+            sync.append(np.maximum(co.all_reduce_seconds(grads, n, beta, alpha) - hide, 0))
+        elif z == 1:
+            sync.append(np.maximum(rs + ag - hide, 0))
+        elif z == 2:
+            sync.append(m * np.maximum(rs - hide, 0) + np.maximum(ag - hide, 0))
+        else:
+            sync.append(zero)
+        z3.append(m * np.maximum(rs + 2 * ag - hide3, 0) if z == 3 else zero)
+    return (np.stack(np.broadcast_arrays(*sync, zero)[:-1]),
+            np.stack(np.broadcast_arrays(*z3, zero)[:-1]))
 
 
 def optimizer_bytes_per_param(t) -> int:

@@ -86,13 +86,10 @@ def _layers(su, pf: PipeFlops, tokens, ep, etp):
 
 
 def _rank_parts(pf: PipeFlops, L, p2p):
-    """Per-micro-batch parts of every rank: [R, W, B] (recompute [R, W, B, RC])."""
+    """Per-micro-batch parts of every rank: [R, W, B] (recompute: one per mode)."""
     d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
     ep = np.where(pf.dualpipe[:, None, None], L["ep_dual"], L["ep"])
-    rec = np.stack([np.broadcast_to(d * L["rec"][rc][0] + mo * L["rec"][rc][1],
-                                    np.broadcast_shapes(d.shape, np.shape(L["f_m"]),
-                                                        np.shape(L["f_d"])))
-                    for rc in pf.rcs], -1)
+    rec = [d * L["rec"][rc][0] + mo * L["rec"][rc][1] for rc in pf.rcs]
     return {"compute": 3 * (d * L["f_d"] + mo * L["f_m"] + last * L["head"]),
             "recompute": rec, "tp": (d + mo) * L["tp"], "cp": (d + mo) * L["cp"],
             "ep": mo * ep, "pp_p2p": p2p[:, None, :]}
@@ -111,20 +108,26 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     L = _layers(su, pf, tokens, ep_c, etp_c)
     rp = _rank_parts(pf, L, sm.p2p_seconds(su, tokens, pf.chunks[:, None]))
     per_rank = sum(rp[k] for k in ("compute", "tp", "cp", "ep", "pp_p2p"))  # [R, W, B]
-    t_rank = per_rank[..., None] + rp["recompute"]  # [R, W, B, RC]
-    t_mb = segment_max(t_rank, pf.seg)  # [P, W, B, RC]
+    # one recompute mode at a time keeps the micro-batch axis innermost (numpy's fast loops)
+    t_mb = np.stack([segment_max(per_rank + r, pf.seg) for r in rp["recompute"]], -1)
     comp = np.broadcast_to(segment_max(rp["compute"], pf.seg), t_mb.shape[:3])
     m_b = np.asarray(ms_b, np.float64)
     b = bubble[:, None, :, None]
     pipeline = m_b[:, None] * t_mb / (1.0 - b)  # [P, W, B, RC]
-    grads = segment_max(grads0.T, seg)[:, :, None, None]  # [P, W, 1, 1]
-    weights = segment_max(weights0.T, seg)[:, :, None, None]
-    z = np.asarray(zs)[:, None]
-    window = (2.0 / 3.0) * comp[:, :, None, :]  # one micro-batch's backward [P, W, 1, B]
-    sync, z3 = sm.dp_seconds(su, grads, weights, z, m_b, window, comp[:, :, None, :] / 3)
-    opt = sm.optimizer_seconds(su, t, weights, z)
-    total = pipeline[:, :, None] + (sync + z3 + opt)[..., None]
+    grads = segment_max(grads0.T, seg)[:, :, None]  # [P, W, 1]
+    weights = segment_max(weights0.T, seg)[:, :, None]
+    window = (2.0 / 3.0) * comp  # one micro-batch's backward [P, W, B]
+    sync, z3 = (np.moveaxis(x, 0, 2) for x in  # [P, W, Z, B]
+                sm.dp_seconds(su, grads, weights, zs, m_b, window, comp / 3))
+    opt = sm.optimizer_seconds(su, t, weights[..., None], np.asarray(zs)[:, None])
+    step = sync + z3 + opt  # [P, W, Z, B]
+    total = np.empty(step.shape + (t_mb.shape[-1],))
+    for i in range(t_mb.shape[-1]):
+        np.add(pipeline[:, :, None, :, i], step, out=total[..., i])
     if parts is not None:
+        rp = rp | {"recompute": np.stack(np.broadcast_arrays(*rp["recompute"], per_rank), -1)
+                   [..., :-1]}
+        t_rank = per_rank[..., None] + rp["recompute"]
         _fill_parts(parts, rp, t_rank, pf.seg, m_b, b, sync, z3, opt, total.shape)
     return total
 
