@@ -13,7 +13,7 @@ from memledger.presets import GPUS, gpu
 from memledger.units import gib
 
 FIXED = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp")
-TIMED = 20  # rows that get throughput, breakdown and reason (one small search each)
+TIMED = 20  # rows that get a breakdown and a reason (one small search each)
 BOUNDS = ("max_tp", "max_etp", "max_cp", "max_vpp", "max_micro_batch")
 
 
@@ -82,7 +82,7 @@ def run(args) -> int:
     result = plan(spec_from_args(args))
     if args.json:
         out = result.to_dict(args.top)
-        out["configurations"] = annotate(result.spec, out["configurations"][:TIMED])
+        out["configurations"] = annotate(result.spec, out["configurations"], explain=TIMED)
         print(json.dumps(out))
     else:
         print(render(result, args.top))
@@ -102,12 +102,11 @@ def render(result, top: int) -> str:
         return "\n".join(lines + [result.reason])
     from memledger.planner.throughput import LABELS, annotate
     rows = result.rows(result.top(top))
-    timed = annotate(s, rows[:TIMED]) + rows[TIMED:]
+    timed = annotate(s, rows, explain=TIMED)
     lines.append(f"{'#':>4}  {'est. s/step':>11}  {'tokens/s':>10}  {'TFLOP/s':>7}  {'MFU':>4}  "
                  f"{'peak GiB':>8}  {'free GiB':>8}  layout | why it ranks here")
     for i, r in enumerate(timed, 1):
-        tput = (f"{r['tokens_per_s']:>10,.0f}  {r['tflops_per_gpu']:>7.0f}  {r['mfu_pct']:>3.0f}%"
-                if "why" in r else f"{'':>10}  {'':>7}  {'':>4}")
+        tput = f"{r['tokens_per_s']:>10,.0f}  {r['tflops_per_gpu']:>7.0f}  {r['mfu_pct']:>3.0f}%"
         lines.append(f"{i:>4}  {r['seconds']:>11.3f}  {tput}  {gib(r['peak_bytes']):>8.2f}  "
                      f"{gib(r['free_bytes']):>8.2f}  {describe(r)}"
                      + (f" | {r['why']}" if "why" in r else ""))

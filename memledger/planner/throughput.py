@@ -53,18 +53,21 @@ LABELS = {"compute": "compute", "recompute": "recompute", "tp": "TP comm", "cp":
           "dp_sync": "DP sync", "zero3": "ZeRO-3 gathers", "optimizer": "optimizer"}
 
 
-def annotate(spec: PlanSpec, rows: list[dict]) -> list[dict]:
-    """Rows with tokens_per_s, tflops_per_gpu, mfu_pct, the step's breakdown (seconds per
-    term) and `why`: the terms that make it slower than the first row (or, for the first, its
-    largest terms besides compute)."""
+def annotate(spec: PlanSpec, rows: list[dict], explain: int | None = None) -> list[dict]:
+    """Rows with tokens_per_s, tflops_per_gpu and mfu_pct; the first `explain` (default all)
+    also with the step's breakdown (seconds per term) and `why`: the terms that make it slower
+    than the first row (or, for the first, its largest terms besides compute). Each
+    explanation is one single-configuration search."""
     out, first = [], None
-    for row in rows:
+    for i, row in enumerate(rows):
         tps, tflops, mfu = throughput(spec, row["seconds"], row["world"])
-        parts = breakdown(spec, row)
-        first = first or parts
-        out.append(row | {"tokens_per_s": float(tps), "tflops_per_gpu": float(tflops),
-                          "mfu_pct": float(mfu), "breakdown": parts,
-                          "why": why(parts, first, row["seconds"])})
+        row = row | {"tokens_per_s": float(tps), "tflops_per_gpu": float(tflops),
+                     "mfu_pct": float(mfu)}
+        if explain is None or i < explain:
+            parts = breakdown(spec, row)
+            first = first or parts
+            row |= {"breakdown": parts, "why": why(parts, first, row["seconds"])}
+        out.append(row)
     return out
 
 
