@@ -16,6 +16,7 @@ from memledger.views.frame import page_frame
 from memledger.views.planner import state as pst
 from memledger.views.planner.charts import (describe_row, ledger_query, plan_scatter, top_csv,
                                             top_table)
+from memledger.views.planner.steps import breakdown_chart, throughput_columns
 from memledger.views.state import hardware, load_model
 from memledger.views.sync import resolve
 
@@ -91,7 +92,8 @@ def body() -> None:
     right.markdown(f"**#{row_no}**: {describe_row(row)} · "
                    f"[open it on the Ledger page]({LEDGER_PAGE}?{query})")
     ui.chart(plan_scatter(result, selected=row), stem, key="plan_chart", setting=ui.setting(res))
-    st.dataframe(table, width="stretch", column_config={
+    ui.chart(breakdown_chart(result, row), f"{stem}_step", key="step_chart", setting=ui.setting(res))
+    st.dataframe(throughput_columns(result, table), width="stretch", column_config={
         "peak GiB": st.column_config.NumberColumn(format="%.2f"),
         "free GiB": st.column_config.NumberColumn(format="%.2f"),
         "est. s/step": st.column_config.NumberColumn(format="%.3f")})

@@ -36,8 +36,10 @@ def test_llama3_8b_pure_data_parallel_on_8_h100_fits_exactly_these_12():
       ZeRO-2: none and selective at mb 1 (74.1, 62.5 GiB; mb 2 adds another 34 / 23 GiB),
               full at mb 1, 2, 4 (40.5, 48.9, 65.7 GiB; mb 8 is 99.2).
       ZeRO-3: the same pattern 13 GiB lower (61.4, 49.8; full 27.7, 36.1, 52.9; mb 8 86.5).
-    12 of 48 fit, and the fastest is ZeRO-2 without recompute: no TP/CP traffic, no bubble,
-    no recompute, and ZeRO-3 would re-gather the weights every micro-batch."""
+    12 of 48 fit, and the fastest is no recompute at mb 1 under ZeRO-2 or 3: no TP/CP traffic,
+    no bubble, no recompute; inside one NVLink node ZeRO-3's per-micro-batch gathers and
+    ZeRO-2's reduce-scatters hide behind compute (costs.stepmodel.dp_seconds), so the two tie
+    and the smaller peak (ZeRO-3) is listed first."""
     result = plan(llama8b(constraints=Constraints(tp=1, pp=1, cp=1)), keep_all=True)
     assert result.n_evaluated == 48
     rows = result.rows(range(48))
@@ -56,8 +58,10 @@ def test_llama3_8b_pure_data_parallel_on_8_h100_fits_exactly_these_12():
         static[r["zero"]] = led.peak.static_bytes
     assert static == {0: 18 * N_8B, 1: 6 * N_8B + 12 * N_8B // 8, 2: 2 * N_8B + 16 * N_8B // 8,
                       3: 18 * N_8B // 8}
-    best = result.rows(result.top(1))[0]
-    assert (best["zero"], best["recompute"], best["micro_batch"]) == (2, "none", 1)
+    fitting = [r for r in result.rows(result.order) if r["peak_bytes"] <= result.spec.limit_bytes]
+    assert [(r["zero"], r["recompute"], r["micro_batch"]) for r in fitting[:2]] == [
+        (3, "none", 1), (2, "none", 1)]
+    assert fitting[0]["seconds"] == fitting[1]["seconds"]
 
 
 def test_the_fastest_layout_of_llama3_8b_on_8_h100_is_pure_data_parallel():

@@ -29,9 +29,11 @@ def link(at) -> dict:
 
 def test_renders_with_the_sidebar_defaults_a_chart_a_top_20_table_and_a_ledger_link(app_test):
     at = ok(app_test(PAGE).run())
-    assert at.error == [] and len(figures(at)) == 1
+    assert at.error == [] and len(figures(at)) == 2  # peak vs time, the chosen row's step
     table = at.dataframe[0].value
     assert len(table) == 20 and list(table["est. s/step"]) == sorted(table["est. s/step"])
+    assert list(table["tokens/s"]) == sorted(table["tokens/s"], reverse=True)
+    assert table["why it ranks here"].iloc[0].startswith("fastest")
     expected = plan(PlanSpec(model=model("llama3-70b"), hardware=gpu("h100"), worlds=(64,),
                              seq=4096, global_batch=64, gpus_per_node=8))
     best = expected.rows(expected.top(1))[0]

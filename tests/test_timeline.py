@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from memledger import ParallelSpec, TrainSpec, build_ledger, model
 from memledger.errors import SpecError
-from memledger.ledger.pipeline.engines import resolve_engine
 from memledger.ledger.items import ROWS
+from memledger.ledger.pipeline.engines import resolve_engine
 from memledger.ledger.timeline import action_order
 from memledger.model.hf_config import load_hf_config
 from memledger.model.params import n_mtp_params, n_params, padded_vocab

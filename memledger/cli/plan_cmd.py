@@ -13,6 +13,7 @@ from memledger.presets import GPUS, gpu
 from memledger.units import gib
 
 FIXED = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp")
+TIMED = 20  # rows that get a breakdown and a reason (one small search each)
 BOUNDS = ("max_tp", "max_etp", "max_cp", "max_vpp", "max_micro_batch")
 
 
@@ -33,6 +34,8 @@ def add(sub) -> None:
     g.add_argument("--schedule", default=None, help="fix the schedule: 1f1b, interleaved, dualpipe")
     for name in BOUNDS:
         g.add_argument("--" + name.replace("_", "-"), type=int, default=None)
+    g.add_argument("--framework", default="megatron-core",
+                   help="what overlaps: megatron-core, megatron-2021 (memledger.costs.overlap)")
     p.add_argument("--top", type=int, default=20, help="configurations to list (0 = all)")
     p.add_argument("--json", action="store_true", help="one JSON object, bytes as integers")
     p.set_defaults(run=run)
@@ -70,14 +73,18 @@ def spec_from_args(args):
                     gpus_per_node=args.gpus_per_node, precision=args.precision,
                     optimizer=args.optimizer, profile=args.profile, attention=args.attention,
                     headroom=args.headroom, runtime=runtime_from_args(args),
-                    mfu_pct=args.mfu, constraints=Constraints(**fixed, **bounds))
+                    mfu_pct=args.mfu, framework=args.framework,
+                    constraints=Constraints(**fixed, **bounds))
 
 
 def run(args) -> int:
     from memledger.planner import plan
+    from memledger.planner.throughput import annotate
     result = plan(spec_from_args(args))
     if args.json:
-        print(json.dumps(result.to_dict(args.top)))
+        out = result.to_dict(args.top)
+        out["configurations"] = annotate(result.spec, out["configurations"], explain=TIMED)
+        print(json.dumps(out))
     else:
         print(render(result, args.top))
     return 0
@@ -94,10 +101,21 @@ def render(result, top: int) -> str:
              f"| {result.wall_s:.2f} s"]
     if result.reason:
         return "\n".join(lines + [result.reason])
-    lines.append(f"{'#':>4}  {'est. s/step':>11}  {'peak GiB':>9}  {'free GiB':>9}  layout")
-    for i, r in enumerate(result.rows(result.top(top)), 1):
-        lines.append(f"{i:>4}  {r['seconds']:>11.3f}  {gib(r['peak_bytes']):>9.2f}  "
-                     f"{gib(r['free_bytes']):>9.2f}  {describe(r)}")
+    from memledger.planner.throughput import LABELS, annotate
+    rows = result.rows(result.top(top))
+    timed = annotate(s, rows, explain=TIMED)
+    lines.append(f"{'#':>4}  {'est. s/step':>11}  {'tokens/s':>10}  {'TFLOP/s':>7}  {'MFU':>4}  "
+                 f"{'peak GiB':>8}  {'free GiB':>8}  layout | why it ranks here")
+    for i, r in enumerate(timed, 1):
+        tput = f"{r['tokens_per_s']:>10,.0f}  {r['tflops_per_gpu']:>7.0f}  {r['mfu_pct']:>3.0f}%"
+        lines.append(f"{i:>4}  {r['seconds']:>11.3f}  {tput}  {gib(r['peak_bytes']):>8.2f}  "
+                     f"{gib(r['free_bytes']):>8.2f}  {describe(r)}"
+                     + (f" | {r['why']}" if "why" in r else ""))
+    if timed:
+        parts = timed[0]["breakdown"]
+        lines.append("#1 step: " + ", ".join(f"{LABELS[k]} {v:.3f} s" for k, v in parts.items()
+                                             if v > 0))
     lines.append(f"Pareto front (peak vs time): {len(result.pareto)} configurations; "
-                 f"GiB = 2^30 bytes; times are estimates (memledger.costs.steptime)")
+                 f"GiB = 2^30 bytes; times are estimates (memledger.costs.stepmodel, "
+                 f"docs/step-time.md); TFLOP/s and MFU count model FLOPs (3 × forward)")
     return "\n".join(lines)

@@ -1,4 +1,8 @@
-"""An estimated training-step time, for ranking layouts — not a simulator.
+"""First-order step-time helpers: link choice, ring shares, selective-recompute FLOPs, and the
+monotone step assembly. The planner ranks layouts with `memledger.costs.stepmodel` (GEMM
+efficiency by shape, alpha–beta collectives, overlap per framework; docs/step-time.md), which
+reuses `selective_flops_per_token` from here; the byte counts below are the textbook first-order
+model it refines.
 
 step = m · (compute + recompute + layer communication) / (1 − bubble) + data-parallel sync
 

@@ -20,8 +20,9 @@ from memledger.planner.spec import Constraints, PlanSpec
 __all__ = ["Constraints", "Plan", "PlanSpec", "describe", "plan"]
 
 
-def plan(spec: PlanSpec, keep_all: bool = False, admit=None) -> Plan:
-    """Search the space of `spec`. keep_all=True keeps over-capacity configurations too (tests).
+def plan(spec: PlanSpec, keep_all: bool = False, admit=None, parts: bool = False) -> Plan:
+    """Search the space of `spec`. keep_all=True keeps over-capacity configurations too (tests);
+    parts=True keeps every step-time term (small searches: the breakdown of one layout).
     `admit(n)`, when given, sees the number of configurations before any is evaluated and may
     raise (a server's per-request budget)."""
     t0 = time.perf_counter()
@@ -29,7 +30,7 @@ def plan(spec: PlanSpec, keep_all: bool = False, admit=None) -> Plan:
     if admit is not None:
         from memledger.planner.size import n_configurations
         admit(n_configurations(spec, space))
-    ev = evaluate(spec, space, keep_all=keep_all)
+    ev = evaluate(spec, space, keep_all=keep_all, parts=parts)
     return Plan(spec=spec, evaluated=ev, n_structural=space.n_structural,
                 n_invalid=space.n_invalid, invalid_reasons=dict(space.reasons),
                 invalid_examples=dict(space.examples), wall_s=time.perf_counter() - t0)

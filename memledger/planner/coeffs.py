@@ -96,12 +96,11 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
     inverse = np.array([first.setdefault(k, len(first)) for k in keys], dtype=np.int64)
     unique = [helds[keys.index(k)] for k in first]
     index, entries, starts = _pairs(unique)
-    raw = _row_tables(index, widths, t, zs)
+    raw = _row_tables(index, widths, t, sorted({0, *zs}))  # z = 0: the time model's rows
     rows = {k: np.add.reduceat(v[:, entries], starts, axis=1) for k, v in raw.items()}
     n_w, n_u, n_z = len(cp), len(unique), len(zs)
     static = np.stack([sum(rows[row, z] for row in ROW_FUNCS) for z in zs], -1)
-    unsharded = [z for z in zs if not ZERO_SHARDED[z]]
-    z0 = unsharded[0] if unsharded else zs[0]
+    z0 = 0  # the time model's rows are unsharded, whichever stages are searched
     comm_z, step = np.zeros((n_w, n_u, n_z), np.int64), np.zeros((n_w, n_u, n_z), np.int64)
     units_z = np.zeros((n_w, n_u, n_z), np.int64)
     p1 = _vp(tp, pp, cp, dp, ep, etp)

@@ -21,6 +21,7 @@ from memledger.planner.acts import act_arrays
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
+from memledger.planner.segmax import segment_max, segment_peak
 from memledger.planner.space import Group, Space, divisors
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
@@ -72,6 +73,7 @@ class Evaluated:
     n_fits: int = 0
     best: dict | None = None  # the configuration with the smallest peak, fitting or not
     seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
+    parts: dict | None = None  # step-time terms per kept configuration (evaluate(parts=True))
 
     def columns(self, rows=None) -> dict[str, np.ndarray]:
         """Decoded axes of the kept configurations `rows` (default: all), in that order."""
@@ -144,20 +146,24 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
     fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
-    alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
-    if units is not None and units.any():  # ledger.transient_at_peak: loss-side transients
+    if units is not None and units.any():  # runtime.transient_at_peak: loss-side transients
+        alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
         u = units.transpose(1, 0, 2)[..., None]  # [R, W, Z, 1] run while no FSDP unit is gathered
         for i, (in_layer, at_loss) in enumerate(phases):
             lp, sp = in_layer[:, :, None, :], at_loss[:, :, None, :]
             alloc[..., i] += np.maximum(np.maximum(lp, sp - u), 0) - np.maximum(lp, sp)
-    np.maximum(alloc, (static + step)[..., None, None], out=alloc)
-    alloc = np.maximum.reduceat(alloc, seg, axis=0)
-    return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
+        np.maximum(alloc, (static + step)[..., None, None], out=alloc)
+        alloc = segment_max(alloc, seg)
+        return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
+    return segment_peak(fwd_bwd, static + fixed, static + step, seg, rt.allocator_slack_pct,
+                        rt.cuda_context_bytes)
 
 
-def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False) -> Evaluated:
-    """Evaluate every configuration of the space; keep those that fit (or all, for tests)."""
-    out = Evaluated()
+def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
+             parts: bool = False) -> Evaluated:
+    """Evaluate every configuration of the space; keep those that fit (or all, for tests).
+    parts=True also keeps every step-time term (`timing.PARTS`) of the kept configurations."""
+    out = Evaluated(parts={} if parts else None)
     zs, rcs = _axes(spec)
     if not zs or not rcs:
         return _finish(out)
@@ -224,12 +230,14 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
                            cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"],
                            stt.units_z[rows], life)
+            terms = {} if out.parts is not None else None
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
-                                 stt.grads0[rows], stt.weights0[rows], seg)
+                                 stt.grads0[rows], stt.weights0[rows], seg, terms)
             out.seconds_eval += time.perf_counter() - t0
             valid = np.broadcast_to(runs[:, mi][:, None, None, :, None], peak.shape)
             _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
-                     valid, dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs))
+                     valid, dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs),
+                     terms)
 
 
 def _pipe_columns(pipes):
@@ -238,7 +246,7 @@ def _pipe_columns(pipes):
             "balanced": np.array([p.layout is not None for p in pipes])}
 
 
-def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, valid, ax):
+def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, valid, ax, terms=None):
     block = Block(g.world, g.pp, ax["tp"], ax["cp"], ax["dp"], ax["ep"], ax["etp"], pipe_cols,
                   np.asarray(ax["zs"]), ax["bs"], ax["ms_b"],
                   np.array([PLAN_RECOMPUTE.index(x) for x in ax["rcs"]]), peak.shape)
@@ -263,6 +271,8 @@ def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, valid, ax):
     out.flat.append(kept)
     out.peak_bytes.append(flat_peak[kept])
     out.seconds.append(np.ascontiguousarray(secs).reshape(-1)[kept])
+    for k, v in (terms or {}).items():
+        out.parts.setdefault(k, []).append(np.ascontiguousarray(v).reshape(-1)[kept])
 
 
 def _finish(out: Evaluated) -> Evaluated:
@@ -270,4 +280,6 @@ def _finish(out: Evaluated) -> Evaluated:
                      ("seconds", np.float64)):
         parts = getattr(out, k)
         setattr(out, k, np.concatenate(parts) if parts else np.zeros(0, dtype))
+    if out.parts is not None:
+        out.parts = {k: np.concatenate(v) for k, v in out.parts.items()}
     return out

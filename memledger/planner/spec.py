@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memledger.costs.compute import DEFAULT_MFU_PCT
+from memledger.costs.overlap import framework
 from memledger.errors import SpecError, require, require_choice, require_positive
 from memledger.specs.bounds import check_bound, check_length
 from memledger.specs.hardware import Hardware
@@ -82,7 +83,8 @@ class PlanSpec:
     profile: str = "megatron"
     attention: str = "flash"
     headroom: float = 0.0  # fraction of HBM kept free
-    mfu_pct: int = DEFAULT_MFU_PCT
+    mfu_pct: int = DEFAULT_MFU_PCT  # the offload verdicts' MFU; step times use costs.stepmodel
+    framework: str = "megatron-core"  # what overlaps (memledger.costs.overlap)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
     constraints: Constraints = field(default_factory=Constraints)
 
@@ -106,6 +108,7 @@ class PlanSpec:
                 f"must be a fraction in [0, 1), got {self.headroom!r}")
         require(isinstance(self.mfu_pct, int) and 0 < self.mfu_pct <= 100, "mfu_pct",
                 f"must be an integer percentage 1..100, got {self.mfu_pct!r}")
+        framework(self.framework)
         self.base_train()  # validates precision, optimizer, profile, attention
         for knob in ("optimizer_offload", "grad_offload"):
             require(not getattr(self.runtime, knob), knob,

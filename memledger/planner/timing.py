@@ -1,71 +1,147 @@
-"""Step-time arrays for the planner's blocks: `memledger.costs.steptime` (which documents the model and
-what it ignores) evaluated over widths × pipeline shapes × ZeRO × micro-batch × recompute."""
+"""Step-time arrays for the planner's blocks: `memledger.costs.stepmodel` (which documents every
+term, docs/step-time.md its sources) evaluated over widths × pipeline shapes × ZeRO ×
+micro-batch × recompute. Per-layer times are [W, B] arrays (widths × micro-batch sizes), per
+rank [all ranks, W, B, RC], the slowest rank of each pipeline shape a segmented max; the
+per-step terms (DP sync, ZeRO-3 gathers, optimizer) add the ZeRO axis.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from memledger.costs import stepmodel as sm
 from memledger.costs import steptime as st
+from memledger.costs.overlap import framework
 from memledger.ledger.activations import get_profile
-from memledger.model.flops import head_forward_flops_per_token, layer_forward_flops_per_token
 from memledger.model.params import padded_vocab
+from memledger.planner.segmax import segment_max
 from memledger.planner.vec import VecParallel
 from memledger.units import format_bytes
+
+PARTS = ("compute", "recompute", "tp", "cp", "ep", "pp_p2p", "bubble", "dp_sync", "zero3",
+         "optimizer")
 
 
 @dataclass
 class PipeFlops:
-    stage: np.ndarray  # [P, RC] slowest rank's FLOPs per token, before ÷ tp·cp
-    rank_dense: np.ndarray  # [all ranks of all pipes] dense layers run per micro-batch
-    rank_moe: np.ndarray
-    seg: np.ndarray  # start of each pipe in the rank arrays
+    """Per rank of every pipe (concatenated, `seg` starts): layers run per micro-batch."""
+
+    dense: np.ndarray
+    moe: np.ndarray
+    last: np.ndarray
+    chunks: np.ndarray  # stage boundaries a micro-batch crosses on the rank (send/recv)
+    dualpipe: np.ndarray  # per rank: its pipe runs DualPipe
+    seg: np.ndarray
+    sel: tuple  # selective recompute FLOPs per token (dense, moe)
+    rcs: tuple
+    vocab: int
 
 
 def pipe_flops(m, t, tp: int, tables, rcs) -> PipeFlops:
-    seq = t.seq
-    f_d = layer_forward_flops_per_token(m, "dense", seq)
-    f_m = layer_forward_flops_per_token(m, "moe", seq) if m.moe else 0
-    f_h = head_forward_flops_per_token(m, padded_vocab(m, tp, t.pad_multiple())) if m.vocab else 0
     prof = get_profile(t.profile)
     p = VecParallel(tp=tp, sp=tp > 1)
-    sel = [st.selective_flops_per_token(m, prof.layer(m, k, t, p), prof.selective)
-           if (k == "dense" or m.moe) else 0 for k in ("dense", "moe")]
-    rec = {"none": (0, 0), "selective": tuple(sel), "full": (f_d, f_m)}
-    stage, dense, moe = [], [], []
+    sel = tuple(st.selective_flops_per_token(m, prof.layer(m, k, t, p), prof.selective)
+                if (k == "dense" or m.moe) else 0 for k in ("dense", "moe"))
+    dense, moe, last, chunks, dual = [], [], [], [], []
     for tb in tables:
-        visits = 0.5 if tb.pipe.schedule == "dualpipe" else 1.0
-        d, mo = visits * tb.all_dense, visits * tb.all_moe
-        fwd = d * f_d + mo * f_m + tb.all_last * f_h
-        stage.append([st.stage_flops_per_token(fwd, d * rec[rc][0] + mo * rec[rc][1]) for rc in rcs])
-        dense.append(d)
-        moe.append(mo)
+        pipe = tb.pipe
+        visits = 0.5 if pipe.schedule == "dualpipe" else 1.0
+        # ranks with the same layers run the same time: the slowest of a pipe is the slowest
+        # of its distinct rows (exact; most stages hold the same layers)
+        sig = np.unique(np.stack([tb.all_dense, tb.all_moe, tb.all_last], 1), axis=0)
+        dense.append(visits * sig[:, 0])
+        moe.append(visits * sig[:, 1])
+        last.append(visits * sig[:, 2])
+        n_chunks = 0 if pipe.pp == 1 else (2 if pipe.schedule == "dualpipe" else pipe.vpp)
+        chunks.append(np.full(len(sig), n_chunks, np.float64))
+        dual.append(np.full(len(sig), pipe.schedule == "dualpipe"))
     seg = np.cumsum([0] + [len(x) for x in dense[:-1]])
-    return PipeFlops(np.array(stage, np.float64), np.concatenate(dense), np.concatenate(moe), seg)
+    vocab = padded_vocab(m, tp, t.pad_multiple()) if m.vocab else 0
+    cat = np.concatenate
+    return PipeFlops(cat(dense), cat(moe), cat(last), cat(chunks), cat(dual), seg, sel,
+                     tuple(rcs), vocab)
+
+
+def _layers(su, pf: PipeFlops, tokens, ep, etp):
+    """Per-layer forward compute and per-micro-batch communication, [W, B] or [B]."""
+    d = sm.layer_forward(su, "dense", tokens)
+    f_d = d["gemm"] + d["attn"] + d["elem"]
+    tp_l, cp_l = sm.tp_seconds(su, tokens), sm.cp_seconds(su, tokens, d["attn"])
+    out = {"f_d": f_d, "f_m": 0.0, "tp": tp_l, "cp": cp_l, "ep": 0.0, "ep_dual": 0.0,
+           "head": sm.head_forward(su, tokens, pf.vocab) if pf.vocab else 0.0}
+    rate_attn = lambda flops: sm.gemm.attention_seconds(su.hw, flops, tokens)  # noqa: E731
+    sel_d = rate_attn(pf.sel[0] * tokens / su.tp)
+    rec = {"none": (0.0, 0.0), "selective": (sel_d, 0.0), "full": (f_d + tp_l / 2, 0.0)}
+    if su.m.moe is not None:
+        mo = sm.layer_forward(su, "moe", tokens, ep, etp)
+        f_m = mo["gemm"] + mo["attn"] + mo["elem"]
+        a2a, etp_s = sm.ep_seconds(su, tokens, ep, etp)
+        hidden = 3 * f_m if su.fw.dualpipe_hides_ep else 0.0
+        out |= {"f_m": f_m, "ep": a2a + etp_s, "ep_dual": np.maximum(a2a + etp_s - hidden, 0)}
+        rec = {"none": (0.0, 0.0), "selective": (sel_d, rate_attn(pf.sel[1] * tokens / su.tp)),
+               "full": (f_d + tp_l / 2, f_m + tp_l / 2)}
+    out["rec"] = rec
+    return out
+
+
+def _rank_parts(pf: PipeFlops, L, p2p):
+    """Per-micro-batch parts of every rank: [R, W, B] (recompute: one per mode)."""
+    d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
+    ep = np.where(pf.dualpipe[:, None, None], L["ep_dual"], L["ep"])
+    rec = [d * L["rec"][rc][0] + mo * L["rec"][rc][1] for rc in pf.rcs]
+    return {"compute": 3 * (d * L["f_d"] + mo * L["f_m"] + last * L["head"]),
+            "recompute": rec, "tp": (d + mo) * L["tp"], "cp": (d + mo) * L["cp"],
+            "ep": mo * ep, "pp_p2p": p2p[:, None, :]}
 
 
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
-                  grads0, weights0, seg) -> np.ndarray:
+                  grads0, weights0, seg, parts: dict | None = None) -> np.ndarray:
     """[P, W, Z, B, RC] estimated seconds per step. grads0 / weights0: [W, R] unsharded rows of
-    the memory-candidate ranks (segments `seg`); bubble: [P, B]."""
-    hw, m, gpn = spec.hardware, spec.model, spec.node_size
-    rate = hw.bf16_flops * spec.mfu_pct / 100
-    act = format_bytes(spec.base_train().recipe.act_fmt, 1)
-    tokens = np.asarray(bs, np.float64) * spec.seq / cp  # on the rank, per micro-batch
-    compute = pf.stage[:, None, None, None, :] * (tokens / tp)[:, None] / rate  # [P,1,1,B,RC]
-    per_dense = (st.tp_bytes_per_layer(m, tokens, tp, act) / st.link_bw(hw, tp, gpn)
-                 + st.cp_bytes_per_layer(m, tokens, tp, cp, act) / st.link_bw(hw, tp * cp, gpn))
-    ep_col, etp_col = np.asarray(ep)[:, None], np.asarray(etp)[:, None]
-    per_moe = (per_dense + st.ep_bytes_per_moe_layer(m, tokens, tp, ep_col, act)
-               / st.link_bw(hw, ep_col * etp_col, gpn)
-               + st.etp_bytes_per_moe_layer(m, tokens, tp, etp_col, act)
-               / st.link_bw(hw, etp_col, gpn))
-    layer = (pf.rank_dense[:, None, None] * per_dense[None, None, :]
-             + pf.rank_moe[:, None, None] * per_moe[None])  # [all ranks, W, B]
-    comm = np.maximum.reduceat(layer, pf.seg, axis=0)[:, :, None, :, None]
-    grads = np.maximum.reduceat(grads0.T, seg, axis=0)[:, :, None, None]  # [P, W, 1, 1]
-    weights = np.maximum.reduceat(weights0.T, seg, axis=0)[:, :, None, None]
-    sync = st.dp_sync_seconds(grads, weights, dp * cp, np.asarray(zs)[:, None],
-                              np.asarray(ms_b), st.link_bw(hw, tp * cp * dp, gpn))[..., None]
-    return st.step_seconds(compute_s=compute, comm_s=comm, bubble=bubble[:, None, None, :, None],
-                           micro_batches=np.asarray(ms_b)[:, None], dp_sync_s=sync)
+    the memory-candidate ranks (segments `seg`); bubble: [P, B]. `parts`, when given, receives
+    every term per step at the slowest rank (PARTS)."""
+    t = spec.base_train()
+    su = sm.Setup(spec.model, spec.hardware, framework(spec.framework), spec.seq, tp, cp, dp,
+                  spec.node_size, format_bytes(t.recipe.act_fmt, 1))
+    tokens = np.asarray(bs, np.float64) * spec.seq / cp
+    ep_c, etp_c = np.asarray(ep)[:, None], np.asarray(etp)[:, None]
+    L = _layers(su, pf, tokens, ep_c, etp_c)
+    rp = _rank_parts(pf, L, sm.p2p_seconds(su, tokens, pf.chunks[:, None]))
+    per_rank = sum(rp[k] for k in ("compute", "tp", "cp", "ep", "pp_p2p"))  # [R, W, B]
+    # one recompute mode at a time keeps the micro-batch axis innermost (numpy's fast loops)
+    t_mb = np.stack([segment_max(per_rank + r, pf.seg) for r in rp["recompute"]], -1)
+    comp = np.broadcast_to(segment_max(rp["compute"], pf.seg), t_mb.shape[:3])
+    m_b = np.asarray(ms_b, np.float64)
+    b = bubble[:, None, :, None]
+    pipeline = m_b[:, None] * t_mb / (1.0 - b)  # [P, W, B, RC]
+    grads = segment_max(grads0.T, seg)[:, :, None]  # [P, W, 1]
+    weights = segment_max(weights0.T, seg)[:, :, None]
+    window = (2.0 / 3.0) * comp  # one micro-batch's backward [P, W, B]
+    sync, z3 = (np.moveaxis(x, 0, 2) for x in  # [P, W, Z, B]
+                sm.dp_seconds(su, grads, weights, zs, m_b, window, comp / 3))
+    opt = sm.optimizer_seconds(su, t, weights[..., None], np.asarray(zs)[:, None])
+    step = sync + z3 + opt  # [P, W, Z, B]
+    total = np.empty(step.shape + (t_mb.shape[-1],))
+    for i in range(t_mb.shape[-1]):
+        np.add(pipeline[:, :, None, :, i], step, out=total[..., i])
+    if parts is not None:
+        rp = rp | {"recompute": np.stack(np.broadcast_arrays(*rp["recompute"], per_rank), -1)
+                   [..., :-1]}
+        t_rank = per_rank[..., None] + rp["recompute"]
+        _fill_parts(parts, rp, t_rank, pf.seg, m_b, b, sync, z3, opt, total.shape)
+    return total
+
+
+def _fill_parts(parts, rp, t_rank, seg, m_b, b, sync, z3, opt, shape):
+    """Each term per step at the slowest rank of each pipe, broadcast to `shape`."""
+    ends = np.append(seg[1:], len(t_rank))
+    pick = np.stack([s + np.argmax(t_rank[s:e], axis=0) for s, e in zip(seg, ends)])
+    take = lambda a: np.take_along_axis(  # noqa: E731
+        np.broadcast_to(a[..., None] if a.ndim == 3 else a, t_rank.shape), pick, axis=0)
+    per_mb = {k: take(rp[k]) for k in ("compute", "recompute", "tp", "cp", "ep", "pp_p2p")}
+    t_mb = sum(per_mb.values())
+    for k, v in per_mb.items():
+        parts[k] = np.broadcast_to((m_b[:, None] * v)[:, :, None], shape)
+    parts["bubble"] = np.broadcast_to((m_b[:, None] * t_mb * b / (1.0 - b))[:, :, None], shape)
+    for k, v in (("dp_sync", sync), ("zero3", z3), ("optimizer", opt)):
+        parts[k] = np.broadcast_to(np.broadcast_to(v, shape[:4])[..., None], shape)

@@ -1,0 +1,77 @@
+"""Collective communication time: latency + size / bandwidth (the alpha–beta model) per link.
+
+A group whose consecutive ranks span ≤ GPUs per node runs on NVLink (PCIe without it), else on
+the per-GPU network NIC — Megatron's rank order puts tp innermost, then cp, dp (experts: etp,
+then ep), so a group of n ranks placed s apart spans n·s GPUs. Per collective of n ranks moving
+a buffer of B bytes (the full, unsharded size):
+  all-gather / reduce-scatter  (n − 1)·α + (n − 1)/n · B / β        (ring)
+  all-reduce                   min(2(n − 1), 2⌈log2 n⌉)·α + 2(n − 1)/n · B / β
+                               (ring vs NCCL's double binary tree: same bytes, fewer hops)
+  all-to-all                   (n − 1)·α + (n − 1)/n · B · imbalance / β
+  send/recv                    α + B / β
+β = link bandwidth per direction × bus efficiency: nccl-tests bus bandwidth reaches ≈ 80 % of
+the NVLink figure and ≈ 90 % of the NIC line rate for large messages (NVIDIA nccl-tests
+PERFORMANCE.md; DGX H100 all-reduce busbw ≈ 360 of 450 GB/s). α: ≈ 5 µs per hop inside a node,
+≈ 10 µs across nodes (NCCL src/graph/tuning.cc base + hardware latencies of the Simple/LL128
+protocols, rounded up for launch overhead).
+Top-k routing imbalance: with balanced routing each of the n expert ranks receives on average
+μ = T·K rows; the busiest — whose all-to-all and expert GEMMs everyone waits for — receives the
+expected maximum of n binomial counts, ≈ μ + √(2 μ ln n) (Gumbel limit of the multinomial
+maximum), so imbalance = 1 + √(2 ln n / μ). Ignores router skew beyond sampling (expert
+popularity), congestion, rail topology and SHARP in-network reduction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+NVLINK_BUS_EFFICIENCY = 0.8
+NETWORK_BUS_EFFICIENCY = 0.9
+ALPHA_INTRA_S = 5e-6
+ALPHA_INTER_S = 10e-6
+
+
+def inside_node(span, gpus_per_node: int):
+    return np.asarray(span) <= gpus_per_node
+
+
+def link(hw, span, gpus_per_node: int):
+    """(bytes/s, seconds per hop) of a group whose ranks span `span` consecutive GPUs."""
+    inside = inside_node(span, gpus_per_node)
+    intra = hw.intra_node_bw * (NVLINK_BUS_EFFICIENCY if hw.nvlink_bw else 1.0)
+    beta = np.where(inside, intra, hw.network_bw * NETWORK_BUS_EFFICIENCY)
+    alpha = np.where(inside, ALPHA_INTRA_S, ALPHA_INTER_S)
+    return beta, alpha
+
+
+def _share(n):
+    n = np.asarray(n, np.float64)
+    return (n - 1) / n
+
+
+def gather_seconds(n_bytes, n, beta, alpha):
+    """Ring all-gather or reduce-scatter of an n_bytes buffer over n ranks (0 when n = 1)."""
+    n = np.asarray(n, np.float64)
+    return (n - 1) * alpha + _share(n) * n_bytes / beta
+
+
+def all_reduce_seconds(n_bytes, n, beta, alpha):
+    n = np.asarray(n, np.float64)
+    hops = np.minimum(2 * (n - 1), 2 * np.ceil(np.log2(np.maximum(n, 1))))
+    return hops * alpha + 2 * _share(n) * n_bytes / beta
+
+
+def all_to_all_seconds(n_bytes, n, beta, alpha, imbalance=1.0):
+    """n_bytes: what one rank sends in total (its (n−1)/n share leaves the rank)."""
+    n = np.asarray(n, np.float64)
+    return (n - 1) * alpha + _share(n) * n_bytes * imbalance / beta
+
+
+def p2p_seconds(n_bytes, beta, alpha):
+    return alpha + np.asarray(n_bytes, np.float64) / beta
+
+
+def topk_imbalance(rows_per_rank, n):
+    """Busiest of n ranks over the mean when each receives `rows_per_rank` routed rows on average."""
+    n = np.asarray(n, np.float64)
+    mu = np.maximum(np.asarray(rows_per_rank, np.float64), 1.0)
+    return 1.0 + np.sqrt(2.0 * np.log(np.maximum(n, 1.0)) / mu)

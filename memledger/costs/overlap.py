@@ -1,0 +1,57 @@
+"""What each training framework overlaps, and which kernels it runs — the part of a step time
+that is a property of the software, not of the layout.
+
+- megatron-2021: Megatron-LM as measured in Narayanan et al. 2021 (arXiv 2104.04473): no
+  flash attention (scores as batched GEMMs + fused softmax), no sequence parallelism (norms and
+  dropout replicated over tp), tensor-parallel all-reduces exposed, data-parallel all-reduce
+  after the pipeline flush (§2.2 / §4: not overlapped with the last backward), blocking
+  pipeline send/recv.
+- megatron-core: Megatron-Core ≥ 0.5 defaults a large run turns on: flash attention, sequence
+  parallel, `--overlap-grad-reduce` / `--overlap-param-gather` (the data-parallel reduce hides
+  behind the last micro-batch's backward), context-parallel ring attention overlapping each K/V
+  hop with the previous block's attention (Megatron-Core `context_parallel` docs), TP
+  communication exposed (`--tp-comm-overlap` off by default), ZeRO-3-style gathers prefetched.
+  Under DualPipe the MoE all-to-all of one micro-batch hides behind the other's compute
+  (DeepSeek-V3 report, arXiv 2412.19437 §3.2.1), up to that compute's length.
+Used by `memledger.costs.stepmodel`; the planner runs `megatron-core` unless told otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memledger.errors import SpecError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Framework:
+    name: str
+    flash: bool  # flash attention: causal blocks skipped, no s² traffic
+    sp: bool  # sequence parallel: element-wise work split over tp
+    tp_hidden: float  # fraction of TP communication hidden behind GEMMs
+    dp_overlap: bool  # gradient reduce overlapped with the last micro-batch's backward
+    cp_overlap: bool  # ring attention overlaps each K/V hop with a block's attention
+    dualpipe_hides_ep: bool  # DualPipe: all-to-all hidden behind the paired compute
+    prefetch: bool  # ZeRO-3 gathers prefetched behind compute
+    description: str = ""
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f for f in (
+        Framework(name="megatron-2021", flash=False, sp=False, tp_hidden=0.0, dp_overlap=False,
+                  cp_overlap=False, dualpipe_hides_ep=False, prefetch=False,
+                  description="Megatron-LM as in Narayanan et al. 2021: no flash, no SP, "
+                              "nothing overlapped"),
+        Framework(name="megatron-core", flash=True, sp=True, tp_hidden=0.0, dp_overlap=True,
+                  cp_overlap=True, dualpipe_hides_ep=True, prefetch=True,
+                  description="Megatron-Core: flash, SP, DP reduce and CP ring overlapped, "
+                              "TP exposed"),
+    )
+}
+
+
+def framework(name: str) -> Framework:
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise SpecError("framework", f"unknown framework {name!r}; valid: "
+                                     f"{', '.join(FRAMEWORKS)}") from None

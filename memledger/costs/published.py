@@ -1,0 +1,114 @@
+"""Published trainings with their full layouts and measured throughput: the reference set the
+step-time model is checked against (docs/step-time.md, tests/test_reference_runs.py).
+
+- Megatron-LM weak scaling, Narayanan et al. 2021 (arXiv 2104.04473) Table 1: GPT models of
+  1.7B to 1T parameters on A100 80GB (DGX A100: 8 per node, 8 × 200 Gb/s HDR per node), seq
+  2048, vocabulary 51,200, activation recomputation on, fp16 mixed precision with Adam, no
+  ZeRO. "Achieved TFLOP/s per GPU" there counts FLOPs with the paper's eq. 3,
+  96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) per step — recompute included, attention over the full
+  s×s square — so the prediction is converted with the same formula.
+- Llama 3, Dubey et al. 2024 (arXiv 2407.21783) Table 4: Llama 3 405B on H100 80GB (700 W),
+  tp 8, pp 16, cp 1 or 16, 16M tokens per batch, "TFLOPs/GPU" and BF16 MFU; FLOPs counted
+  here as the model's 3 × forward FLOPs (causal attention; `memledger.model.flops`).
+- DeepSeek-V3, DeepSeek-AI 2024 (arXiv 2412.19437) §3.2 and §4.2: 2,048 H800 GPUs, pp 16
+  (DualPipe), ep 64 over 8 nodes, ZeRO-1 data parallelism, no TP, seq 4096, final batch
+  15,360 sequences. Trained in FP8 on H800 (NVLink 400 GB/s): the report gives GPU-hours per
+  trillion tokens, not TFLOP/s, and the planner models bf16 on H100, so this entry checks the
+  layout (fits, rank) and not the throughput.
+The open search of an entry is bounded by what its framework offered (`constraints`): the 2021
+Megatron runs are ranked among layouts without ZeRO or CP and with full recompute, as run.
+Entries the papers do not pin (micro-batch size, schedule, vpp) are left to the planner: an
+entry's prediction is the fastest configuration with the published axes fixed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memledger.model.presets import model
+from memledger.specs.model import ModelSpec
+
+MEGATRON_VOCAB = 51200
+MEGATRON_SEQ = 2048
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedRun:
+    name: str
+    model: ModelSpec
+    gpu: str  # preset in memledger.presets.gpus
+    world: int
+    seq: int
+    global_batch: int  # sequences
+    layout: dict  # published axes: tp, pp, cp, dp, ep, zero, recompute, schedule
+    tflops_per_gpu: float | None  # as published (None: not published)
+    flops_convention: str  # "megatron-eq3" | "model"
+    framework: str
+    precision: str = "megatron"
+    source: str = ""
+    constraints: dict = field(default_factory=dict)  # search bounds beyond the layout
+
+
+def gpt(params_b: str, heads: int, hidden: int, layers: int) -> ModelSpec:
+    return ModelSpec(name=f"GPT {params_b}B (Megatron-LM 2021)", n_layers=layers, hidden=hidden,
+                     n_heads=heads, n_kv_heads=heads, head_dim=hidden // heads,
+                     ffn_hidden=4 * hidden, vocab=MEGATRON_VOCAB, mlp="gelu", norm="layernorm",
+                     linear_bias=True, tied_embeddings=True, pos_embeddings=MEGATRON_SEQ,
+                     source="Narayanan et al. 2021 (arXiv 2104.04473) Table 1")
+
+
+# What Megatron-LM offered in 2021 and these runs used: no distributed optimizer (ZeRO), no
+# context parallelism, full activation recomputation (selective came with Korthikanti 2022)
+MEGATRON_2021_FEATURES = dict(zero=0, max_cp=1, recompute="full")
+
+# params (B), heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s per GPU
+_MEGATRON_TABLE1 = (
+    ("1.7", 24, 2304, 24, 1, 1, 32, 512, 137),
+    ("3.6", 32, 3072, 30, 2, 1, 64, 512, 138),
+    ("7.5", 32, 4096, 36, 4, 1, 128, 512, 142),
+    ("18.4", 48, 6144, 40, 8, 1, 256, 1024, 135),
+    ("39.1", 64, 8192, 48, 8, 2, 512, 1536, 138),
+    ("76.1", 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    ("145.6", 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    ("310.1", 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    ("529.6", 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    ("1008.0", 160, 25600, 128, 8, 64, 3072, 3072, 163),
+)
+
+MEGATRON_2021 = tuple(
+    PublishedRun(name=f"Megatron-LM GPT {p}B", model=gpt(p, a, h, l), gpu="a100-80gb", world=n,
+                 seq=MEGATRON_SEQ, global_batch=b,
+                 layout=dict(tp=tp, pp=pp, cp=1, dp=n // (tp * pp), zero=0, recompute="full"),
+                 tflops_per_gpu=f, flops_convention="megatron-eq3", framework="megatron-2021",
+                 precision="fp16", source="Narayanan et al. 2021 (arXiv 2104.04473) Table 1",
+                 constraints=MEGATRON_2021_FEATURES)
+    for p, a, h, l, tp, pp, n, b, f in _MEGATRON_TABLE1)
+
+# GPUs, tp, cp, pp, dp, seq, batch per dp replica, TFLOP/s per GPU (Table 4)
+_LLAMA3_TABLE4 = (
+    (8192, 8, 1, 16, 64, 8192, 32, 430),
+    (16384, 8, 1, 16, 128, 8192, 16, 400),
+    (16384, 8, 16, 16, 8, 131072, 16, 380),
+)
+
+LLAMA3 = tuple(
+    PublishedRun(name=f"Llama 3 405B, {n:,} GPUs, seq {s:,}", model=model("llama3.1-405b"),
+                 gpu="h100", world=n, seq=s, global_batch=dp * per_dp,
+                 layout=dict(tp=tp, pp=pp, cp=cp, dp=dp), tflops_per_gpu=f,
+                 flops_convention="model", framework="megatron-core",
+                 source="Dubey et al. 2024 (arXiv 2407.21783) Table 4")
+    for n, tp, cp, pp, dp, s, per_dp, f in _LLAMA3_TABLE4)
+
+DEEPSEEK_V3 = PublishedRun(
+    name="DeepSeek-V3, 2,048 GPUs", model=model("deepseek-v3"), gpu="h100", world=2048, seq=4096,
+    global_batch=15360, layout=dict(tp=1, pp=16, ep=64, cp=1, dp=128, zero=1,
+                                    schedule="dualpipe"),
+    tflops_per_gpu=None, flops_convention="model", framework="megatron-core",
+    source="DeepSeek-AI 2024 (arXiv 2412.19437) §3.2, §4.2 (H800, FP8; run here as H100 bf16)")
+
+REFERENCE_RUNS: tuple[PublishedRun, ...] = MEGATRON_2021 + LLAMA3 + (DEEPSEEK_V3,)
+
+
+def megatron_eq3_flops(m: ModelSpec, seq: int, global_batch: int) -> float:
+    """FLOPs of one step by Narayanan et al. 2021 eq. 3 (recompute included)."""
+    h, l, v = m.hidden, m.n_layers, m.vocab
+    return 96.0 * global_batch * seq * l * h * h * (1 + seq / (6 * h) + v / (16 * l * h))

@@ -1,0 +1,193 @@
+"""The step-time model: seconds of one layer, one micro-batch and one optimizer step of a layout,
+term by term (docs/step-time.md explains every term and its source).
+
+Per layer per micro-batch on one rank (tokens = b·s/cp):
+  compute  = Σ GEMMs at their shape's efficiency (`gemm`) + attention core + element-wise
+             traffic; backward = 2 × forward (Narayanan et al. 2021 eq. 3), so × 3 per step
+  TP       = 4 all-gathers + 4 reduce-scatters of tokens·h (SP; 4 all-reduces without it),
+             exposed unless the framework hides them (`overlap`)
+  CP       = ring attention: cp − 1 hops of this rank's K/V forward, twice that backward, each
+             hop hidden behind one block's attention where the framework overlaps them
+  EP       = dispatch + combine all-to-alls forward and backward, T·K rows of h per rank,
+             × the busiest rank's top-k imbalance (`collectives.topk_imbalance`); the expert
+             GEMMs run on the busiest rank's rows too
+  ETP      = all-gather before / reduce-scatter after the experts over etp·T·K rows
+Per micro-batch: pipeline send/recv of tokens·h (÷ tp under SP) per chunk boundary, forward
+and backward (blocking in Megatron's 1F1B). Per step:
+  step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 traffic (exposed) + optimizer
+with t_mb the slowest rank's micro-batch; DP sync hidden behind one micro-batch's backward
+when the framework overlaps it (sharded gradients, ZeRO-2/3, are reduce-scattered every
+micro-batch, each behind its own backward; ZeRO-3's gathers behind the prefetching compute), and the optimizer memory-bound: every parameter's master,
+states, gradient read and weight written, ÷ the ZeRO shard, at HBM bandwidth.
+Ignores: expert-data-parallel groups (all gradients sync over dp·cp), the communication a
+recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memledger.costs import collectives as co
+from memledger.costs import gemm
+from memledger.costs.overlap import Framework
+from memledger.model.flops import attention_flops_per_token
+from memledger.model.params import layer_groups
+from memledger.units import format_bytes
+
+TP_COLLECTIVES = 8  # SP: all-gather + reduce-scatter around attention and MLP, fwd and bwd
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The scalars of one (tp, cp, dp) block."""
+
+    m: object  # ModelSpec
+    hw: object  # Hardware
+    fw: Framework
+    seq: int
+    tp: int
+    cp: int
+    dp: int
+    gpn: int  # GPUs per node
+    act: int  # bytes per activation value
+
+
+def _kv_dim(m) -> int:
+    if m.mla is not None:
+        return m.n_heads * (m.mla.qk_dim + m.mla.v_dim)
+    return 2 * m.n_kv_heads * m.head_dim
+
+
+def _gemm_group(su: Setup, g, rows, ep, etp):
+    """Forward seconds of one parameter group's GEMMs on `rows` token rows."""
+    h, tp = su.m.hidden, su.tp
+    n_mats = g.count // (g.rows * g.cols)
+    if g.shard == "expert":
+        x = su.m.moe
+        per_expert = n_mats // x.top_k
+        t_r = rows / tp  # SP: each tp rank routes its own sequence shard
+        imb = co.topk_imbalance(etp * t_r * x.top_k, ep)
+        rows_e = ep * etp * t_r * x.top_k / x.n_experts * imb
+        n, k = (g.cols / etp, g.rows) if g.rows == h else (g.cols, g.rows / etp)
+        return x.n_experts / ep * gemm.gemm_seconds(su.hw, rows_e, n, k, per_expert)
+    if g.shard == "tp":
+        n, k = (g.cols / tp, g.rows) if g.rows == h else (g.cols, g.rows / tp)
+    else:
+        n, k = g.cols, g.rows
+    if g.name == "moe.router":
+        rows = rows / tp
+    return gemm.gemm_seconds(su.hw, rows, n, k, n_mats)
+
+
+def layer_forward(su: Setup, kind: str, tokens, ep=1, etp=1) -> dict:
+    """Forward seconds of one layer per micro-batch: GEMMs, attention core, element-wise."""
+    m, hw = su.m, su.hw
+    gemms = sum(_gemm_group(su, g, tokens, ep, etp)
+                for g in layer_groups(m, kind, active=True) if g.matrix)
+    causal = attention_flops_per_token(m, su.seq) * tokens / su.tp
+    if su.fw.flash:
+        attn = gemm.attention_seconds(hw, causal, tokens)
+        scores = 0
+    else:  # full s×s square as two batched GEMMs (QKᵀ, AV), softmax traffic element-wise
+        d = m.mla.qk_dim if m.mla is not None else m.head_dim
+        attn = gemm.gemm_seconds(hw, tokens, su.seq, d, 1) * 2 * causal / (
+            2.0 * tokens * su.seq * d)
+        scores = m.n_heads
+    elem = gemm.elementwise_seconds(hw, gemm.layer_elementwise_bytes(
+        tokens, m.hidden, su.tp, su.fw.sp, scores, su.seq))
+    return {"gemm": gemms, "attn": attn, "elem": elem}
+
+
+def head_forward(su: Setup, tokens, vocab: int):
+    """Output head GEMM and the fp32 logits' softmax / cross-entropy traffic."""
+    g = gemm.gemm_seconds(su.hw, tokens, vocab / su.tp, su.m.hidden)
+    return g + gemm.elementwise_seconds(su.hw, 4.0 * tokens * vocab / su.tp)
+
+
+def tp_seconds(su: Setup, tokens):
+    """TP communication per layer per micro-batch (fwd + bwd), exposed share."""
+    beta, alpha = co.link(su.hw, su.tp, su.gpn)
+    buf = tokens * su.m.hidden * su.act
+    one = co.gather_seconds(buf, su.tp, beta, alpha)  # AG ≡ RS; an all-reduce = RS + AG
+    return TP_COLLECTIVES * one * (1.0 - su.fw.tp_hidden)
+
+
+def cp_seconds(su: Setup, tokens, attn_fwd):
+    """Ring attention per layer per micro-batch: K/V hops not hidden behind a block."""
+    if su.cp == 1:
+        return np.zeros_like(np.asarray(tokens, np.float64))
+    beta, alpha = co.link(su.hw, su.tp * su.cp, su.gpn)
+    hop = co.p2p_seconds(tokens * _kv_dim(su.m) / su.tp * su.act, beta, alpha)
+    block = attn_fwd / su.cp if su.fw.cp_overlap else 0.0
+    fwd = np.maximum(hop - block, 0)
+    bwd = np.maximum(2 * hop - 2 * block, 0)  # K, V and dK, dV travel; backward ≈ 2× attention
+    return (su.cp - 1) * (fwd + bwd)
+
+
+def ep_seconds(su: Setup, tokens, ep, etp):
+    """(all-to-all, ETP gather) seconds per MoE layer per micro-batch, fwd + bwd."""
+    x, h = su.m.moe, su.m.hidden
+    rows = tokens / su.tp * x.top_k
+    beta, alpha = co.link(su.hw, ep * etp, su.gpn)
+    imb = co.topk_imbalance(etp * rows, ep)
+    a2a = 4 * co.all_to_all_seconds(rows * h * su.act, ep, beta, alpha, imb)
+    beta_e, alpha_e = co.link(su.hw, etp, su.gpn)
+    etp_s = 4 * co.gather_seconds(etp * rows * h * su.act, etp, beta_e, alpha_e)
+    return a2a, etp_s
+
+
+def p2p_seconds(su: Setup, tokens, chunks):
+    """Pipeline send/recv per micro-batch on one rank: activations out, gradients back, per
+    chunk (vpp) boundary; the neighbours sit tp·cp·dp ranks apart."""
+    beta, alpha = co.link(su.hw, 2 * su.tp * su.cp * su.dp, su.gpn)
+    buf = tokens * su.m.hidden * su.act / (su.tp if su.fw.sp else 1)
+    return 2 * np.asarray(chunks) * co.p2p_seconds(buf, beta, alpha)
+
+
+def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb):
+    """(exposed DP sync of ZeRO 0–2, exposed ZeRO-3 traffic) per step, each stacked over the
+    ZeRO stages `zs` on a new leading axis. grads / weights: the rank's unsharded rows in
+    bytes; window: one micro-batch's backward. ZeRO-0 all-reduces and ZeRO-1 reduce-scatters
+    the accumulated gradients once per step (+ all-gather of the updated weights); sharded
+    gradients (ZeRO-2, 3) cannot accumulate, so they are reduce-scattered every micro-batch,
+    and ZeRO-3 gathers the weights forward and backward as well."""
+    n = su.dp * su.cp
+    beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn)
+    m = np.asarray(micro_batches, np.float64)
+    rs, ag = co.gather_seconds(grads, n, beta, alpha), co.gather_seconds(weights, n, beta, alpha)
+    hide = window if su.fw.dp_overlap else 0.0
+    hide3 = compute_mb if su.fw.prefetch else 0.0
+    shape = np.broadcast_shapes(np.shape(rs), np.shape(hide), np.shape(hide3), m.shape)
+    zero = np.zeros(shape)
+    sync, z3 = [], []
+    for z in zs:
+        if z == 0:
+            sync.append(np.maximum(co.all_reduce_seconds(grads, n, beta, alpha) - hide, 0))
+        elif z == 1:
+            sync.append(np.maximum(rs + ag - hide, 0))
+        elif z == 2:
+            sync.append(m * np.maximum(rs - hide, 0) + np.maximum(ag - hide, 0))
+        else:
+            sync.append(zero)
+        z3.append(m * np.maximum(rs + 2 * ag - hide3, 0) if z == 3 else zero)
+    return (np.stack(np.broadcast_arrays(*sync, zero)[:-1]),
+            np.stack(np.broadcast_arrays(*z3, zero)[:-1]))
+
+
+def optimizer_bytes_per_param(t) -> int:
+    """Bytes the optimizer step reads and writes per parameter: master and states read and
+    written, the gradient read, the working weight written."""
+    r, o = t.recipe, t.opt
+    states = int(o.matrix_states[2:]) if o.matrix_states.startswith("n:") else 1
+    state = format_bytes(o.fixed_fmt or r.state_fmt, 1) if states else 0
+    master = format_bytes(r.master_fmt, 1) if r.master_fmt else 0
+    return 2 * (master + states * state) + format_bytes(r.grad_fmt, 1) + format_bytes(
+        r.weight_fmt, 1)
+
+
+def optimizer_seconds(su: Setup, t, weights, zero):
+    """Memory-bound optimizer step of the rank's parameter shard."""
+    params = np.asarray(weights, np.float64) / format_bytes(t.recipe.weight_fmt, 1)
+    shard = np.where(np.asarray(zero) >= 1, su.dp * su.cp, 1)
+    return gemm.elementwise_seconds(su.hw, params / shard * optimizer_bytes_per_param(t))

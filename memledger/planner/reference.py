@@ -1,0 +1,66 @@
+"""Checks the planner against published trainings (`memledger.costs.published`): for each,
+does the ledger say the published layout fits, what TFLOP/s per GPU the step-time model
+predicts for it (in the paper's own FLOP convention), and where it ranks among every fitting
+configuration the planner finds for the same model, GPUs, sequence and global batch.
+
+The published layout's time is the fastest fitting configuration with the published axes fixed
+(what a paper leaves open — micro-batch size, schedule, vpp — the planner chooses); its rank is
+1 + the number of fitting configurations of the open search that are strictly faster.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memledger.costs.published import PublishedRun, megatron_eq3_flops
+from memledger.planner import Constraints, PlanSpec, plan
+from memledger.planner.throughput import forward_flops_per_token
+from memledger.presets import gpu
+
+
+@dataclass
+class ReferenceCheck:
+    run: PublishedRun
+    fits: bool
+    seconds: float | None  # predicted step time of the published layout
+    tflops_per_gpu: float | None  # predicted, in the paper's FLOP convention
+    rank: int | None  # 1 = the planner's fastest
+    n_fits: int  # fitting configurations of the open search
+    best: dict | None  # the planner's fastest configuration
+
+    @property
+    def error(self) -> float | None:
+        """Predicted / published − 1."""
+        if self.tflops_per_gpu is None or self.run.tflops_per_gpu is None:
+            return None
+        return self.tflops_per_gpu / self.run.tflops_per_gpu - 1
+
+    @property
+    def rank_fraction(self) -> float | None:
+        return None if self.rank is None else self.rank / max(self.n_fits, 1)
+
+
+def _spec(run: PublishedRun, **fixed) -> PlanSpec:
+    return PlanSpec(model=run.model, hardware=gpu(run.gpu), worlds=(run.world,), seq=run.seq,
+                    global_batch=run.global_batch, precision=run.precision,
+                    framework=run.framework,
+                    constraints=Constraints(**{**run.constraints, **fixed}))
+
+
+def step_flops(run: PublishedRun) -> float:
+    if run.flops_convention == "megatron-eq3":
+        return megatron_eq3_flops(run.model, run.seq, run.global_batch)
+    return 3.0 * forward_flops_per_token(run.model, run.seq) * run.seq * run.global_batch
+
+
+def check(run: PublishedRun) -> ReferenceCheck:
+    fixed = plan(_spec(run, **run.layout))
+    if not fixed.n_fits:
+        return ReferenceCheck(run, False, None, None, None, 0, None)
+    secs = float(fixed.evaluated.seconds.min())
+    tflops = step_flops(run) / (secs * run.world) / 1e12
+    full = plan(_spec(run))
+    rank = 1 + int(np.count_nonzero(full.evaluated.seconds < secs))
+    best = full.rows(full.top(1))[0] if full.n_fits else None
+    return ReferenceCheck(run, True, secs, tflops, rank, full.n_fits, best)

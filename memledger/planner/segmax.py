@@ -1,0 +1,51 @@
+"""Segmented maximum over the leading axis: the planner's per-pipeline-shape reduction over
+candidate ranks, written for speed.
+
+`segment_max(a, seg)` equals `np.maximum.reduceat(a, seg, axis=0)` for non-empty contiguous
+segments (every pipeline shape has at least one candidate rank), but walks the segments by
+position — the first rows of every segment, then the second rows of those that have one, ... —
+so each step is one vectorised maximum over whole slabs; numpy's reduceat along a leading axis
+of a many-dimensional array is several times slower.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def segment_max(a: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    seg = np.asarray(seg)
+    n = np.diff(np.append(seg, len(a)))
+    if n.min(initial=1) < 1:
+        raise ValueError("segment_max needs non-empty segments")
+    out = a[seg]
+    for j in range(1, int(n.max(initial=1))):
+        has = np.flatnonzero(n > j)
+        if len(has) == len(seg):
+            np.maximum(out, a[seg + j], out=out)
+        else:
+            out[has] = np.maximum(out[has], a[seg[has] + j])
+    return out
+
+
+def segment_peak(fwd_bwd, with_fixed, with_step, seg, slack_pct: int, context: int):
+    """peak_total of the most loaded rank of each segment, without materialising every rank:
+    max over r of max(fwd_bwd[r] + with_fixed[r], with_step[r]), then
+    alloc + ⌈alloc · slack / 100⌉ + context (as `evaluate.combine` assembles it).
+    fwd_bwd: [R, W, B, RC]; with_fixed, with_step: [R, W, Z] → [P, W, Z, B, RC]."""
+    seg = np.asarray(seg)
+    n = np.diff(np.append(seg, len(fwd_bwd)))
+    out = fwd_bwd[seg][:, :, None] + with_fixed[seg][..., None, None]
+    for j in range(1, int(n.max(initial=1))):
+        has = np.flatnonzero(n > j)
+        cand = fwd_bwd[seg[has] + j][:, :, None] + with_fixed[seg[has] + j][..., None, None]
+        if len(has) == len(seg):
+            np.maximum(out, cand, out=out)
+        else:
+            out[has] = np.maximum(out[has], cand)
+    np.maximum(out, segment_max(with_step, seg)[..., None, None], out=out)
+    slack = out * slack_pct  # ceil(out·slack/100) = −(−out·slack // 100), in place
+    np.negative(slack, out=slack)
+    np.floor_divide(slack, 100, out=slack)
+    np.subtract(out, slack, out=out)
+    out += context
+    return out

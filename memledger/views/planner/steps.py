@@ -1,0 +1,41 @@
+"""The Planner page's step-time views: predicted throughput columns, each row's reason for its
+rank, and the breakdown of one configuration's step as a stacked bar (terms of
+`memledger.costs.stepmodel`, computed by `memledger.planner.throughput`)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from memledger.planner import Plan
+from memledger.planner.throughput import LABELS, annotate, breakdown, throughput
+
+WHY_ROWS = 20  # rows that get a reason (one single-configuration search each)
+
+
+def throughput_columns(result: Plan, table: pd.DataFrame) -> pd.DataFrame:
+    """The table with tokens/s, TFLOP/s per GPU and MFU beside the step time, and `why` for
+    its first WHY_ROWS rows."""
+    tps, tflops, mfu = throughput(result.spec, table["est. s/step"].to_numpy(),
+                                  table["world"].to_numpy())
+    rows = result.rows(result.top(min(len(table), WHY_ROWS)))
+    why = [r["why"] for r in annotate(result.spec, rows)] + [""] * (len(table) - len(rows))
+    out = table.copy()
+    out.insert(1, "tokens/s", tps.round())
+    out.insert(2, "TFLOP/s per GPU", tflops.round(1))
+    out.insert(3, "MFU %", mfu.round(1))
+    out["why it ranks here"] = why
+    return out
+
+
+def breakdown_chart(result: Plan, row: dict) -> go.Figure:
+    """One horizontal bar: the configuration's step split into its terms, seconds."""
+    parts = breakdown(result.spec, row)
+    fig = go.Figure()
+    for k, v in parts.items():
+        if v > 0:
+            fig.add_trace(go.Bar(y=["step"], x=[v], name=LABELS[k], orientation="h",
+                                 hovertemplate=f"{LABELS[k]}: %{{x:.3f}} s<extra></extra>"))
+    fig.update_layout(barmode="stack", height=190, margin=dict(l=10, r=10, t=30, b=10),
+                      title=f"Step breakdown: {row['seconds']:.2f} s predicted",
+                      xaxis_title="seconds per step", legend=dict(orientation="h", y=-0.6))
+    return fig

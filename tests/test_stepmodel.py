@@ -1,0 +1,82 @@
+"""The terms of the step-time model (memledger.costs.gemm, collectives, stepmodel) and the
+planner's breakdown and throughput built on them."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memledger import gpu, model
+from memledger.costs import collectives as co
+from memledger.costs import gemm
+from memledger.planner import Constraints, PlanSpec, plan
+from memledger.planner.throughput import breakdown, throughput
+from memledger.planner.timing import PARTS
+
+dims = st.integers(1, 1 << 16)
+
+
+@given(dims, dims, dims, st.integers(1, 8))
+def test_a_larger_gemm_never_runs_at_lower_efficiency(m, n, k, grow):
+    hw = gpu("h100")
+    assert gemm.gemm_efficiency(hw, m * grow, n, k) >= gemm.gemm_efficiency(hw, m, n, k)
+    assert 0 < gemm.gemm_efficiency(hw, m, n, k) < gemm.curve(hw).e_max
+
+
+def test_h100_square_gemm_curve_reproduces_its_benchmark_points_at_boost_clock():
+    """CUTLASS 3.5 on H100: ≈ 58 / 70 / 75 % of peak at M=N=K = 1024 / 4096 / 8192."""
+    c = gemm.curve(gpu("h100"))
+    eff = [c.e_max * n / (n + c.n_half) for n in (1024, 4096, 8192)]
+    assert eff == pytest.approx([0.58, 0.72, 0.75], abs=0.015)
+
+
+def test_a_group_across_nodes_is_slower_and_all_reduce_moves_twice_a_gather():
+    hw = gpu("h100")
+    inside, across = co.link(hw, 8, 8), co.link(hw, 16, 8)
+    buf = 1 << 30
+    assert co.gather_seconds(buf, 8, *inside) < co.gather_seconds(buf, 8, *across)
+    t_ag, t_ar = co.gather_seconds(buf, 8, *inside), co.all_reduce_seconds(buf, 8, *inside)
+    assert t_ar == pytest.approx(2 * t_ag, rel=0.01)
+    assert co.gather_seconds(buf, 1, *inside) == 0
+
+
+@given(st.floats(1, 1e7), st.integers(1, 1024))
+def test_topk_imbalance_is_at_least_one_and_shrinks_with_more_rows(rows, n):
+    a, b = co.topk_imbalance(rows, n), co.topk_imbalance(rows * 4, n)
+    assert a >= b >= 1.0
+    assert co.topk_imbalance(rows, 1) == 1.0
+
+
+def small_spec(**kw):
+    return PlanSpec(model=model("mixtral-8x7b"), hardware=gpu("h100"), worlds=(32,), seq=4096,
+                    global_batch=64, constraints=Constraints(max_vpp=2, **kw))
+
+
+def test_the_breakdown_of_a_layout_sums_to_its_step_time():
+    result = plan(small_spec())
+    for row in result.rows(result.top(5)) + result.rows(result.pareto[-3:]):
+        parts = breakdown(result.spec, row)
+        assert set(parts) == set(PARTS) and min(parts.values()) >= 0
+        assert sum(parts.values()) == pytest.approx(row["seconds"], rel=1e-9)
+
+
+def test_throughput_is_tokens_over_seconds_and_mfu_is_tflops_over_peak():
+    spec = small_spec()
+    tps, tflops, mfu = throughput(spec, 2.0, 32)
+    assert tps == 64 * 4096 / 2.0
+    assert mfu == pytest.approx(100 * tflops * 1e12 / spec.hardware.bf16_flops)
+
+
+def test_more_gpus_than_the_model_can_use_gives_an_empty_plan_with_the_reason():
+    # 2^21 GPUs (the plausibility bound) for a 16-layer model, 128 tokens, one sequence per
+    # step: tp·pp·cp cannot reach the world size without splitting a head, a layer or a token
+    spec = PlanSpec(model=model("llama3.2-1b"), hardware=gpu("h100"), worlds=(1 << 21,),
+                    seq=128, global_batch=1)
+    result = plan(spec)
+    assert result.n_fits == 0 and "no valid layout" in result.reason
+
+
+def test_a_global_batch_no_data_parallel_size_divides_gives_an_empty_plan_with_the_reason():
+    spec = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(64,), seq=4096,
+                    global_batch=7, constraints=Constraints(tp=1, pp=1, cp=1))
+    result = plan(spec)
+    assert result.n_fits == 0 and "global_batch" in result.reason
