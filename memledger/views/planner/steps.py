@@ -33,9 +33,11 @@ def breakdown_chart(result: Plan, row: dict) -> go.Figure:
     fig = go.Figure()
     for k, v in parts.items():
         if v > 0:
-            fig.add_trace(go.Bar(y=["step"], x=[v], name=LABELS[k], orientation="h",
+            fig.add_trace(go.Bar(y=[""], x=[v], name=LABELS[k], orientation="h",
                                  hovertemplate=f"{LABELS[k]}: %{{x:.3f}} s<extra></extra>"))
-    fig.update_layout(barmode="stack", height=190, margin=dict(l=10, r=10, t=30, b=10),
+    fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10),
                       title=f"Step breakdown: {row['seconds']:.2f} s predicted",
-                      xaxis_title="seconds per step", legend=dict(orientation="h", y=-0.6))
+                      xaxis_title="seconds per step",
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
+                      yaxis=dict(showticklabels=False))
     return fig

@@ -16,7 +16,7 @@ from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS
 from memledger.ledger.timeline import describe as describe_peak
 from memledger.units import gib
-from memledger.views.figures import GIB_AXIS, describe
+from memledger.views.figures import GIB_AXIS, describe, title_block
 from memledger.views.palette import FONT_FAMILY, GRID, INK, PEAK_COLOR, ROW_COLORS
 
 LAYERS = (("weights", "weights"), ("optimizer", "optimizer"), ("gradients", "gradients"),
@@ -84,14 +84,17 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
                                  name="measured", connectgaps=True,
                                  mode="lines", line=dict(color=PEAK_COLOR, dash="dot", width=2)))
     loop = led.loop.name if led.loop else "?"
+    head, top = title_block(f"Memory over one training step: pp rank {r.pp_rank}, loop {loop}",
+                            describe(led))
     fig.update_layout(
-        title=dict(text=f"Memory over one training step: pp rank {r.pp_rank}, loop {loop}<br>"
-                        f"<sup>{describe(led)}</sup>", font=dict(family=FONT_FAMILY, color=INK)),
-        xaxis=dict(title="event (forward / backward per layer and micro-batch, then the step)",
+        title=head,
+        xaxis=dict(title="event: each layer's forward / backward<br>per micro-batch, then the step",
                    gridcolor=GRID, zeroline=False),
         yaxis=dict(title=GIB_AXIS, gridcolor=GRID, rangemode="tozero"),
         font=dict(family=FONT_FAMILY, color=INK), plot_bgcolor="white", hovermode="x unified",
-        legend=dict(orientation="h", y=-0.22), margin=dict(t=90, l=60, r=20, b=90), height=460)
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", xref="container",
+                    x=0.01, xanchor="left"),
+        margin=dict(t=top, l=60, r=20, b=150), height=460 + top)
     return fig
 
 

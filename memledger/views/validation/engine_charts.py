@@ -8,7 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from memledger.views.figures import _layout
+from memledger.views.figures import _layout, wrap
 from memledger.views.palette import INK, PEAK_COLOR, ROW_COLORS
 
 ROWS = ("weights", "gradients", "optimizer", "activations", "peak_allocated")
@@ -72,14 +72,15 @@ def staircase_figure(records: list[dict], case: str) -> go.Figure:
 def trackers_figure(rows: list[dict]) -> go.Figure:
     """Peak per FSDP case: the measured run, memledger, and FSDPMemTracker's own estimate."""
     fig = go.Figure()
-    names = [f"{r['case']}" for r in rows]
+    names = ["<br>".join(wrap(r["case"], 16)) for r in rows]  # fits a phone
     for key, label in (("measured_bytes", "measured"), ("memledger_bytes", "memledger"),
                        ("fsdpmemtracker_bytes", "FSDPMemTracker")):
         fig.add_trace(go.Bar(x=names, y=[r[key] / MIB for r in rows], name=label,
                              marker_color=TRACKER_COLORS[label]))
     _layout(fig, "Peak per FSDP2 case: measured vs memledger vs FSDPMemTracker",
             "FSDPMemTracker: PyTorch's own estimate (what a torchtitan user runs), same step",
-            height=440, bottom=160)
+            height=480, bottom=200)
     fig.update_layout(barmode="group")
+    fig.update_xaxes(tickangle=0)
     fig.update_yaxes(title_text="MiB", type="log")
     return fig
