@@ -10,7 +10,8 @@ from memledger.views.export import find_browser
 
 pytestmark = pytest.mark.browser
 
-PAGES = ("", "staircase?schedule=zb-v&m=16", "where", "strategies", "planner", "validation",
+PAGES = ("", "ledger?tp=4", "staircase?schedule=zb-v&m=16", "where", "strategies", "planner",
+         "validation",
          "?model=deepseek-v3")
 
 OVERFLOW = """() => {
