@@ -50,3 +50,22 @@ def app_test():
             at.query_params.update(dict(parse_qsl(query, keep_blank_values=True)))
         return at
     return make
+
+
+def require_browser() -> None:
+    """Skip a real-browser test without Chromium, unless MEMLEDGER_REQUIRE_BROWSER=1 (CI),
+    where a missing browser fails it."""
+    from memledger.views.export import find_browser
+    if not find_browser():
+        if os.environ.get("MEMLEDGER_REQUIRE_BROWSER") == "1":
+            pytest.fail("MEMLEDGER_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
+        pytest.skip("no Chromium: apt-get install chromium")
+
+
+@pytest.fixture(scope="module")
+def served_app():
+    """A fresh dashboard server and a headless Chromium, shared by one test module."""
+    require_browser()
+    from memledger.views.devserver import chromium, streamlit_app
+    with streamlit_app() as base, chromium() as browser:
+        yield base, browser

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from conftest import require_browser
 from memledger.views.devserver import chromium, streamlit_app, wait_idle
-from memledger.views.export import find_browser
 
 pytestmark = pytest.mark.browser
 
@@ -22,10 +22,7 @@ CHART_DATA = """() => {
 
 @pytest.fixture(scope="module")
 def browser_app():
-    if not find_browser():
-        if os.environ.get("MEMLEDGER_REQUIRE_BROWSER") == "1":
-            pytest.fail("MEMLEDGER_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
-        pytest.skip("no Chromium: apt-get install chromium")
+    require_browser()
     os.environ["MEMLEDGER_EXPORT_WARMUP"] = "1"  # the app starts kaleido for the SVG download
     try:
         with streamlit_app() as base, chromium() as browser:

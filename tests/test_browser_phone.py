@@ -1,12 +1,10 @@
 """Every page on a phone (390 × 844, a common phone viewport) in a real browser: no chart's text
 (titles, subtitles, legend entries, labels) reaches past the chart's own box, and no metric is
 cut off. Skipped without Chromium, unless MEMLEDGER_REQUIRE_BROWSER=1 (CI)."""
-import os
 
 import pytest
 
-from memledger.views.devserver import chromium, streamlit_app, wait_idle
-from memledger.views.export import find_browser
+from memledger.views.devserver import wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -34,19 +32,11 @@ OVERFLOW = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def phone():
-    if not find_browser():
-        if os.environ.get("MEMLEDGER_REQUIRE_BROWSER") == "1":
-            pytest.fail("MEMLEDGER_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
-        pytest.skip("no Chromium: apt-get install chromium")
-    with streamlit_app() as base, chromium() as browser:
-        yield base, browser
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_no_chart_text_overflows_on_a_phone(phone, path):
-    base, browser = phone
+def test_no_chart_text_overflows_on_a_phone(served_app, path):
+    base, browser = served_app
     page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
     page.goto(f"{base}/{path}")
     wait_idle(page)

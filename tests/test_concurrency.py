@@ -2,12 +2,8 @@
 and each shows its own configuration (model in the header, tensor-parallel degree in the
 slider, world size), never another session's. Real server, system Chromium; skipped without
 Chromium unless MEMLEDGER_REQUIRE_BROWSER=1."""
-import os
 
 import pytest
-
-from memledger.views.devserver import chromium, streamlit_app
-from memledger.views.export import find_browser
 
 pytestmark = pytest.mark.browser
 
@@ -23,18 +19,10 @@ LINKS = [  # (query, model name in the header, tp, world)
 ]
 
 
-@pytest.fixture(scope="module")
-def server():
-    if not find_browser():
-        if os.environ.get("MEMLEDGER_REQUIRE_BROWSER") == "1":
-            pytest.fail("MEMLEDGER_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
-        pytest.skip("no Chromium: apt-get install chromium")
-    with streamlit_app() as base, chromium() as browser:
-        yield base, browser
 
 
-def test_eight_sessions_with_distinct_links_each_show_their_own_configuration(server):
-    base, browser = server
+def test_eight_sessions_with_distinct_links_each_show_their_own_configuration(served_app):
+    base, browser = served_app
     contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in LINKS]
     pages = [c.new_page() for c in contexts]
     try:
