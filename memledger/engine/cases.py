@@ -186,13 +186,8 @@ def case_from_dict(d: dict) -> EngineCase:
 
 
 def cases_named(names: list[str] | None, pool=CPU_CASES) -> tuple[EngineCase, ...]:
-    if not names:
-        return pool
-    by_name = {c.name: c for c in pool}
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise SpecError("cases", f"unknown engine case(s) {missing}; valid: {', '.join(by_name)}")
-    return tuple(by_name[n] for n in names)
+    from memledger.validation.cases import pick_named
+    return pick_named(names, pool, "engine case")
 
 
 def llama3(size: str, layers: int) -> dict:

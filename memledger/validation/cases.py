@@ -125,13 +125,19 @@ def predict(case: Case, device: str = "cuda"):
 
 
 def cases_named(names: list[str] | None, pool=GPU_CASES + CPU_CASES) -> tuple[Case, ...]:
+    return pick_named(names, pool, "case")
+
+
+def pick_named(names: list[str] | None, pool: tuple, what: str) -> tuple:
+    """The cases of `pool` called `names` (all of them when none), in that order; SpecError
+    naming the unknown ones and the valid names."""
     if not names:
         return pool
     by_name = {c.name: c for c in pool}
     missing = [n for n in names if n not in by_name]
     if missing:
         from memledger.errors import SpecError
-        raise SpecError("cases", f"unknown case(s) {missing}; valid: {', '.join(by_name)}")
+        raise SpecError("cases", f"unknown {what}(s) {missing}; valid: {', '.join(by_name)}")
     return tuple(by_name[n] for n in names)
 
 
