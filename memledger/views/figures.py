@@ -89,8 +89,10 @@ def wrap(text: str, width: int) -> list[str]:
 def title_block(title: str, subtitle: str) -> tuple[dict, int]:
     """Plotly's title dict with both texts wrapped for a phone, and the top margin it needs."""
     t, sub = wrap(title, TITLE_CHARS), wrap(subtitle, SUBTITLE_CHARS)
-    top = 30 + 22 * len(t) + 16 * len(sub)
+    top = 46 + 22 * len(t) + 16 * len(sub)  # + room for labels on the plot's top edge
     return dict(text="<br>".join(t), x=0.01, xanchor="left", font=dict(size=17),
+                yref="container", y=1, yanchor="top", pad=dict(t=12),  # top: the margin's rest
+                # stays free for labels on the plot's top edge
                 subtitle=dict(text="<br>".join(sub), font=dict(size=12, color="#555"))), top
 
 

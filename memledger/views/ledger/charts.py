@@ -39,10 +39,10 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
     notes = [dict(x=cap, xref="x", y=1.0, yref="paper", yanchor="bottom", showarrow=False,
                   text=f"{hw.name} capacity {cap:.1f} GiB", font=dict(color=CAPACITY_COLOR),
                   xanchor="right" if cap > 0.6 * span else "left"),
-             # above the bar's end, right-aligned: it stays inside the chart on a phone too
-             dict(x=total, xref="x", y=0, yref="y", showarrow=False, xanchor="right",
-                  yanchor="bottom", yshift=30, text=f"<b>{total:.1f} GiB</b>",
-                  font=dict(size=14))]
+             # over the bar's end, in the band above the bar, right-aligned: inside the chart
+             # on a phone too
+             dict(x=total, xref="x", y=1, yref="paper", showarrow=False, xanchor="right",
+                  yanchor="top", text=f"<b>{total:.1f} GiB</b>", font=dict(size=14))]
     layout = merge(house_layout(title, describe(led), height=370, bottom=130), dict(
         uniformtext=dict(minsize=11, mode="hide"), shapes=shapes, annotations=notes,
         xaxis=dict(title=dict(text=GIB_AXIS), range=[0, span]),
