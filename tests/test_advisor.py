@@ -87,7 +87,8 @@ def test_a_target_is_needed():
 
 def test_cli_advise_json_has_integer_bytes(capsys):
     rc = main(["advise", "--model", "llama3-70b", "--tp", "8", "--pp", "4", "--world", "64",
-               "--seq", "16384", "--micro-batches", "8", "--gpu", "h100", "--json"])
+               "--seq", "16384", "--micro-batches", "8", "--gpu", "h100", "--zero", "0",
+               "--layout", "even", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["fits"] is False and out["plan"]["fits"] is True
     assert isinstance(out["peak_bytes"], int) and isinstance(out["static"]["static_bytes"], int)
@@ -99,8 +100,8 @@ def test_cli_advise_text_and_bad_input(capsys):
                  "--target-gib", "60"]) == 0
     text = capsys.readouterr().out
     assert "1. static rows" in text and "4. buffers" in text and "plan:" in text
-    assert main(["advise", "--model", "llama3-70b"]) == 2
-    assert "give a GPU (--gpu) or a target (--target-gib)" in capsys.readouterr().err
+    assert main(["advise", "--model", "llama3-70b"]) == 0  # the shared defaults: 64 × H100
+    assert "against 79.6" in capsys.readouterr().out.splitlines()[0]
     assert main(["advise", "--model", "llama3-8b", "--gpu", "h100", "--policy", "mlp_fc1=fp9"]) == 2
 
 

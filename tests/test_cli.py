@@ -1,5 +1,8 @@
 """The CLI contract: --json with integer bytes, a readable GiB table, exit 2 on bad input."""
 import json
+
+from memledger.ledger.pipeline.schedules import balanced_layout
+from memledger.presets import gpu
 import subprocess
 import sys
 
@@ -15,8 +18,9 @@ def test_json_matches_the_api_byte_for_byte(capsys):
     assert main(["ledger", "--model", "llama3-8b", "--tp", "2", "--pp", "2", "--dp", "2",
                  "--zero", "1", "--micro-batches", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    led = build_ledger(model("llama3-8b"), ParallelSpec(tp=2, pp=2, dp=2, zero=1, sp=True),
-                       TrainSpec(micro_batches=4))
+    led = build_ledger(model("llama3-8b"), ParallelSpec(tp=2, pp=2, dp=2, zero=1, sp=True,
+                                                        layout=balanced_layout(32, 2)),
+                       TrainSpec(micro_batches=4), hardware=gpu("h100"))  # the shared defaults
     assert out == json.loads(json.dumps(led.to_dict()))
     r0 = out["ranks"][0]
     assert set(r0["rows"]) == {"weights", "gradients", "optimizer", "activations", "communication", "runtime"}
@@ -61,3 +65,24 @@ def test_a_closed_pipe_ends_the_output_quietly():
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert out.stderr == "" and out.stdout.strip().endswith("rc=0")
     assert len(out.stdout.strip().splitlines()) == 2
+
+
+def test_the_cli_and_the_dashboard_start_from_the_same_defaults(capsys):
+    """One set of defaults (memledger.presets.defaults): a flag left out means what the
+    dashboard opens with, and --help says so."""
+    from memledger.views.compute import ledger_for
+    from memledger.views.state import DEFAULT, load_model
+    assert main(["ledger", "--model", DEFAULT.model, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    dash = ledger_for(load_model(DEFAULT.model), DEFAULT)
+    assert [r["peak_total_bytes"] for r in out["ranks"]] == [r.peak_total_bytes for r in dash.ranks]
+    assert out["config"]["hardware"]["name"] == dash.hardware.name
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+        main(["ledger", "--help"])
+    text = " ".join(buf.getvalue().split())
+    for flag in ("--tp", "--pp", "--zero", "--micro-batches", "--seq", "--gpu", "--layout"):
+        assert flag in text
+    assert "(default: 8)" in text and "(default: 4)" in text and "(default: h100)" in text

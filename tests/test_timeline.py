@@ -242,3 +242,14 @@ def test_help_states_that_the_loop_follows_the_profile():
     out = subprocess.run([sys.executable, "-m", "memledger", "ledger", "--help"],
                          capture_output=True, text=True).stdout
     assert "defaults follow --profile" in out and "--loop" in out and "--muon-experts" in out
+
+
+def test_a_stage_without_layers_has_a_timeline():
+    """A balanced layout of 2 layers over 4 stages leaves the first stage with the embedding
+    only: its rank's timeline still has its (empty) backward."""
+    m = load_hf_config(Path(__file__).parent / "fixtures" / "hf" / "tiny-llama-head-dim-null.json")
+    led = build_ledger(m, ParallelSpec(pp=4, layout=(0, 1, 1, 0)), TrainSpec(micro_batches=4),
+                       RuntimeSpec(loop="pytorch"))
+    evs = led.ranks[0].timeline
+    assert [e.phase for e in evs][-2:] == ["optimizer-step", "zero-grad"]
+    assert any(e.phase == "backward" and e.stage == 0 for e in evs)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from memledger.errors import SpecError
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.presets import GPUS, MODELS, gpu, model
+from memledger.presets.defaults import DEFAULTS as D
 from memledger.presets.policies import POLICY_PRESETS, apply_policy
 from memledger.specs import ParallelSpec, TrainSpec
 from memledger.specs.loop import add_loop_args, loop_kwargs
@@ -43,30 +44,42 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                            ("vpp", "virtual stages per rank (interleaved)"),
                            ("ep", "expert parallel"), ("etp", "expert tensor parallel"),
                            ("cp", "context parallel")):
-        g.add_argument(f"--{name}", type=int, default=1, help=helptext)
-    g.add_argument("--dp", type=int, default=None, help="data parallel (default: from --world, else 1)")
-    g.add_argument("--world", type=int, default=None, help="world size; dp = world/(tp·pp·cp)")
-    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+        g.add_argument(f"--{name}", type=int, default=D[name], help=f"{helptext} (default: "
+                                                                        f"{D[name]})")
+    g.add_argument("--dp", type=int, default=None,
+                   help="data parallel (default: from --world; with --dp, world = tp·pp·cp·dp)")
+    g.add_argument("--world", type=int, default=None,
+                   help=f"world size; dp = world/(tp·pp·cp) (default: {D['world']} unless --dp)")
+    g.add_argument("--zero", type=int, default=D["zero"], choices=(0, 1, 2, 3),
+                   help=f"ZeRO stage (default: {D['zero']})")
     g.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallel (default: on when tp > 1)")
     g.add_argument("--schedule", choices=sorted(SCHEDULES), default=None,
                    help="pipeline schedule (default: interleaved when vpp > 1, else 1f1b)")
-    g.add_argument("--layout", default=None,
-                   help="layers per pipeline stage, comma separated, or 'balanced'")
+    g.add_argument("--layout", default=D["layout"],
+                   help="layers per pipeline stage, comma separated, 'balanced' (first and last "
+                        "stage lighter) or 'even' (default: %(default)s)")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training")
-    g.add_argument("--micro-batch", type=int, default=1)
-    g.add_argument("--seq", type=int, default=4096)
-    g.add_argument("--micro-batches", type=int, default=1, help="per step (gradient accumulation)")
-    g.add_argument("--precision", choices=sorted(RECIPES), default="megatron")
-    g.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw")
-    g.add_argument("--profile", default="megatron", help="megatron, paper, hf or traced:PATH")
-    g.add_argument("--attention", choices=ATTENTION_IMPLS, default="flash")
-    g.add_argument("--recompute", choices=RECOMPUTE, default="none")
+    g.add_argument("--micro-batch", type=int, default=D["micro_batch"], help="(default: %(default)s)")
+    g.add_argument("--seq", type=int, default=D["seq"], help="(default: %(default)s)")
+    g.add_argument("--micro-batches", type=int, default=D["micro_batches"],
+                   help="per step (gradient accumulation; default: %(default)s)")
+    g.add_argument("--precision", choices=sorted(RECIPES), default=D["precision"],
+                   help="(default: %(default)s)")
+    g.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=D["optimizer"],
+                   help="(default: %(default)s)")
+    g.add_argument("--profile", default=D["profile"],
+                   help="megatron, paper, hf or traced:PATH (default: %(default)s)")
+    g.add_argument("--attention", choices=ATTENTION_IMPLS, default=D["attention"],
+                   help="(default: %(default)s)")
+    g.add_argument("--recompute", choices=RECOMPUTE, default=D["recompute"],
+                   help="(default: %(default)s)")
     g.add_argument("--recompute-every", type=int, default=0, help="k for every-k (0 = ceil(sqrt L))")
-    g.add_argument("--gpu", choices=sorted(GPUS), default=None, help="GPU preset (capacity, links)")
+    g.add_argument("--gpu", choices=sorted(GPUS), default=D["gpu"],
+                   help="GPU preset: capacity and links (default: %(default)s)")
     g.add_argument("--policy", action="append", default=[], metavar="CLASS=POLICY",
                    help="activation storage policy per tensor class (repeatable): keep, recompute, "
                         "fp8, int8, int4, offload-cpu, offload-pp, or e.g. fp8+offload-cpu")
@@ -128,14 +141,14 @@ def load_model(args):
 
 
 def _layout(text: str | None, n_layers: int, n_stages: int):
-    if text is None:
+    if text is None or text == "even":
         return None
     if text == "balanced":
         return balanced_layout(n_layers, n_stages)
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise SpecError("layout", f"expected comma-separated integers or 'balanced', got {text!r}") from None
+        raise SpecError("layout", f"expected comma-separated integers, 'balanced' or 'even', got {text!r}") from None
 
 
 def parallel_from_args(args, m) -> ParallelSpec:
@@ -146,7 +159,8 @@ def parallel_from_args(args, m) -> ParallelSpec:
     if args.dp is not None and args.world is not None and args.dp * args.tp * args.pp * args.cp != args.world:
         raise SpecError("world", f"world={args.world} != tp·pp·cp·dp = "
                                  f"{args.tp * args.pp * args.cp * args.dp}")
-    probe = ParallelSpec.from_world(args.world, **kw) if args.world else ParallelSpec(dp=args.dp or 1, **kw)
+    world = args.world if args.world is not None or args.dp is not None else D["world"]
+    probe = ParallelSpec.from_world(world, **kw) if world else ParallelSpec(dp=args.dp or 1, **kw)
     layout = _layout(args.layout, m.n_layers, probe.n_stages)
     return replace(probe, layout=layout) if layout else probe
 

@@ -136,7 +136,7 @@ def events(sh: RankShape) -> list[Event]:
             acts -= a
         grads += st.end_grads if first_time else 0
         acts -= st.first_acts
-        if out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
+        if not out or out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
     out.append(Event("optimizer-step", -1, -1, -1, sh.grads, 0, 0, sh.step))
     out.append(Event("zero-grad", -1, -1, -1, 0 if on_demand else sh.grads, 0, 0, 0))

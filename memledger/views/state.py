@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields, replace
 from memledger.errors import SpecError
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.presets import GPUS, MODELS, gpu, model
+from memledger.presets.defaults import DEFAULTS as D
 from memledger.presets.layouts import LAYOUT_KEYS, start_layout
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
 from memledger.specs.hardware import Hardware
@@ -33,29 +34,30 @@ MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not o
 
 @dataclass(frozen=True)
 class Config:
-    """Every dashboard setting, as the URL spells it (dp is derived: world / (tp·pp·cp))."""
+    """Every dashboard setting, as the URL spells it (dp is derived: world / (tp·pp·cp)).
+    Defaults: memledger.presets.defaults, shared with the CLI."""
 
-    model: str = "llama3-70b"  # a preset name or "spec:<encoded ModelSpec>"
-    gpu: str = "h100"
-    world: int = 64
-    tp: int = 8
-    pp: int = 4
-    vpp: int = 1
-    ep: int = 1
-    etp: int = 1
-    cp: int = 1
-    zero: int = 1
-    sp: bool = True
-    schedule: str = "1f1b"
-    layout: str = "balanced"  # "balanced", "even" (pp·vpp must divide the layers) or "4,8,8,..."
-    mb: int = 1
-    seq: int = 4096
-    m: int = 8
-    precision: str = "megatron"
-    optimizer: str = "adamw"
-    profile: str = "megatron"
-    attention: str = "flash"
-    recompute: str = "none"
+    model: str = D["model"]  # a preset name or "spec:<encoded ModelSpec>"
+    gpu: str = D["gpu"]
+    world: int = D["world"]
+    tp: int = D["tp"]
+    pp: int = D["pp"]
+    vpp: int = D["vpp"]
+    ep: int = D["ep"]
+    etp: int = D["etp"]
+    cp: int = D["cp"]
+    zero: int = D["zero"]
+    sp: bool = D["sp"]
+    schedule: str = D["schedule"]
+    layout: str = D["layout"]  # "balanced", "even" (pp·vpp must divide the layers) or "4,8,8,..."
+    mb: int = D["micro_batch"]
+    seq: int = D["seq"]
+    m: int = D["micro_batches"]
+    precision: str = D["precision"]
+    optimizer: str = D["optimizer"]
+    profile: str = D["profile"]
+    attention: str = D["attention"]
+    recompute: str = D["recompute"]
     loop: str = "auto"  # training-loop preset (specs/loop.py); auto follows the profile
 
     @property
