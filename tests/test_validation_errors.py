@@ -84,3 +84,12 @@ def test_validate_never_overwrites_a_stored_result_without_force(tmp_path):
     assert (tmp_path / "validation-cuda.json").read_text() == before
     write(tmp_path, "cuda", {"new": 1}, rec, [], force=True)
     assert '"new": 1' in (tmp_path / "validation-cuda.json").read_text()
+
+
+def test_timeline_and_engine_runs_keep_stored_results_without_force(capsys):
+    """The committed runs the tests re-predict are refused as --out targets, before measuring."""
+    from memledger.cli import main
+    assert main(["validate", "--timeline", "--device", "cpu", "--out", "validation"]) == 2
+    assert main(["validate", "--engine", "torch", "--scale", "cpu", "--out", "validation"]) == 2
+    err = capsys.readouterr().err
+    assert "timeline-cpu.json exists" in err and "engine-cpu.json exists" in err

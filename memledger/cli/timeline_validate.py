@@ -16,7 +16,10 @@ def print_records(doc: dict) -> int:
     return 0 if all(r["ok"] for r in records) else 1
 
 
-def run_timeline(device: str, out: str | None) -> int:
+def run_timeline(device: str, out: str | None, force: bool = False) -> int:
+    from memledger.cli.validate_cmd import keep_existing
+    if out:
+        keep_existing([Path(out) / f"timeline-{device}.json"], force)
     doc = measure_grid(device, log=lambda x: print(f"measured {x['case']} | {x['loop']}", flush=True))
     if out:
         path = Path(out) / f"timeline-{device}.json"

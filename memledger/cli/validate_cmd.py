@@ -66,7 +66,7 @@ def _run(args) -> int:
     device = _device(args.device)
     if args.timeline:
         from memledger.cli.timeline_validate import run_timeline
-        return run_timeline(device, args.out)
+        return run_timeline(device, args.out, args.force)
     pool = GPU_CASES if device == "cuda" else CPU_CASES
     cases = cases_named(args.cases.split(",") if args.cases else None, pool=GPU_CASES + CPU_CASES) \
         if args.cases else pool
@@ -115,10 +115,7 @@ def write(folder: Path, device: str, env: dict, records: list[dict], raw: list[d
           force: bool = False) -> None:
     """validation-<device>.json and .csv in `folder`; an existing result (such as the stored GPU
     run the tests re-predict) is kept unless `force`."""
-    targets = [folder / f"validation-{device}.{ext}" for ext in ("json", "csv")]
-    if not force and any(t.exists() for t in targets):
-        raise SpecError("out", f"{targets[0]} exists: write to another folder (e.g. out/validation/)"
-                               f" or pass --force to replace it")
+    keep_existing([folder / f"validation-{device}.{ext}" for ext in ("json", "csv")], force)
     folder.mkdir(parents=True, exist_ok=True)
     doc = {"environment": env, "records": records, "measurements": raw}
     (folder / f"validation-{device}.json").write_text(json.dumps(doc, indent=1))
@@ -127,3 +124,11 @@ def write(folder: Path, device: str, env: dict, records: list[dict], raw: list[d
         w.writeheader()
         w.writerows(records)
     print(f"wrote {folder}/validation-{device}.json and .csv", file=sys.stderr)
+
+
+def keep_existing(targets: list[Path], force: bool) -> None:
+    """Refuse to replace a stored result (the tests re-predict the committed ones) unless
+    --force: one line naming the file and what to do instead. Checked before measuring."""
+    if not force and any(t.exists() for t in targets):
+        raise SpecError("out", f"{targets[0]} exists: write to another folder (e.g. out/validation/)"
+                               f" or pass --force to replace it")
