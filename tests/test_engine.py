@@ -17,17 +17,18 @@ from memledger.engine.cases import (CPU_CASES, FAKE_CASES, case_from_dict, case_
                                     check_runnable, model_spec, predict)
 from memledger.engine.compare import TOLERANCE, compare_case, rescore, tracker_rows
 from memledger.errors import SpecError
-from memledger.ledger.build import rank_parts
+from memledger.ledger import build_ledger
+from memledger.ledger.build import dp_optimizer_rows, rank_parts
 from memledger.ledger.runtime import transient_at_peak
 from memledger.units import format_bytes
 
 CPU = json.loads((ROOT / "validation" / "engine-cpu.json").read_text())
 FAKE = json.loads((ROOT / "validation" / "engine-fake.json").read_text())
-# Three measured disagreements, each explained and pinned by its own test below, not hidden:
-# DTensor keeps the vocab-parallel embedding's gradient replicated; ZeroRedundancyOptimizer
-# partitions whole parameters; a 1-layer pipeline stage's backward working set (not modelled).
-EXPLAINED = {("tp=2 sp", "gradients"), ("pp=2 1f1b × dp=2 zero-1", "optimizer"),
-             ("pp=4 1f1b m=6", "peak_allocated")}
+# One measured disagreement, explained and pinned by its own test below, not hidden: a 1-layer
+# pipeline stage's backward working set (not modelled). DTensor's full-size embedding gradient
+# and ZeroRedundancyOptimizer's whole-tensor partition are the ledger's own knobs now
+# (RuntimeSpec tp_engine, zero1_partition), held to the bars on every rank.
+EXPLAINED = {("pp=4 1f1b m=6", "peak_allocated")}
 
 
 def records(doc):
@@ -93,41 +94,59 @@ def test_interleaved_and_gpipe_staircases_equal_the_ledgers_per_chunk():
             assert r["held"] == want, (name, r["rank"])
 
 
-def test_dtensor_tp_embedding_gradient_is_replicated_not_vocab_sharded():
-    """The only miss: torch 2.13's RowwiseParallel embedding accumulates a Replicate gradient
-    (V x h on every tp rank); the ledger (Megatron) shards it V/tp. The excess is exactly the
-    other (tp - 1)/tp of the embedding gradient, on every tp rank."""
+def test_dtensor_embedding_gradient_is_full_size_on_every_tp_rank_below_zero_2():
+    """torch 2.13's DTensor has no vocab-row strategy for embedding_dense_backward: the
+    RowwiseParallel embedding's gradient is Partial, V x h on every tp rank, with SP or without.
+    The ledger with tp_engine="dtensor" gives every tp rank's gradient row to the byte; Megatron's
+    sharded rule is short by exactly the other (tp - 1)/tp of the embedding gradient. Under
+    FSDP (zero >= 2) the reduce-scatter shards it, so the knob changes nothing there."""
     e = entry(CPU, "tp=2 sp")
     case = case_from_dict(e["spec"])
     v, h = case.config["vocab_size"], case.config["hidden_size"]
-    led = predict(case)
+    dtensor = predict(case).ranks[0]
+    megatron = build_ledger(model_spec(case), case.parallel(), case.train(),
+                            replace(case.runtime(), tp_engine="megatron")).ranks[0]
     for r in e["ranks"]:
-        excess = r["gradients"] - led.ranks[0].rows["gradients"]
-        assert excess == format_bytes("bf16", v * h * (case.tp - 1) // case.tp) == 65536
+        assert r["gradients"] == dtensor.rows["gradients"]
+        assert r["gradients"] - megatron.rows["gradients"] \
+            == format_bytes("bf16", v * h * (case.tp - 1) // case.tp) == 65536
+    grads = {i.name: i for i in dtensor.items if i.row == "gradients"}
+    assert grads["embedding / embedding"].bytes == 2 * v * h
+    assert grads["head / head"].bytes == 2 * v * h // case.tp  # colwise head: sharded
+    fsdp = case_from_dict(entry(CPU, "dp=2 × tp=2 sp fsdp2 zero-3")["spec"])
+    assert predict(fsdp).ranks[0].rows == build_ledger(
+        model_spec(fsdp), fsdp.parallel(), fsdp.train(),
+        replace(fsdp.runtime(), tp_engine="megatron")).ranks[0].rows
 
 
-def test_zero_redundancy_optimizer_partitions_whole_parameters_greedily():
-    """torch's ZeRO-1 gives each rank whole parameters, largest first to the least loaded rank
-    (ZeroRedundancyOptimizer._partition_parameters): per rank the state is that partition's
-    2 bf16 moments + a 4-byte step per parameter, not the ledger's even N/d. The dp ranks'
-    mean is the ledger's even split (to the step counters)."""
+def test_zero_redundancy_optimizer_partition_is_the_ledgers_per_dp_rank():
+    """torch's ZeRO-1 gives each dp rank whole tensors, largest first to the least loaded rank
+    (ZeroRedundancyOptimizer._partition_parameters). The ledger with
+    zero1_partition="greedy-params" reproduces every dp rank's optimizer row (2 bf16 moments per
+    element; the measured run adds AdamW's 4-byte step per tensor, which the ledger ignores)
+    and reports the most loaded dp rank as the pipeline rank's row; the even split is their
+    mean (to the step counters)."""
     e = entry(CPU, "pp=2 1f1b × dp=2 zero-1")
     case = case_from_dict(e["spec"])
     h, f, v = 128, 352, 512
     layer = [h * h, h * 64, h * 64, h * h, h * f, h * f, h * f, h, h]  # q k v o gate up down norms
     stages = {0: [v * h] + layer * 2, 1: layer * 2 + [h, v * h]}
     led = predict(case)
+    even = build_ledger(model_spec(case), case.parallel(), case.train(),
+                        replace(case.runtime(), zero1_partition="even"))
     for pp, sizes in stages.items():
         load, count = [0, 0], [0, 0]
         for n in sorted(sizes, reverse=True):
             i = load.index(min(load))
             load[i] += n
             count[i] += 1
-        want = [2 * 2 * n + 4 * k for n, k in zip(load, count)]
+        per_dp = dp_optimizer_rows(led.model, led.parallel, led.train, led.runtime, pp)
+        assert per_dp == [2 * 2 * n for n in load]
         got = [r["optimizer"] for r in sorted(e["ranks"], key=lambda r: r["rank"])
                if r["coords"]["pp"] == pp]
-        assert got == want
-        assert abs(sum(got) / 2 - led.ranks[pp].rows["optimizer"]) <= 4 * len(sizes)
+        assert got == [b + 4 * k for b, k in zip(per_dp, count)]
+        assert led.ranks[pp].rows["optimizer"] == max(per_dp) > even.ranks[pp].rows["optimizer"]
+        assert abs(sum(got) / 2 - even.ranks[pp].rows["optimizer"]) <= 4 * len(sizes)
 
 
 def test_one_layer_pipeline_stage_peaks_above_the_ledger_by_its_backward_working_set():

@@ -15,8 +15,8 @@ from memledger.specs.loop import add_loop_args, loop_kwargs
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
 from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
-                                     NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, W_HOLDS,
-                                     ZERO3_IMPLS, RuntimeSpec)
+                                     NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, TP_ENGINES,
+                                     W_HOLDS, ZERO1_PARTITIONS, ZERO3_IMPLS, RuntimeSpec)
 from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from memledger.units import GIB
 
@@ -120,6 +120,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--zb-w-holds", choices=W_HOLDS, default="graph",
                    help="zero-bubble: what stays alive between I and W — graph (PyTorch's "
                         "retain_graph, default) or w-inputs (DeepSeek / zero-bubble runtimes)")
+    r.add_argument("--tp-engine", choices=TP_ENGINES, default="megatron",
+                   help="megatron: the embedding's gradient vocab-sharded; dtensor (torch "
+                        "parallelize_module): full size on every tp rank below ZeRO-2")
+    r.add_argument("--zero1-partition", choices=ZERO1_PARTITIONS, default="even",
+                   help="ZeRO-1 states: even N/d (Megatron) or greedy-params (torch "
+                        "ZeroRedundancyOptimizer: whole tensors; the most loaded dp rank)")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
     add_loop_args(p)
 
@@ -204,7 +210,8 @@ def runtime_from_args(args) -> RuntimeSpec:
                        optimizer_offload=args.optimizer_offload, grad_offload=args.grad_offload,
                        grad_offload_chunk_params=_count("grad_offload_chunk", args.grad_offload_chunk),
                        muon_gather=args.muon_gather, pp_engine=args.pp_engine,
-                       zb_w_holds=args.zb_w_holds)
+                       zb_w_holds=args.zb_w_holds, tp_engine=args.tp_engine,
+                       zero1_partition=args.zero1_partition)
 
 
 def specs_from_args(args):

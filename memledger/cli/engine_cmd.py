@@ -111,7 +111,7 @@ def run(args) -> int:
         scales = scales[:1]
     status = 0
     if args.out:  # before any measurement: a stored run is kept unless --force
-        from memledger.cli.validate_cmd import keep_existing
+        from memledger.cli.outfiles import keep_existing
         keep_existing([Path(args.out) / f"engine-{s}.json" for s in scales], args.force)
     for scale in scales:
         cases = _cases(args, scale)

@@ -17,7 +17,7 @@ def print_records(doc: dict) -> int:
 
 
 def run_timeline(device: str, out: str | None, force: bool = False) -> int:
-    from memledger.cli.validate_cmd import keep_existing
+    from memledger.cli.outfiles import keep_existing
     if out:
         keep_existing([Path(out) / f"timeline-{device}.json"], force)
     doc = measure_grid(device, log=lambda x: print(f"measured {x['case']} | {x['loop']}", flush=True))

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from memledger.cli.outfiles import keep_existing
 from memledger.errors import SpecError
 
 
@@ -124,11 +125,3 @@ def write(folder: Path, device: str, env: dict, records: list[dict], raw: list[d
         w.writeheader()
         w.writerows(records)
     print(f"wrote {folder}/validation-{device}.json and .csv", file=sys.stderr)
-
-
-def keep_existing(targets: list[Path], force: bool) -> None:
-    """Refuse to replace a stored result (the tests re-predict the committed ones) unless
-    --force: one line naming the file and what to do instead. Checked before measuring."""
-    if not force and any(t.exists() for t in targets):
-        raise SpecError("out", f"{targets[0]} exists: write to another folder (e.g. out/validation/)"
-                               f" or pass --force to replace it")

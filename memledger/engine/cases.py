@@ -5,10 +5,12 @@ strategy per axis, the way PyTorch spells it:
   zero=3 / zero=2   FSDP2 `fully_shard` per decoder layer + root, reshard after forward on / off
                     (ledger: zero=3 / zero=2 with RuntimeSpec(zero3_impl="fsdp"), the harness loop:
                     persistent gradients, for-loop AdamW)
-  zero=1            DDP + `ZeroRedundancyOptimizer` (ledger: zero=1)
+  zero=1            DDP + `ZeroRedundancyOptimizer` (ledger: zero=1 with
+                    RuntimeSpec(zero1_partition="greedy-params"): whole tensors per dp rank)
   zero=0            DDP (dp > 1) or nothing
   tp (+sp)          DTensor `parallelize_module`, torchtitan's Llama plan (vocab-parallel
-                    embedding and head, colwise q/k/v/gate/up, rowwise o/down, SP norms)
+                    embedding and head, colwise q/k/v/gate/up, rowwise o/down, SP norms;
+                    ledger: RuntimeSpec(tp_engine="dtensor"), the embedding's gradient full size)
   pp                `torch.distributed.pipelining` stages of whole decoder layers with the
                     schedule named (gpipe, 1f1b, interleaved with vpp chunks)
 All runs are bf16 weights/grads/AdamW states (recipe `bf16`), sdpa attention, persistent
@@ -92,7 +94,8 @@ class EngineCase:
         return RuntimeSpec(zero3_prefetch_layers=units - 1 if self.zero == 2 else 1,
                            cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0,
                            zero3_impl="fsdp", optimizer_impl="for-loop",
-                           grad_lifetime="persistent")  # the loop the harness runs (worker.py)
+                           grad_lifetime="persistent",  # the loop the harness runs (worker.py)
+                           tp_engine="dtensor", zero1_partition="greedy-params")  # its engines
 
 
 def model_spec(case: EngineCase):

@@ -5,12 +5,14 @@ ledger every time (as `memledger.validation.report.rescore` does for the GPU run
 Rows and bars (issue 11): weights, gradients, optimizer states within 0.5%; activations within
 3%; peak within 10%. The predicted peak is the ledger's peak_allocated of the rank's pipeline
 position plus the input ids the step keeps alive (measured, as in memledger.validation).
-Held micro-batches: the forwards each chunk has run when the rank's first backward starts,
+Under ZeRO-1 the optimizer row is the measured rank's own dp rank of the greedy partition
+(`memledger.ledger.static.engines`; the ledger's row is the most loaded dp rank). Held micro-batches: the forwards each chunk has run when the rank's first backward starts,
 against the ledger's in-flight count — exactly.
 """
 from __future__ import annotations
 
 from memledger.engine.cases import EngineCase, case_from_dict, predict
+from memledger.ledger.build import dp_optimizer_rows
 
 TOLERANCE = {"weights": 0.005, "gradients": 0.005, "optimizer": 0.005, "activations": 0.03,
              "peak_allocated": 0.10}
@@ -20,10 +22,14 @@ def _rel(p: int, m: int) -> float:
     return (p - m) / m if m else (0.0 if p == 0 else float("inf"))
 
 
-def predicted_rank(led, pp_rank: int, inputs_bytes: int) -> dict:
+def predicted_rank(led, pp_rank: int, inputs_bytes: int, dp_rank: int = 0) -> dict:
+    """The ledger's rows for one rank; the optimizer row of its own dp rank where dp ranks
+    differ (ZeroRedundancyOptimizer's whole-tensor partition), else the pipeline rank's row."""
     r = led.ranks[pp_rank]
+    per_dp = dp_optimizer_rows(led.model, led.parallel, led.train, led.runtime, pp_rank)
     return {"weights": r.rows["weights"], "gradients": r.rows["gradients"],
-            "optimizer": r.rows["optimizer"], "activations": r.rows["activations"],
+            "optimizer": per_dp[dp_rank] if per_dp else r.rows["optimizer"],
+            "activations": r.rows["activations"],
             "peak_allocated": r.peak_allocated_bytes + inputs_bytes,
             "held": {str(s): n for s, n in r.in_flight}}
 
@@ -39,7 +45,7 @@ def compare_case(case: EngineCase, ranks: list[dict], led=None) -> list[dict]:
     out = []
     for m in ranks:
         pr = m["coords"]["pp"]
-        pred = predicted_rank(led, pr, m.get("inputs", 0))
+        pred = predicted_rank(led, pr, m.get("inputs", 0), m["coords"]["dp"])
         meas = measured_rank(m)
         base = {"case": case.name, "strategy": case.strategy, "rank": m["rank"], "pp_rank": pr,
                 "dp_rank": m["coords"]["dp"], "tp_rank": m["coords"]["tp"], "world": case.world}

@@ -22,6 +22,7 @@ from memledger.ledger.pipeline.remote import remote_offload
 from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, last_stage_open,
                                                  last_stage_rank, stage_layers)
 from memledger.ledger.runtime import RankParts, finalize, step_temporaries
+from memledger.ledger.static.engines import apply_engines, dp_rank_optimizer_bytes, greedy_applies
 from memledger.ledger.static.held import held_groups, static_items
 from memledger.ledger.static.moves import move_static, opt_partition_params
 from memledger.model.params import n_active_params, n_mtp_params, n_params
@@ -95,7 +96,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
-    items, host = move_static(static_items(held, p, t), opt_partition_params(held, p), p, t, rt)
+    static = apply_engines(static_items(held, p, t), held, p, t, rt)  # DTensor, torch ZeRO-1
+    items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
     loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
     acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked")
     moves = activation_moves(acts)
@@ -106,6 +108,15 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
                      layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights,
                      ctx=(m, p, t, loop), acts=acts)
+
+
+def dp_optimizer_rows(m, p, t, rt, r: int) -> list[int] | None:
+    """Pipeline rank r's optimizer row on each dp rank when they differ (torch's greedy ZeRO-1
+    partition; the ledger's row is their maximum), else None."""
+    if not greedy_applies(p, rt):
+        return None
+    loop = resolve_loop(rt, t.profile)
+    return dp_rank_optimizer_bytes(held_groups(built_model(m, loop), p, t, r, loop), p, t)
 
 
 def build_rank(m, p, t, rt, r: int) -> RankLedger:

@@ -108,6 +108,11 @@ class PlanSpec:
                 f"must be a fraction in [0, 1), got {self.headroom!r}")
         require(isinstance(self.mfu_pct, int) and 0 < self.mfu_pct <= 100, "mfu_pct",
                 f"must be an integer percentage 1..100, got {self.mfu_pct!r}")
+        # the vectorised sweep shards as Megatron does; per-tensor partitions are not vectorised
+        for knob, default in (("tp_engine", "megatron"), ("zero1_partition", "even")):
+            value = getattr(self.runtime, knob)
+            require(value == default, knob, f"the planner sweeps {knob}={default} only, got "
+                                            f"{value!r}; check a layout with `memledger ledger`")
         framework(self.framework)
         self.base_train()  # validates precision, optimizer, profile, attention
         for knob in ("optimizer_offload", "grad_offload"):

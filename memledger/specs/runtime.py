@@ -10,6 +10,11 @@ The CUDA context default is the 0.6 GiB measured on an H200 with PyTorch 2.11 (d
 Pipeline: `pp_engine` picks whose order of a schedule the ledger follows ("auto": the first
 engine that runs the micro-batch count) and `zb_w_holds` what a zero-bubble I/W split keeps
 between I and W — default "graph", PyTorch's (docs/schedules.md, memledger.ledger.pipeline.order).
+Static-row engines (memledger.ledger.static.engines, docs/engine-validation.md): `tp_engine`
+"megatron" shards the vocab-parallel embedding's gradient V/tp; "dtensor" (torch 2.13
+`parallelize_module`) keeps it full size on every tp rank below ZeRO-2. `zero1_partition`
+"even" splits every state N/d (Megatron's distributed optimizer); "greedy-params" gives each dp
+rank whole tensors, largest first (torch `ZeroRedundancyOptimizer`).
 """
 from __future__ import annotations
 
@@ -35,6 +40,9 @@ MUON_GATHER = ("on-demand", "full")
 # and W (memledger.ledger.pipeline.order, docs/schedules.md).
 ENGINES = ("auto", "megatron", "pytorch", "deepseek")
 W_HOLDS = ("graph", "w-inputs")
+# Whose tensor parallelism and whose ZeRO-1 partition the static rows follow
+TP_ENGINES = ("megatron", "dtensor")
+ZERO1_PARTITIONS = ("even", "greedy-params")
 
 # NCCL src/init.cc: DEFAULT_LL_BUFFSIZE = 8 lines × 512 threads × 8 steps × 16 B,
 # DEFAULT_LL128_BUFFSIZE = 120 elems × 640 threads × 8 steps × 8 B, DEFAULT_BUFFSIZE = 4 MiB.
@@ -77,6 +85,8 @@ class RuntimeSpec:
     muon_gather: str = "on-demand"  # Muon: gather one matrix at a time, or all at once
     pp_engine: str = "auto"  # whose pipeline order: auto, megatron, pytorch, deepseek
     zb_w_holds: str = "graph"  # zero-bubble I..W: whole graph (torch) or only W's inputs
+    tp_engine: str = "megatron"  # megatron | dtensor (embedding gradient sharded or full)
+    zero1_partition: str = "even"  # even N/d | greedy-params (whole tensors, largest first)
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -105,6 +115,8 @@ class RuntimeSpec:
         require_choice("muon_gather", self.muon_gather, MUON_GATHER)
         require_choice("pp_engine", self.pp_engine, ENGINES)
         require_choice("zb_w_holds", self.zb_w_holds, W_HOLDS)
+        require_choice("tp_engine", self.tp_engine, TP_ENGINES)
+        require_choice("zero1_partition", self.zero1_partition, ZERO1_PARTITIONS)
         if self.grad_offload and not self.optimizer_offload:
             raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
                                             "optimizer step must run where the gradients are (CPU)")
