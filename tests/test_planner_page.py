@@ -110,3 +110,21 @@ def test_world_lists_are_spelt_one_way():
     for bad in ("x", "0", "1," * 17, "-8"):
         with pytest.raises(BadValue):
             parse_worlds(bad)
+
+
+def test_deepseek_v3_table_shows_distinct_layouts_in_plain_words(app_test):
+    """Issue 12: near-duplicates (vpp × recompute) folded, no None cells, micro-batch size and
+    count named, equal shown times ranked by headroom."""
+    at = ok(app_test(PAGE, "model=deepseek-v3&world=2048").run())
+    table = at.dataframe[0].value
+    layout = ["world", "tp", "pp", "ep", "etp", "cp", "dp", "schedule", "zero",
+              "micro-batch size"]
+    assert len(table) == 20 and not table.duplicated(subset=layout).any()
+    assert table["similar"].iloc[0].startswith("+") and "vpp" in table["similar"].iloc[0]
+    assert not table.isna().any().any() and not (table.astype(str) == "None").any().any()
+    ranking = list(zip(table["est. s/step"], table["peak GiB"]))
+    assert ranking == sorted(ranking)
+    text = next(m.value for m in at.markdown if "Ledger page" in m.value)
+    assert "micro-batch size 1 × " in text and " micro-batches · " in text
+    y = figures(at)[0]["layout"]["yaxis"]
+    assert y["type"] == "log" and all(t.endswith(" s") for t in y["ticktext"])

@@ -38,6 +38,7 @@ def test_progress_text_names_the_stage_the_count_and_an_eta():
     assert frac == pytest.approx(0.275)
     assert progress_state("layouts", 0, 1, 0)[1] == "Listing the parallel layouts…"
     assert "left" not in progress_state("configurations", 0, 10, 0.0)[1]
+    assert "left" not in progress_state("configurations", 5, 100, 1.0)[1]  # too early to say
     assert progress_state("configurations", 10, 10, 2.0)[0] == pytest.approx(0.95)
 
 

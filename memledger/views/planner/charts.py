@@ -26,6 +26,7 @@ LEDGER_KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "d
                "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
                "attention", "recompute")
 HEADROOM_COLOR = "#E69F00"
+GRID_TEXT = "#777777"
 
 
 def _sample(result: Plan, max_points: int) -> np.ndarray:
@@ -39,6 +40,20 @@ def _sample(result: Plan, max_points: int) -> np.ndarray:
     rest = np.flatnonzero(rest)
     step = max(1, len(rest) // max(1, max_points - len(keep)))
     return np.union1d(keep, rest[::step])
+
+
+def searching_frame(model_name: str, gpu_name: str) -> go.Figure:
+    """The scatter's empty frame, drawn while the search runs: the browser loads and starts
+    Plotly meanwhile, so the real chart only has to be filled in when the search ends."""
+    head, top = title_block(f"{safe_text.plot(model_name)} on {gpu_name}: searching…", "")
+    fig = go.Figure()
+    fig.add_annotation(text="the chart appears here when the search ends", showarrow=False,
+                       x=0.5, y=0.5, xref="paper", yref="paper", font=dict(color=GRID_TEXT))
+    fig.update_layout(title=head, height=480 + top, plot_bgcolor="white",
+                      paper_bgcolor="white", font=dict(family=FONT_FAMILY, color=INK, size=13),
+                      xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      margin=dict(l=70, r=30, t=top + 20, b=105))
+    return fig
 
 
 def seconds_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:

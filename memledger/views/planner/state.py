@@ -144,15 +144,20 @@ STAGES = {"layouts": ("Listing the parallel layouts", 0.0, 0.05),
           "ranking": ("Ranking the fitting configurations and drawing the chart", 0.95, 1.0)}
 
 
+ETA_AFTER = 0.1  # share of the configurations done before an ETA is shown
+
+
 def progress_state(stage: str, done: int, total: int, elapsed_s: float) -> tuple[float, str]:
-    """(fraction of the whole request, text) for a progress bar: the stage, the count and an
-    ETA from the stage's rate so far (`elapsed_s` since the stage began)."""
+    """(fraction of the whole request, text) for a progress bar: the stage, the count and,
+    once ETA_AFTER of it is done, an ETA from the stage's rate so far (`elapsed_s` since the
+    stage began)."""
     text, lo, hi = STAGES[stage]
     share = done / total if total else 1.0
     if stage != "configurations":
         return lo + (hi - lo) * share, f"{text}…"
     text = f"{text}: {done:,} of {total:,}"
-    if 0 < done < total and elapsed_s > 0:
+    # the first blocks also build each layout's tables: a rate from them overestimates
+    if ETA_AFTER * total <= done < total and elapsed_s > 0:
         text += f" · about {format_eta(elapsed_s * (total - done) / done)} left"
     return lo + (hi - lo) * share, text
 
