@@ -11,11 +11,12 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from memledger.errors import SpecError
+from memledger.planner.groups import top_groups
 from memledger.views import budget, export, safe_text, sidebar, ui
 from memledger.views.frame import page_frame
 from memledger.views.planner import state as pst
-from memledger.views.planner.charts import (describe_row, ledger_query, plan_scatter, top_csv,
-                                            top_table)
+from memledger.views.planner.charts import (describe_row, ledger_query, plan_scatter,
+                                            searching_frame, top_csv, top_table)
 from memledger.views.planner.steps import breakdown_chart, throughput_columns
 from memledger.views.state import hardware, load_model
 from memledger.views.sync import resolve
@@ -24,12 +25,24 @@ page_frame("planner")
 LEDGER_PAGE = "ledger"  # url path of the Ledger page (memledger.views.navigation)
 SPECS = pst.SPECS
 LIMITS = {s.key: s.limits for s in SPECS}
+SIMILAR_HELP = ("Configurations of the same layout that differ only in vpp or recompute, within "
+                "5% of this row's step time: folded into this row. Equal step times (to the "
+                "digits shown) rank by headroom.")
 
 
-@st.cache_resource(max_entries=1, show_spinner="Evaluating every configuration…")
-def _plan(model_key: str, gpu_key: str, items: tuple):
-    """Cached by the model's key (a preset name or an encoded spec) and the settings."""
-    return pst.run_plan(load_model(model_key), gpu_key, dict(items))
+def _plan(model_key: str, gpu_key: str, items: tuple, bar, slot):
+    """Cached by the model's key (a preset name or an encoded spec) and the settings; while
+    it is computed, `bar` (a placeholder) shows a progress bar with the stage and an ETA, and
+    `slot` the chart's empty frame (the browser starts Plotly while the server searches)."""
+    started = []
+
+    def show(fraction: float, text: str) -> None:
+        if not started:
+            started.append(True)
+            slot.plotly_chart(searching_frame(res.model.name, hardware(cfg).name), theme=None,
+                              width="stretch", config={"displayModeBar": False})
+        bar.progress(fraction, text)
+    return pst.cached_plan(model_key, gpu_key, items, load_model, pst.Progress(show))
 
 
 def _number(col, key: str) -> None:
@@ -63,14 +76,17 @@ with st.expander("Constraints and search bounds", icon=":material/filter_alt:"):
 
 
 def body() -> None:
+    bar, metrics, slot = st.empty(), st.container(), st.empty()
     try:
         settings = pst.plan_settings(cfg, page)
-        result = _plan(cfg.model, cfg.gpu, tuple(sorted(settings.items())))
+        result = _plan(cfg.model, cfg.gpu, tuple(sorted(settings.items())), bar, slot)
     except SpecError as e:
+        bar.empty()
+        slot.empty()
         st.error(ui.md_escape(str(e)), icon=":material/error:")
         return
     c = result.counts()
-    m = st.columns(5)
+    m = metrics.columns(5)
     m[0].metric("layouts", f"{c['structural']:,}", f"{c['invalid']:,} invalid",
                 delta_color="off", delta_arrow="off")
     m[1].metric("configurations", f"{c['evaluated']:,}")
@@ -78,26 +94,34 @@ def body() -> None:
     m[3].metric("fit", f"{c['fits']:,}")
     m[4].metric("search time", f"{result.wall_s:.2f} s")
     if result.reason:
+        bar.empty()
+        slot.empty()
         st.warning(ui.md_escape(result.reason), icon=":material/warning:")
         return
-    table = top_table(result, page["top"])
+    bar.progress(*pst.progress_state("ranking", 0, 1, 0))
+    groups = top_groups(result, page["top"])
+    rows = result.rows([g[0] for g in groups])
+    table = top_table(result, page["top"], groups)
     if st.session_state.get("pg_row", 1) > len(table):
         st.session_state["pg_row"] = 1
     stem = export.file_stem("planner", cfg.model if not cfg.model.startswith("spec:")
                             else res.model.name, cfg.gpu, settings["worlds"].replace(",", "-"))
-    left, right = st.columns([1, 4], vertical_alignment="bottom")
+    left, right = metrics.columns([1, 4], vertical_alignment="bottom")
     row_no = left.number_input(pst.LABEL["row"], 1, len(table), key="pg_row", help=pst.HELP["row"])
-    row = result.rows(result.top(page["top"]))[row_no - 1]
+    row = rows[row_no - 1]
     query = urlencode(ledger_query(result, row, cfg.model, cfg.gpu))
     right.markdown(f"**#{row_no}**: {describe_row(row)} · "
                    f"[open it on the Ledger page]({LEDGER_PAGE}?{query})")
-    ui.chart(plan_scatter(result, selected=row), stem, key="plan_chart", setting=ui.setting(res))
+    fig = plan_scatter(result, selected=row)
+    bar.empty()
+    with slot.container():
+        ui.chart(fig, stem, key="plan_chart", setting=ui.setting(res))
     ui.chart(breakdown_chart(result, row), f"{stem}_step", key="step_chart", setting=ui.setting(res))
-    st.dataframe(throughput_columns(result, table), width="stretch", column_config={
+    st.dataframe(throughput_columns(result, table, rows), width="stretch", column_config={
         "peak GiB": st.column_config.NumberColumn(format="%.2f"),
         "free GiB": st.column_config.NumberColumn(format="%.2f"),
-        "est. s/step": st.column_config.NumberColumn(format="%.3f")})
-    st.download_button("Top configurations (CSV)", lambda: top_csv(result, page["top"]),
+        "similar": st.column_config.TextColumn(help=SIMILAR_HELP)})
+    st.download_button("Top configurations (CSV)", lambda: top_csv(result, page["top"], groups),
                        f"{stem}_top{page['top']}.csv", "text/csv", key="dl_plan_csv",
                        on_click="ignore", icon=":material/table:",
                        help="The table's configurations with their peaks in exact bytes.")

@@ -160,20 +160,23 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
 
 
 def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
-             parts: bool = False) -> Evaluated:
+             parts: bool = False, tick=None) -> Evaluated:
     """Evaluate every configuration of the space; keep those that fit (or all, for tests).
-    parts=True also keeps every step-time term (`timing.PARTS`) of the kept configurations."""
+    parts=True also keeps every step-time term (`timing.PARTS`) of the kept configurations.
+    tick(n), when given, is told after each block how many configurations it covered (counted
+    as `size.n_configurations` counts them); it only observes."""
     out = Evaluated(parts={} if parts else None)
     zs, rcs = _axes(spec)
     if not zs or not rcs:
         return _finish(out)
+    tick = tick or (lambda n: None)
     cache = {"etps": sorted({e for g in space.groups for e in g.etp.tolist()}),
              "eps": sorted({e for g in space.groups for e in g.ep.tolist()}),
              "bs": np.unique(np.concatenate([np.zeros(0, np.int64)] + [
                  micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
                                                         for d in g.dp.tolist()}]))}
     for g in space.groups:
-        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache)
+        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick)
     return _finish(out)
 
 
@@ -183,14 +186,16 @@ def _group_ms(spec, g: Group):
     return per_dp, np.array(ms, dtype=np.int64)
 
 
-def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
+def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None):
     rt, t = spec.runtime, spec.base_train()
+    n_pipes = len(g.pipes)
     loop = resolve_loop(rt, t.profile)
     m = built_model(spec.model, loop)
     if loop.on_demand:  # planner.lifetimes: single-stage (1F1B) ranks only
         g = replace(g, pipes=[x for x in g.pipes if x.schedule == "1f1b" and x.vpp == 1])
     per_dp, ms = _group_ms(spec, g)
     if not len(ms) or not g.pipes:
+        tick(n_pipes * len(zs) * len(rcs) * sum(len(per_dp[d]) for d in g.dp.tolist()))
         return
     tables = [pipe_tables(m, pipe, ms, rt.pp_engine, rt.zb_w_holds, prune=not loop.on_demand)
               for pipe in g.pipes]
@@ -214,6 +219,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
             rows = np.searchsorted(in_tp, sel)
             dp = int(g.dp[sel[0]])
             bs = per_dp[dp]
+            n_block = n_pipes * len(sel) * len(bs) * len(zs) * len(rcs)
             if not len(bs):
                 continue
             ms_b = spec.global_batch // (dp * bs)
@@ -238,6 +244,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache):
             _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
                      valid, dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs),
                      terms)
+            tick(n_block)
 
 
 def _pipe_columns(pipes):

@@ -28,6 +28,9 @@ MAX_RANK_LEDGERS = 8_000
 # DeepSeek-V3 on 2,048 GPUs with every axis open is 24 M: it needs one axis fixed.
 PLANNER_MAX_WORLDS = 4
 PLANNER_MAX_CONFIGURATIONS = 10_000_000
+# The Planner page's cache of plans (28 B per fitting configuration kept): the largest
+# admitted plan, as the st.cache_resource(max_entries=1) it replaces kept.
+PLANNER_CACHE_BYTES = 300 << 20
 # Process-wide: bytes of ledgers kept between requests.
 LEDGER_CACHE_BYTES = 256 << 20
 BYTES_PER_ITEM = 256  # one ledger Item with its formula text, measured ~240 B

@@ -9,6 +9,8 @@ axis" for `fix_*` numbers and "no bound" for `max_*`.
 """
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 
 from memledger.errors import SpecError
@@ -17,7 +19,7 @@ from memledger.planner.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
 from memledger.presets import gpu
 from memledger.specs import ModelSpec
 from memledger.specs.runtime import RuntimeSpec
-from memledger.views.budget import PLANNER_MAX_WORLDS, admit_plan
+from memledger.views.budget import PLANNER_CACHE_BYTES, PLANNER_MAX_WORLDS, ByteLRU, admit_plan
 from memledger.views.state import INT_LIMITS, BadValue, Config, PageParam
 
 MAX_WORLDS = PLANNER_MAX_WORLDS  # a link is input from anyone: each world size is a full search
@@ -110,8 +112,74 @@ def plan_spec(m: ModelSpec, gpu_key: str, v: Mapping) -> PlanSpec:
                     constraints=Constraints(**fixed, **chosen))
 
 
-def run_plan(m: ModelSpec, gpu_key: str, v: Mapping) -> Plan:
-    """The plan, refused before evaluating when over the server's budget (OverBudget)."""
+def run_plan(m: ModelSpec, gpu_key: str, v: Mapping, progress=None) -> Plan:
+    """The plan, refused before evaluating when over the server's budget (OverBudget);
+    `progress(stage, done, total)` as `memledger.planner.plan` calls it."""
     spec = plan_spec(m, gpu_key, v)
-    return plan(spec, admit=lambda n: admit_plan(len(spec.worlds), n))
+    return plan(spec, admit=lambda n: admit_plan(len(spec.worlds), n), progress=progress)
+
+
+def _plan_bytes(p: Plan) -> int:
+    return 1 << 20 if p is None else (1 << 20) + 28 * len(p.evaluated.seconds)
+
+
+# Process-wide, like the st.cache_resource(max_entries=1) it replaces (whose spinner could not
+# show progress): the last plans, up to the bytes of the largest one the budget admits.
+PLANS = ByteLRU(PLANNER_CACHE_BYTES, _plan_bytes)
+
+
+def cached_plan(model_key: str, gpu_key: str, items: tuple, load, progress=None) -> Plan:
+    """The plan of `plan_settings` items (sorted), cached by model key, GPU and items;
+    `load(model_key)` gives the ModelSpec. `progress` is called only when it is computed."""
+    key = (model_key, gpu_key, items)
+    result = PLANS.get(key)
+    if result is None:
+        result = run_plan(load(model_key), gpu_key, dict(items), progress)
+        PLANS.put(key, result)
+    return result
+
+
+STAGES = {"layouts": ("Listing the parallel layouts", 0.0, 0.05),
+          "configurations": ("Evaluating configurations", 0.05, 0.95),
+          "ranking": ("Ranking the fitting configurations and drawing the chart", 0.95, 1.0)}
+
+
+ETA_AFTER = 0.1  # share of the configurations done before an ETA is shown
+
+
+def progress_state(stage: str, done: int, total: int, elapsed_s: float) -> tuple[float, str]:
+    """(fraction of the whole request, text) for a progress bar: the stage, the count and,
+    once ETA_AFTER of it is done, an ETA from the stage's rate so far (`elapsed_s` since the
+    stage began)."""
+    text, lo, hi = STAGES[stage]
+    share = done / total if total else 1.0
+    if stage != "configurations":
+        return lo + (hi - lo) * share, f"{text}…"
+    text = f"{text}: {done:,} of {total:,}"
+    # the first blocks also build each layout's tables: a rate from them overestimates
+    if ETA_AFTER * total <= done < total and elapsed_s > 0:
+        text += f" · about {format_eta(elapsed_s * (total - done) / done)} left"
+    return lo + (hi - lo) * share, text
+
+
+class Progress:
+    """A `plan(progress=...)` callback that calls show(fraction, text) (`progress_state`) at
+    most every `every_s` seconds, and always at a stage's first and last count."""
+
+    def __init__(self, show, every_s: float = 0.15, clock=time.perf_counter):
+        self.show, self.every_s, self.clock = show, every_s, clock
+        self.stage, self.t0, self.shown = None, 0.0, -math.inf
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = self.clock()
+        if stage != self.stage:
+            self.stage, self.t0, self.shown = stage, now, -math.inf
+        if now - self.shown >= self.every_s or done in (0, total):
+            self.shown = now
+            self.show(*progress_state(stage, done, total, now - self.t0))
+
+
+def format_eta(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 120 \
+        else f"{seconds / 60:.0f} min"
 

@@ -12,13 +12,13 @@ from memledger.planner.throughput import LABELS, annotate, breakdown, throughput
 WHY_ROWS = 20  # rows that get a reason (one single-configuration search each)
 
 
-def throughput_columns(result: Plan, table: pd.DataFrame) -> pd.DataFrame:
-    """The table with tokens/s, TFLOP/s per GPU and MFU beside the step time, and `why` for
-    its first WHY_ROWS rows."""
-    tps, tflops, mfu = throughput(result.spec, table["est. s/step"].to_numpy(),
-                                  table["world"].to_numpy())
-    rows = result.rows(result.top(min(len(table), WHY_ROWS)))
-    why = [r["why"] for r in annotate(result.spec, rows)] + [""] * (len(table) - len(rows))
+def throughput_columns(result: Plan, table: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
+    """The table (one line per row of `rows`, the Plan rows it shows) with tokens/s, TFLOP/s
+    per GPU and MFU from each row's exact step time, and `why` for its first WHY_ROWS rows."""
+    tps, tflops, mfu = throughput(result.spec, [r["seconds"] for r in rows],
+                                  [r["world"] for r in rows])
+    why = [r["why"] for r in annotate(result.spec, rows[:WHY_ROWS])]
+    why += [""] * (len(table) - len(why))
     out = table.copy()
     out.insert(1, "tokens/s", tps.round())
     out.insert(2, "TFLOP/s per GPU", tflops.round(1))

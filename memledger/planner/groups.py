@@ -1,0 +1,103 @@
+"""The Planner's table without near-duplicates: fitting configurations grouped by layout, each
+group shown once, ranked by step time to the shown precision and then by headroom.
+
+Two configurations that differ only in the virtual pipeline size (vpp, with the stage split it
+implies) or the recompute mode are one layout decision with a knob still to turn: on
+DeepSeek-V3 they sit a few milliseconds apart (vpp 15/14/13/12 × recompute none/selective fill
+the first twenty rows) and crowd out layouts that differ in tp, pp, ep, dp, ZeRO or
+micro-batch. A group is every fitting configuration with the same world, tp, pp, ep, etp, cp, dp,
+schedule, ZeRO stage and micro-batch size (`GROUP_AXES`).
+
+Ranking: step times are a simple model (memledger.costs.stepmodel), so two times that agree to
+`SIG_DIGITS` significant digits — the digits the page shows — are a tie, and a tie goes to the
+smaller peak (more headroom). Ties between equal rounded times and equal peaks keep the exact
+time order. A group's representative is its first configuration in that ranking, and groups
+are ranked by their representatives. `Plan.order` (the CLI's ranking) is unchanged: exact
+times, then peak.
+
+Each group also lists its `NEAR` variants: members whose step time is within NEAR (5 %) of the
+representative's — the near-duplicates the table folds away.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from memledger.planner.result import Plan
+from memledger.planner.spec import PLAN_RECOMPUTE
+
+GROUP_AXES = ("world", "tp", "pp", "ep", "etp", "cp", "dp", "schedule", "zero", "micro_batch")
+VARIANT_AXES = ("vpp", "recompute")  # what a group's members differ in
+SIG_DIGITS = 3
+NEAR = 0.05
+FIRST_SCAN = 4096  # configurations decoded first; the scan grows ×4 until k groups are found
+
+
+def shown_seconds(seconds) -> np.ndarray:
+    """Step times rounded to SIG_DIGITS significant digits, as the page shows them."""
+    s = np.asarray(seconds, dtype=np.float64)
+    digits = SIG_DIGITS - 1 - np.floor(np.log10(np.where(s > 0, s, 1.0))).astype(np.int64)
+    scale = 10.0 ** digits
+    return np.round(s * scale) / scale
+
+
+def _keys(result: Plan, idx: np.ndarray) -> np.ndarray:
+    """One integer label per configuration: equal labels, same group (within `idx`)."""
+    cols = result.evaluated.columns(idx)
+    stacked = np.stack([cols[a] for a in GROUP_AXES], axis=1)
+    return np.unique(stacked, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def _ranked(result: Plan, idx: np.ndarray) -> np.ndarray:
+    ev = result.evaluated
+    return idx[np.lexsort((ev.seconds[idx], ev.peak_bytes[idx], shown_seconds(ev.seconds[idx])))]
+
+
+def top_groups(result: Plan, k: int) -> list[np.ndarray]:
+    """The k first groups, each an array of configuration indices (into `result.evaluated`):
+    the representative first, then its NEAR variants in ranking order."""
+    ev = result.evaluated
+    n = len(ev.seconds)
+    if not n or k < 1:
+        return []
+    shown = shown_seconds(ev.seconds)
+    scan = min(n, max(FIRST_SCAN, 64 * k))
+    while True:
+        cut = shown[np.argpartition(shown, scan - 1)[scan - 1]] if scan < n else np.inf
+        cand = _ranked(result, np.flatnonzero(shown <= cut))  # every tie of the cut included
+        labels = _keys(result, cand)
+        _, first = np.unique(labels, return_index=True)
+        if len(first) >= k or len(cand) == n:
+            break
+        scan = min(n, scan * 4)
+    reps = cand[np.sort(first)[:k]]
+    return _with_variants(result, reps)
+
+
+def _with_variants(result: Plan, reps: np.ndarray) -> list[np.ndarray]:
+    ev = result.evaluated
+    limit = ev.seconds[reps] * (1 + NEAR)
+    pool = _ranked(result, np.flatnonzero(ev.seconds <= limit.max()))
+    labels = _keys(result, np.concatenate([reps, pool]))
+    rep_labels, pool_labels = labels[:len(reps)], labels[len(reps):]
+    out = []
+    for i, rep in enumerate(reps.tolist()):
+        near = pool[(pool_labels == rep_labels[i]) & (ev.seconds[pool] <= limit[i])
+                    & (pool != rep)]
+        out.append(np.concatenate([[rep], near]).astype(np.int64))
+    return out
+
+
+def variants_text(result: Plan, group: np.ndarray) -> str:
+    """'' for a group of one; else e.g. '+7 within 5%: vpp 4–7, recompute none/selective'."""
+    if len(group) < 2:
+        return ""
+    cols = result.evaluated.columns(group)
+    parts = []
+    vpp = sorted(set(cols["vpp"].tolist()))
+    if len(vpp) > 1:
+        parts.append(f"vpp {vpp[0]}–{vpp[-1]}" if vpp == list(range(vpp[0], vpp[-1] + 1))
+                     else "vpp " + "/".join(map(str, vpp)))
+    modes = [PLAN_RECOMPUTE[c] for c in sorted(set(cols["recompute"].tolist()))]
+    if len(modes) > 1:
+        parts.append("recompute " + "/".join(modes))
+    return f"+{len(group) - 1} within {NEAR:.0%}: " + ", ".join(parts)

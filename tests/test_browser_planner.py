@@ -1,0 +1,43 @@
+"""The Planner page in a real browser (system Chromium): DeepSeek-V3 on 2,048 GPUs shows a
+progress bar with the stage and an ETA and the chart's frame while it searches, then the
+chart with its points and ticks that read as seconds. Skipped without Chromium, unless
+MEMLEDGER_REQUIRE_BROWSER=1 (CI). Time to first chart: benchmarks/bench_planner_page.py."""
+import pytest
+
+from memledger.views.devserver import wait_idle
+
+pytestmark = pytest.mark.browser
+
+# Collects every text the progress bar shows, and whether the chart frame was up meanwhile.
+WATCH = """() => {
+  window.__seen = [];
+  const loop = () => {
+    const bar = document.querySelector('[data-testid="stProgress"]');
+    if (bar) window.__seen.push([bar.innerText,
+                                 !!document.querySelector('.js-plotly-plot .main-svg')]);
+    requestAnimationFrame(loop);
+  };
+  requestAnimationFrame(loop);
+}"""
+PLOTTED = """() => [...document.querySelectorAll('.js-plotly-plot')].some(gd =>
+  (gd.data || []).some(t => t.name === 'Pareto front'))"""
+
+
+def test_deepseek_v3_search_shows_progress_with_eta_then_the_chart(served_app):
+    base, browser = served_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.add_init_script(f"window.addEventListener('DOMContentLoaded', () => ({WATCH})());")
+    page.goto(f"{base}/planner?model=deepseek-v3&world=2048&gb=15360&fix_tp=8",
+              wait_until="commit")
+    page.wait_for_function(PLOTTED, timeout=120_000)
+    wait_idle(page, 120_000)
+    seen = page.evaluate("() => window.__seen")
+    texts = [t for t, _ in seen]
+    assert any(t.startswith("Evaluating configurations:") and " of 5,545,344" in t for t in texts)
+    assert any("left" in t for t in texts)  # an ETA while it runs
+    assert any(frame for t, frame in seen if t.startswith("Evaluating"))  # frame up meanwhile
+    assert page.locator('[data-testid="stProgress"]').count() == 0  # gone once drawn
+    ticks = page.evaluate("() => [...document.querySelector('.js-plotly-plot')"
+                          ".querySelectorAll('.ytick text')].map(e => e.textContent)")
+    assert ticks and all(t.endswith(" s") for t in ticks)
+    page.close()
