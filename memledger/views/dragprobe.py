@@ -2,7 +2,7 @@
 browser test and benchmarks/bench_slider.py). Works on a Playwright page; imports nothing of
 Playwright itself.
 
-The page records, at every animation frame, whether the preview chart's data changed, and the
+The page records, at every animation frame, whether the preview chart's title or data changed, and the
 time of every pointer move; `sweep` drags the grip across the whole rail and back, and reports
 distinct chart states per second while the hand moves; `step_latencies` moves the grip to each
 step once and times pointer move → first frame with the new data.
@@ -17,7 +17,8 @@ PROBE = """() => {
   const chart = () => [...document.querySelectorAll('.js-plotly-plot')]
       .find(gd => gd.querySelector('.slider-container'));
   const snap = () => { const gd = chart();
-    return gd && gd.data ? JSON.stringify(gd.data.map(t => [t.x, t.y, t.customdata])) : ''; };
+    return gd && gd.data ? JSON.stringify([gd.layout.title.text,
+                                           gd.data.map(t => [t.x, t.y, t.customdata])]) : ''; };
   window.__d = {last: snap(), states: [], moves: []};
   window.__dsnap = snap;
   document.addEventListener('mousemove', () => window.__d.moves.push(performance.now()), true);
@@ -93,7 +94,7 @@ PAGE_SWEEP = """async ([x0, x1, y, passes, n, hz]) => {
 }"""
 
 
-def page_sweep(page, n_steps: int, passes: int = 6, moves_per_step: int = 2,
+def page_sweep(page, n_steps: int, passes: int = 6, moves_per_step: int = 1,
                hz: float = 60) -> dict:
     """`sweep` with the page dispatching the pointer events on its own clock."""
     page.evaluate(PROBE)
