@@ -88,3 +88,15 @@ def test_the_preview_is_refused_over_the_servers_rank_ledger_budget(monkeypatch)
 def test_an_unknown_axis_is_refused_by_name():
     with pytest.raises(ValueError, match="axis 'world'"):
         preview.steps(M, CFG, "world")
+
+
+def test_the_ledger_page_builds_the_preview_only_when_its_panel_is_open(app_test):
+    from conftest import figures
+    at = app_test("pages/ledger.py").run()
+    assert not at.exception and len(figures(at)) == 1  # closed: the page's own chart only
+    at.session_state["preview_open"] = True
+    at.run()
+    assert not at.exception
+    chart, fig = figures(at)
+    assert "frames" not in chart and len(fig["frames"]) == len(fig["layout"]["sliders"][0]["steps"])
+    assert at.query_params == {}  # previewing changes no setting
