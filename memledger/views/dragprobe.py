@@ -2,10 +2,12 @@
 browser test and benchmarks/bench_slider.py). Works on a Playwright page; imports nothing of
 Playwright itself.
 
-The page records, at every animation frame, whether the preview chart's title or data changed, and the
-time of every pointer move; `sweep` drags the grip across the whole rail and back, and reports
-distinct chart states per second while the hand moves; `step_latencies` moves the grip to each
-step once and times pointer move → first frame with the new data.
+The page records, at every animation frame, whether the preview chart's title or data changed,
+and the time of every pointer move; `sweep` (Playwright's mouse) and `page_sweep` (events the
+page dispatches on its own 60 Hz clock) drag the grip across the whole rail and back and report
+chart states per second while the hand moves; `step_latencies` moves the grip to each step
+once and times pointer move → first frame with the new chart; `at_step` reads what one step
+draws.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ PROBE = """() => {
 }"""
 RAIL = ".js-plotly-plot .slider-container .slider-rail-rect"
 GRIP = ".js-plotly-plot .slider-container .slider-grip-rect"
-CUSTOMDATA = """(i) => { const gd = [...document.querySelectorAll('.js-plotly-plot')]
+CUSTOMDATA = """() => { const gd = [...document.querySelectorAll('.js-plotly-plot')]
     .find(gd => gd.querySelector('.slider-container'));
   return [gd.layout.sliders[0].active, gd.data.map(t => [t.name, t.customdata])]; }"""
 
