@@ -82,7 +82,9 @@ PAGE_SWEEP = """async ([x0, x1, y, passes, n, hz]) => {
   const fire = (el, type, x) => el.dispatchEvent(new MouseEvent(type, {bubbles: true,
       cancelable: true, clientX: x, clientY: y, button: 0, buttons: 1, view: window}));
   const sleep = ms => new Promise(r => setTimeout(r, ms));
-  fire(document.elementFromPoint(x0, y), 'mousedown', x0);
+  // on the slider itself, not whatever is at that point: a toast may be passing over it
+  fire(gd.querySelector('.slider-rail-touch-rect') || gd.querySelector('.slider-container'),
+       'mousedown', x0);
   const t0 = performance.now(); let k = 0;
   for (let p = 0; p < passes; p++) {
     const [a, b] = p % 2 ? [x1, x0] : [x0, x1];
@@ -99,6 +101,7 @@ PAGE_SWEEP = """async ([x0, x1, y, passes, n, hz]) => {
 def page_sweep(page, n_steps: int, passes: int = 6, moves_per_step: int = 1,
                hz: float = 60) -> dict:
     """`sweep` with the page dispatching the pointer events on its own clock."""
+    page.wait_for_timeout(500)  # let Streamlit finish drawing the figure
     page.evaluate(PROBE)
     _, _, y = rail(page)
     xs = [step_x(page, 0, n_steps), step_x(page, n_steps - 1, n_steps)]
