@@ -1,7 +1,7 @@
 """Ledger: the six rows of the most loaded GPU for the sidebar's configuration."""
 import streamlit as st
 
-from memledger.views import guard, safe_text, sidebar, tables, ui
+from memledger.views import guard, preview_panel, safe_text, sidebar, tables, ui
 from memledger.views.compute import ledger_for
 from memledger.views.frame import page_frame
 from memledger.views.ledger import charts, summary
@@ -26,6 +26,7 @@ with st.container(horizontal=True, gap="medium"):
                   delta_arrow="off", width=160)  # two per row on a phone
 
 ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led, setting=ui.setting(res))
+preview_panel.panel(res, charts.ledger_bar, key="preview")
 
 chosen = res.page["rank"]
 items = st.expander("Every item, with its formula and source", icon=":material/receipt_long:",

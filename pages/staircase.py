@@ -3,7 +3,7 @@ and the step timeline of one rank (memory after every event of the training step
 import streamlit as st
 
 from memledger.specs.parallel import SCHEDULES
-from memledger.views import guard, safe_text, sidebar, tables, ui
+from memledger.views import guard, preview_panel, safe_text, sidebar, tables, ui
 from memledger.views.compute import ledger_for, schedule_ledgers
 from memledger.views.frame import page_frame
 from memledger.views.staircase import charts
@@ -55,6 +55,7 @@ else:
 if (engine := staircase_stages.engine_sentence(led)) is not None:
     st.info(engine, icon=":material/info:")
 ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led, setting=ui.setting(res))
+preview_panel.panel(res, charts.staircase, key="preview")
 
 st.subheader("Memory over one training step")
 loop = led.loop.name if led.loop else "auto"
