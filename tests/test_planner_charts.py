@@ -156,3 +156,10 @@ def test_ledger_query_opens_the_same_specs_on_the_dashboard():
         cfg, issues = state.parse_params(ledger_query(result, row, "deepseek-v3", "h200"))
         assert not issues
         assert state.to_specs(cfg, result.spec.model) == result.specs(row)
+
+
+def test_the_search_frame_holds_the_chart_place_with_no_data():
+    from memledger.views.planner.charts import searching_frame
+    fig = searching_frame("DeepSeek-V3", "H100 SXM")
+    assert fig.data == () and "searching" in fig.layout.title.text
+    assert fig.layout.height >= 480  # the real chart's height: the page does not jump
