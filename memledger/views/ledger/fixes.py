@@ -69,7 +69,8 @@ def _tried(m: ModelSpec, cfg: Config) -> list[tuple[int, str, dict]]:
     return out
 
 
-def fixes(m: ModelSpec, cfg: Config, limit: int = MAX_FIXES) -> list[Fix]:
+@lru_cache(maxsize=64)  # small results; a rerun of the same configuration costs nothing
+def fixes(m: ModelSpec, cfg: Config, limit: int = MAX_FIXES) -> tuple[Fix, ...]:
     """Up to `limit` changes after which the configuration fits its GPU: the preset's start
     layout when it differs and fits, one-setting changes in order of preference, and when none
     of those fits, the chain of one-setting changes that each cut the peak the most."""
@@ -80,7 +81,7 @@ def fixes(m: ModelSpec, cfg: Config, limit: int = MAX_FIXES) -> list[Fix]:
     if len(out) < limit:
         chained = _chain(m, cfg, cap, tried)
         out += [chained] if chained is not None else []
-    return out[:limit]
+    return tuple(out[:limit])
 
 
 def _start_fix(m: ModelSpec, cfg: Config, cap: int) -> Fix | None:
