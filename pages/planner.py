@@ -32,7 +32,7 @@ SIMILAR_HELP = ("Configurations of the same layout that differ only in vpp or re
 
 def _plan(model_key: str, gpu_key: str, items: tuple, bar, slot):
     """Cached by the model's key (a preset name or an encoded spec) and the settings; while
-    it is computed, `bar` (a placeholder) shows a progress bar with the stage and an ETA, and
+    it is computed, `bar` (an `st.empty` slot) shows a progress bar with the stage and an ETA, and
     `slot` the chart's empty frame (the browser starts Plotly while the server searches)."""
     started = []
 

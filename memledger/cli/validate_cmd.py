@@ -62,8 +62,6 @@ def _run(args) -> int:
     if args.list:
         print("\n".join(c.name for c in GPU_CASES + CPU_CASES))
         return 0
-    if args.rescore:
-        return rescore_file(Path(args.rescore))
     device = _device(args.device)
     if args.timeline:
         from memledger.cli.timeline_validate import run_timeline

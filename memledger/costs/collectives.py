@@ -10,8 +10,9 @@ a buffer of B bytes (the full, unsharded size):
   all-to-all                   (n − 1)·α + (n − 1)/n · B · imbalance / β
   send/recv                    α + B / β
 β = link bandwidth per direction × bus efficiency: nccl-tests bus bandwidth reaches ≈ 80 % of
-the NVLink figure and ≈ 90 % of the NIC line rate for large messages (NVIDIA nccl-tests
-PERFORMANCE.md; DGX H100 all-reduce busbw ≈ 360 of 450 GB/s). α: ≈ 5 µs per hop inside a node,
+the NVLink figure and ≈ 90 % of the NIC line rate for large messages (NVIDIA nccl-tests'
+performance notes on bus bandwidth, github.com/NVIDIA/nccl-tests; DGX H100 all-reduce busbw
+≈ 360 of 450 GB/s; docs/step-time.md). α: ≈ 5 µs per hop inside a node,
 ≈ 10 µs across nodes (NCCL src/graph/tuning.cc base + hardware latencies of the Simple/LL128
 protocols, rounded up for launch overhead).
 Top-k routing imbalance: with balanced routing each of the n expert ranks receives on average

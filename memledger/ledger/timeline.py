@@ -11,7 +11,7 @@ zero_grad. Each event records the bytes alive at its high point:
                   the recompute working set, *before* its saved tensors are freed (they are
                   read by the backward); the first-stage tensors go at the stage's end
   optimizer step  every gradient + the step's temporaries; activations and communication
-                  buffers are free (DESIGN.md §2 refinement, docs/design-notes.md 1)
+                  buffers are free (docs/design.md §2, docs/design-notes.md 1)
   zero_grad       gradients freed (set_to_none: on-demand) or kept (persistent)
 peak_allocated is the maximum over events. With persistent gradients that maximum is the
 closed form static + max(staircase + buffers + largest transient, step temporaries): the

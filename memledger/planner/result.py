@@ -11,13 +11,13 @@ from functools import cached_property
 
 import numpy as np
 
-from memledger.ledger import build_ledger
+from memledger.costs.capacity import gpus_for_states
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.planner.evaluate import SCHEDULE_CODES, Evaluated
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
-from memledger.units import GIB, ceil_div
+from memledger.units import GIB
 
 
 @dataclass
@@ -131,9 +131,7 @@ class Plan:
         """A lower bound on GPUs: the model's weights, gradients and optimizer states (no
         parallelism, ZeRO-0) spread perfectly over GPUs that each also hold the CUDA context."""
         s = self.spec
-        led = build_ledger(s.model, ParallelSpec(), s.base_train(), s.runtime)
-        per_gpu = s.limit_bytes - s.runtime.cuda_context_bytes
-        return max(1, ceil_div(led.ranks[0].static_bytes, max(per_gpu, 1)))
+        return gpus_for_states(s.model, s.base_train(), s.runtime, s.limit_bytes)
 
     def to_dict(self, top: int | None = 20) -> dict:
         """The CLI's --json object: bytes as integers, seconds as floats."""

@@ -17,10 +17,9 @@ Streamlit.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import re
 
 import plotly.graph_objects as go
 

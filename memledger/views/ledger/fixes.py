@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from memledger.costs.capacity import gpus_for_states
 from memledger.errors import SpecError
-from memledger.ledger import build_ledger
 from memledger.presets import gpu
 from memledger.presets.layouts import LAYOUT_KEYS, start_layout
-from memledger.specs import ModelSpec, ParallelSpec, TrainSpec
+from memledger.specs import ModelSpec, TrainSpec
+from memledger.specs.runtime import RuntimeSpec
 from memledger.views.compute import ledger_for
 from memledger.views.options import problem
 from memledger.views.state import Config, hardware, start_of
@@ -119,13 +120,6 @@ def gpus_needed(m: ModelSpec, cfg: Config) -> int:
 @lru_cache(maxsize=64)
 def _gpus_needed(m: ModelSpec, seq: int, precision: str, optimizer: str, profile: str,
                  gpu_name: str) -> int:
-    """A lower bound on GPUs of this kind: the weights, gradients and optimizer states of the
-    whole model (one rank, ZeRO-0) spread perfectly over GPUs that each also hold the CUDA
-    context — before any activation."""
-    par = ParallelSpec()
+    """memledger.costs.capacity's lower bound for this GPU (capped at MAX_WORLD)."""
     train = TrainSpec(seq=seq, precision=precision, optimizer=optimizer, profile=profile)
-    led = build_ledger(m, par, train)
-    r = led.peak
-    static = r.rows["weights"] + r.rows["gradients"] + r.rows["optimizer"]
-    per_gpu = gpu(gpu_name).hbm_bytes - led.runtime.cuda_context_bytes
-    return min(MAX_WORLD, -(-static // per_gpu)) if per_gpu > 0 else MAX_WORLD
+    return min(MAX_WORLD, gpus_for_states(m, train, RuntimeSpec(), gpu(gpu_name).hbm_bytes))
