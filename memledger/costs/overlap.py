@@ -3,9 +3,15 @@ that is a property of the software, not of the layout.
 
 - megatron-2021: Megatron-LM as measured in Narayanan et al. 2021 (arXiv 2104.04473): no
   flash attention (scores as batched GEMMs + fused softmax), no sequence parallelism (norms and
-  dropout replicated over tp), tensor-parallel all-reduces exposed, data-parallel all-reduce
-  after the pipeline flush (§2.2 / §4: not overlapped with the last backward), blocking
-  pipeline send/recv.
+  dropout replicated over tp), tensor-parallel all-reduces exposed, blocking pipeline
+  send/recv. Data-parallel gradients: the paper's runs (NVIDIA/Megatron-LM
+  examples/sc21/run_table_1.sh) use PyTorch DDP (`--DDP-impl torch`) without pipelining —
+  `forward_backward_no_pipelining` wraps all but the last micro-batch in `model.no_sync()`, so
+  the bucketed all-reduce runs during the last backward — and Megatron's own DDP
+  (`--DDP-impl local`) with pipelining, which all-reduces after the flush (§2.2), exposed.
+  Pipeline send/recv with the scatter/gather optimisation (§4.1, on by default; the sc21
+  scripts turn it off only for Fig. 18's comparison): each tp rank sends 1/tp of the
+  activation over its own NIC and the receivers all-gather it over NVLink.
 - megatron-core: Megatron-Core ≥ 0.5 defaults a large run turns on: flash attention, sequence
   parallel, `--overlap-grad-reduce` / `--overlap-param-gather` (the data-parallel reduce hides
   behind the last micro-batch's backward), context-parallel ring attention overlapping each K/V
@@ -29,6 +35,8 @@ class Framework:
     sp: bool  # sequence parallel: element-wise work split over tp
     tp_hidden: float  # fraction of TP communication hidden behind GEMMs
     dp_overlap: bool  # gradient reduce overlapped with the last micro-batch's backward
+    dp_overlap_no_pipeline: bool  # ... but only when pp = 1 (PyTorch DDP + no_sync, 2021)
+    pp_scatter_gather: bool  # without SP: send/recv 1/tp per rank, all-gather over NVLink
     cp_overlap: bool  # ring attention overlaps each K/V hop with a block's attention
     dualpipe_hides_ep: bool  # DualPipe: all-to-all hidden behind the paired compute
     prefetch: bool  # ZeRO-3 gathers prefetched behind compute
@@ -38,11 +46,13 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f for f in (
         Framework(name="megatron-2021", flash=False, sp=False, tp_hidden=0.0, dp_overlap=False,
-                  cp_overlap=False, dualpipe_hides_ep=False, prefetch=False,
+                  dp_overlap_no_pipeline=True, pp_scatter_gather=True, cp_overlap=False,
+                  dualpipe_hides_ep=False, prefetch=False,
                   description="Megatron-LM as in Narayanan et al. 2021: no flash, no SP, "
-                              "nothing overlapped"),
+                              "DP reduce overlapped only without pipelining"),
         Framework(name="megatron-core", flash=True, sp=True, tp_hidden=0.0, dp_overlap=True,
-                  cp_overlap=True, dualpipe_hides_ep=True, prefetch=True,
+                  dp_overlap_no_pipeline=True, pp_scatter_gather=False, cp_overlap=True,
+                  dualpipe_hides_ep=True, prefetch=True,
                   description="Megatron-Core: flash, SP, DP reduce and CP ring overlapped, "
                               "TP exposed"),
     )

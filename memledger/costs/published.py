@@ -17,8 +17,10 @@ step-time model is checked against (docs/step-time.md, tests/test_reference_runs
   layout (fits, rank) and not the throughput.
 The open search of an entry is bounded by what its framework offered (`constraints`): the 2021
 Megatron runs are ranked among layouts without ZeRO or CP and with full recompute, as run.
-Entries the papers do not pin (micro-batch size, schedule, vpp) are left to the planner: an
-entry's prediction is the fastest configuration with the published axes fixed.
+Entries the papers do not pin are left to the planner: an entry's prediction is the fastest
+configuration with the published axes fixed (the Megatron rows pin everything, micro-batch
+size and interleaving included, from the paper's run scripts; Llama 3 leaves micro-batch and
+vpp, DeepSeek-V3 the micro-batch, to the planner).
 """
 from __future__ import annotations
 
@@ -60,28 +62,32 @@ def gpt(params_b: str, heads: int, hidden: int, layers: int) -> ModelSpec:
 # context parallelism, full activation recomputation (selective came with Korthikanti 2022)
 MEGATRON_2021_FEATURES = dict(zero=0, max_cp=1, recompute="full")
 
-# params (B), heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s per GPU
+# params (B), heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s per GPU (Table 1);
+# micro-batch size and layers per virtual stage (vpp = layers / pp / that; 1: no interleaving)
+# from the paper's own run scripts, NVIDIA/Megatron-LM examples/sc21/run_table_1.sh
 _MEGATRON_TABLE1 = (
-    ("1.7", 24, 2304, 24, 1, 1, 32, 512, 137),
-    ("3.6", 32, 3072, 30, 2, 1, 64, 512, 138),
-    ("7.5", 32, 4096, 36, 4, 1, 128, 512, 142),
-    ("18.4", 48, 6144, 40, 8, 1, 256, 1024, 135),
-    ("39.1", 64, 8192, 48, 8, 2, 512, 1536, 138),
-    ("76.1", 80, 10240, 60, 8, 4, 1024, 1792, 140),
-    ("145.6", 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    ("310.1", 128, 16384, 96, 8, 16, 1920, 2160, 155),
-    ("529.6", 128, 20480, 105, 8, 35, 2520, 2520, 163),
-    ("1008.0", 160, 25600, 128, 8, 64, 3072, 3072, 163),
+    ("1.7", 24, 2304, 24, 1, 1, 32, 512, 137, 16, 1),
+    ("3.6", 32, 3072, 30, 2, 1, 64, 512, 138, 16, 1),
+    ("7.5", 32, 4096, 36, 4, 1, 128, 512, 142, 16, 1),
+    ("18.4", 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 1),
+    ("39.1", 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 1),
+    ("76.1", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 3),
+    ("145.6", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 2),
+    ("310.1", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 2),
+    ("529.6", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3),
+    ("1008.0", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1),
 )
 
 MEGATRON_2021 = tuple(
     PublishedRun(name=f"Megatron-LM GPT {p}B", model=gpt(p, a, h, l), gpu="a100-80gb", world=n,
                  seq=MEGATRON_SEQ, global_batch=b,
-                 layout=dict(tp=tp, pp=pp, cp=1, dp=n // (tp * pp), zero=0, recompute="full"),
+                 layout=dict(tp=tp, pp=pp, cp=1, dp=n // (tp * pp), zero=0, recompute="full",
+                             micro_batch=mb, vpp=vpp,
+                             schedule="interleaved" if vpp > 1 else "1f1b"),
                  tflops_per_gpu=f, flops_convention="megatron-eq3", framework="megatron-2021",
                  precision="fp16", source="Narayanan et al. 2021 (arXiv 2104.04473) Table 1",
                  constraints=MEGATRON_2021_FEATURES)
-    for p, a, h, l, tp, pp, n, b, f in _MEGATRON_TABLE1)
+    for p, a, h, l, tp, pp, n, b, f, mb, vpp in _MEGATRON_TABLE1)
 
 # GPUs, tp, cp, pp, dp, seq, batch per dp replica, TFLOP/s per GPU (Table 4)
 _LLAMA3_TABLE4 = (

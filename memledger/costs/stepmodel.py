@@ -51,6 +51,7 @@ class Setup:
     dp: int
     gpn: int  # GPUs per node
     act: int  # bytes per activation value
+    pp: int = 1  # pipeline stages (what the framework overlaps can depend on it)
 
 
 def _kv_dim(m) -> int:
@@ -139,10 +140,16 @@ def ep_seconds(su: Setup, tokens, ep, etp):
 
 def p2p_seconds(su: Setup, tokens, chunks):
     """Pipeline send/recv per micro-batch on one rank: activations out, gradients back, per
-    chunk (vpp) boundary; the neighbours sit tp·cp·dp ranks apart."""
+    chunk (vpp) boundary; the neighbours sit tp·cp·dp ranks apart. Under SP each tp rank holds
+    1/tp of the activation; without it, scatter/gather (Narayanan et al. 2021 §4.1) sends 1/tp
+    per rank and the receivers all-gather the whole over their tp group."""
     beta, alpha = co.link(su.hw, 2 * su.tp * su.cp * su.dp, su.gpn)
-    buf = tokens * su.m.hidden * su.act / (su.tp if su.fw.sp else 1)
-    return 2 * np.asarray(chunks) * co.p2p_seconds(buf, beta, alpha)
+    full = tokens * su.m.hidden * su.act
+    split = su.fw.sp or su.fw.pp_scatter_gather
+    one = co.p2p_seconds(full / (su.tp if split else 1), beta, alpha)
+    if su.fw.pp_scatter_gather and not su.fw.sp and su.tp > 1:
+        one = one + co.gather_seconds(full, su.tp, *co.link(su.hw, su.tp, su.gpn))
+    return 2 * np.asarray(chunks) * one
 
 
 def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb):
@@ -156,7 +163,8 @@ def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb)
     beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn)
     m = np.asarray(micro_batches, np.float64)
     rs, ag = co.gather_seconds(grads, n, beta, alpha), co.gather_seconds(weights, n, beta, alpha)
-    hide = window if su.fw.dp_overlap else 0.0
+    overlap = su.fw.dp_overlap or (su.fw.dp_overlap_no_pipeline and su.pp == 1)
+    hide = window if overlap else 0.0
     hide3 = compute_mb if su.fw.prefetch else 0.0
     shape = np.broadcast_shapes(np.shape(rs), np.shape(hide), np.shape(hide3), m.shape)
     zero = np.zeros(shape)

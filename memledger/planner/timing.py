@@ -36,6 +36,7 @@ class PipeFlops:
     sel: tuple  # selective recompute FLOPs per token (dense, moe)
     rcs: tuple
     vocab: int
+    pp: int  # pipeline stages of the group (every table shares it)
 
 
 def pipe_flops(m, t, tp: int, tables, rcs) -> PipeFlops:
@@ -60,7 +61,7 @@ def pipe_flops(m, t, tp: int, tables, rcs) -> PipeFlops:
     vocab = padded_vocab(m, tp, t.pad_multiple()) if m.vocab else 0
     cat = np.concatenate
     return PipeFlops(cat(dense), cat(moe), cat(last), cat(chunks), cat(dual), seg, sel,
-                     tuple(rcs), vocab)
+                     tuple(rcs), vocab, tables[0].pipe.pp)
 
 
 def _layers(su, pf: PipeFlops, tokens, ep, etp):
@@ -102,7 +103,7 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     every term per step at the slowest rank (PARTS)."""
     t = spec.base_train()
     su = sm.Setup(spec.model, spec.hardware, framework(spec.framework), spec.seq, tp, cp, dp,
-                  spec.node_size, format_bytes(t.recipe.act_fmt, 1))
+                  spec.node_size, format_bytes(t.recipe.act_fmt, 1), pf.pp)
     tokens = np.asarray(bs, np.float64) * spec.seq / cp
     ep_c, etp_c = np.asarray(ep)[:, None], np.asarray(etp)[:, None]
     L = _layers(su, pf, tokens, ep_c, etp_c)
