@@ -12,13 +12,16 @@ Per layer per micro-batch on one rank (tokens = b·s/cp):
              × the busiest rank's top-k imbalance (`collectives.topk_imbalance`); the expert
              GEMMs run on the busiest rank's rows too
   ETP      = all-gather before / reduce-scatter after the experts over etp·T·K rows
-Per micro-batch: pipeline send/recv of tokens·h (÷ tp under SP) per chunk boundary, forward
-and backward (blocking in Megatron's 1F1B). Per step:
+Per micro-batch: pipeline send/recv of tokens·h (÷ tp under SP; without SP, scatter/gather:
+÷ tp over the NIC + an NVLink all-gather) per chunk boundary, forward and backward (blocking
+in Megatron's 1F1B). Per step:
   step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 traffic (exposed) + optimizer
 with t_mb the slowest rank's micro-batch; DP sync hidden behind one micro-batch's backward
-when the framework overlaps it (sharded gradients, ZeRO-2/3, are reduce-scattered every
-micro-batch, each behind its own backward; ZeRO-3's gathers behind the prefetching compute), and the optimizer memory-bound: every parameter's master,
-states, gradient read and weight written, ÷ the ZeRO shard, at HBM bandwidth.
+when the framework overlaps it (Megatron-LM 2021: only without pipelining, `overlap`;
+sharded gradients, ZeRO-2/3, are reduce-scattered every micro-batch, each behind its own
+backward; ZeRO-3's gathers behind the prefetching compute), and the optimizer memory-bound:
+every parameter's master, states, gradient read and weight written, ÷ the ZeRO shard, at HBM
+bandwidth. `costs/stepscalar.py` assembles one configuration from these terms with scalars.
 Ignores: expert-data-parallel groups (all gradients sync over dp·cp), the communication a
 recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps.
 """
