@@ -68,13 +68,13 @@ def on_demand_alloc(static, fixed, step, ba, lD, lM, fmb, lml, n_dense, n_moe, r
         if rc == "full":
             aD = aM = np.broadcast_to(ba.layer_input[None], (len(ba.const), len(ba.layer_input)))
             cache_d, cache_m = ba.cast_cache
-            t_layer = np.maximum((n_dense > 0)[:, None, None] * (ba.full["dense"] + ba.bwd)[None],
+            t_layer = np.maximum((n_dense > 0)[:, None, None] * ba.full["dense"][None],
                                  (n_moe > 0)[:, None, None] * ba.full["moe"][None])  # [R, W, B]
             t_fwd = ((lml > 0) * ba.logits_fwd)[:, None, :] + \
                 (n_dense * cache_d + n_moe * cache_m)[:, None, None]
         else:
             aD, aM = ba.keep["dense", rc], ba.keep["moe", rc]
-            t_layer = (n_dense > 0)[:, None, None] * ba.bwd[None, None, :]  # backward set
+            t_layer = np.zeros((len(lD), 1, 1), np.int64)
             t_fwd = ((lml > 0) * ba.logits_fwd)[:, None, :]
         aD, aM = aD + cast_d, aM + cast_m  # [W, B]
         t_loss = (lml > 0)[:, None, :] * ba.logits[None, None, :]  # [R, 1, B]
