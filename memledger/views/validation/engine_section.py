@@ -30,7 +30,8 @@ micro-batches each chunk has run by its first backward (the staircase).
 step where it can (FSDP2, one micro-batch). It equals the measured peak on 1-D FSDP meshes;
 on the fake-scale TP × FSDP cases (3.3×) it also counts DTensor's sharding propagation, which
 re-runs every op on global-shape fake tensors inside the same FakeTensorMode the tracker
-entered with, so its skip test lets them through (docs/engine-validation.md).
+entered with, so its skip test lets them through: given a fake mode of its own, the
+tracker's activations equal the measured ones and its total falls to 1.21× (docs/engine-validation.md).
 
 **Bars.** Static rows ±0.5%, activations ±3%, peak ±10%; held micro-batches exactly.
 """
