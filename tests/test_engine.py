@@ -47,7 +47,7 @@ def test_every_rank_and_row_is_within_the_bar(doc):
     assert {r["row"] for r in recs} >= set(TOLERANCE)
 
 
-def test_cases_cover_zero_1_2_3_tp_sp_three_schedules_moe_and_four_fake_worlds():
+def test_cases_cover_zero_1_2_3_tp_sp_three_schedules_moe_ep_fsdp_recompute_four_fake_worlds():
     specs = [case_from_dict(m["spec"]) for m in CPU["measurements"] + FAKE["measurements"]]
     assert {c.zero for c in specs} >= {1, 2, 3}
     assert any(c.tp > 1 and c.sp for c in specs)
@@ -57,6 +57,8 @@ def test_cases_cover_zero_1_2_3_tp_sp_three_schedules_moe_and_four_fake_worlds()
     assert len({c.world for c in fake}) >= 4 and max(c.world for c in fake) == 1024
     assert any("num_local_experts" in c.config or "num_experts" in c.config for c in fake)
     assert any(c.ep > 1 for c in specs)  # experts sharded by expert parallelism
+    assert any(c.ep > 1 and c.zero == 3 for c in specs)  # EP's experts next to FSDP2's shards
+    assert {c.recompute for c in specs} == {"none", "full"}  # checkpoint_wrapper per layer
 
 
 def test_expert_parallel_dispatch_conserves_rows_and_its_mean_is_the_ledgers_dynamic_size():
@@ -72,7 +74,8 @@ def test_expert_parallel_dispatch_conserves_rows_and_its_mean_is_the_ledgers_dyn
     assert all(sum(col) == case.ep * t * k for col in zip(*per))
     assert all(n <= case.ep * t * min(k, n_e // case.ep) for row in per for n in row)
     assert len({tuple(row) for row in per}) == case.ep  # routing, not an even split
-    (rec,) = [r for r in records(CPU) if r["row"] == "a2a dispatch (mean over ep)"]
+    (rec,) = [r for r in records(CPU) if r["row"] == "a2a dispatch (mean over ep)"
+              and r["case"] == e["case"]]
     assert rec["predicted_bytes"] == rec["measured_bytes"] == t * k * 128 * 2
 
 
