@@ -30,7 +30,7 @@ BACKWARD_SET = "layer backward working set"
 SRC_BWD = ("torch autograd: mm's backward (derivatives.yaml mm: mat1 and mat2 gradients), "
            "AccumulateGrad adding into an existing .grad (accumulate_grad.h); transformers "
            "LlamaMLP down_proj(act_fn(gate_proj(x)) * up_proj(x)); measured by "
-           "tests/test_engine_torch.py and `memledger validate --engine torch` "
+           "tests/test_layer_backward_torch.py and `memledger validate --engine torch` "
            "(docs/engine-validation.md)")
 
 
