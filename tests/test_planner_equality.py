@@ -88,6 +88,17 @@ SCENARIOS = {
         model=load_hf_config(Path(__file__).parent / "fixtures" / "hf" /
                              "tiny-deepseek-v3-moe-layer-freq-2.json"),
         worlds=(4,), seq=256, global_batch=16, runtime=RuntimeSpec(loop="pytorch")),
+    "hf profile, persistent gradients (a dense layer's backward set)": dict(
+        model="llama3.2-1b", worlds=(8,), seq=2048, global_batch=32, profile="hf",
+        runtime=RuntimeSpec(loop="megatron")),
+    "hf profile, amp, persistent, full recompute (backward set on the recompute set)": dict(
+        model="llama3.2-1b", worlds=(8,), seq=1024, global_batch=16, precision="amp",
+        profile="hf", runtime=RuntimeSpec(loop="megatron")),
+    "hf-cpu, persistent, alternating dense/MoE (backward set on dense-only ranks)": dict(
+        model=load_hf_config(Path(__file__).parent / "fixtures" / "hf" /
+                             "tiny-deepseek-v3-moe-layer-freq-2.json"),
+        worlds=(4,), seq=256, global_batch=16, profile="hf-cpu",
+        runtime=RuntimeSpec(loop="megatron")),
 }
 SAMPLES = 300
 

@@ -13,6 +13,8 @@ strategy per axis, the way PyTorch spells it:
                     ledger: RuntimeSpec(tp_engine="dtensor"), the embedding's gradient full size)
   pp                `torch.distributed.pipelining` stages of whole decoder layers with the
                     schedule named (gpipe, 1f1b, interleaved with vpp chunks)
+  recompute="full"  every decoder layer wrapped in torch's `checkpoint_wrapper` (torchtitan's
+                    full activation checkpointing; ledger: TrainSpec(recompute="full"))
 All runs are bf16 weights/grads/AdamW states (recipe `bf16`), sdpa attention, persistent
 gradients (zero_grad(set_to_none=False)), and the ledger is asked with the `hf-cpu` profile
 (activations traced from transformers on the CPU), no CUDA context, slack or NCCL buffers.
@@ -28,6 +30,7 @@ from memledger.specs import ParallelSpec, TrainSpec
 from memledger.specs.runtime import RuntimeSpec
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "full")
 
 
 def tiny_llama(hidden=128, layers=4, heads=4, kv=2, ffn=352, vocab=512) -> dict:
@@ -52,10 +55,13 @@ class EngineCase:
     seq: int = 64
     micro_batch: int = 1
     micro_batches: int = 1
+    recompute: str = "none"  # "full": every decoder layer checkpointed
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise SpecError("schedule", f"the engine runs {', '.join(SCHEDULES)}; got {self.schedule!r}")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("recompute", f"the engine runs {', '.join(RECOMPUTE)}; got {self.recompute!r}")
         if self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", f"must be 0..3, got {self.zero}")
 
@@ -74,6 +80,8 @@ class EngineCase:
             parts.append(f"ep={self.ep} all-to-all (harness)")
         if self.pp > 1:
             parts.append(f"pipelining {self.schedule}" + (f" v={self.vpp}" if self.vpp > 1 else ""))
+        if self.recompute == "full":
+            parts.append("checkpoint_wrapper per layer")
         return " × ".join(parts) or "single rank"
 
     def parallel(self) -> ParallelSpec:
@@ -86,7 +94,8 @@ class EngineCase:
 
     def train(self) -> TrainSpec:
         return TrainSpec(micro_batch=self.micro_batch, seq=self.seq, micro_batches=self.micro_batches,
-                         precision="bf16", optimizer="adamw", profile="hf-cpu", attention="flash")
+                         precision="bf16", optimizer="adamw", profile="hf-cpu", attention="flash",
+                         recompute=self.recompute)
 
     def runtime(self) -> RuntimeSpec:
         n_layers = self.config["num_hidden_layers"]
@@ -119,9 +128,9 @@ def check_runnable(case: EngineCase) -> None:
     if case.config.get("num_attention_heads", 1) % case.tp:
         raise SpecError("tp", f"tp={case.tp} must divide num_attention_heads="
                               f"{case.config['num_attention_heads']}")
-    if case.ep > 1 and (case.ep != case.dp or case.tp > 1 or case.pp > 1 or case.zero):
+    if case.ep > 1 and (case.ep != case.dp or case.tp > 1 or case.pp > 1 or case.zero in (1, 2)):
         raise SpecError("ep", f"the harness lays experts over the dp ranks: ep must equal dp "
-                              f"(got ep={case.ep}, dp={case.dp}) with tp = pp = 1 and zero = 0")
+                              f"(got ep={case.ep}, dp={case.dp}) with tp = pp = 1 and zero 0 or 3")
     if case.schedule != "gpipe" and case.pp == 1:
         raise SpecError("schedule", f"schedule={case.schedule} needs pp > 1")
     if case.schedule == "interleaved" and case.micro_batches % case.pp:
@@ -151,11 +160,18 @@ CPU_CASES: tuple[EngineCase, ...] = (
     EngineCase(name="pp=2 1f1b × dp=2 zero-1", config=LLAMA, pp=2, dp=2, zero=1,
                schedule="1f1b", micro_batches=4),
     EngineCase(name="mixtral-tiny ep=2 all-to-all", config=MIXTRAL, dp=2, ep=2, micro_batches=2),
+    EngineCase(name="mixtral-tiny ep=2 × fsdp2 zero-3", config=MIXTRAL, dp=2, ep=2, zero=3,
+               micro_batches=2),
+    EngineCase(name="ddp+zero-1 dp=2 full recompute", config=LLAMA, dp=2, zero=1,
+               micro_batches=2, recompute="full"),
+    EngineCase(name="tp=2 sp full recompute", config=LLAMA, tp=2, sp=True, micro_batches=2,
+               recompute="full"),
 )
 
 
 KEYS = {"tp": "tp", "ep": "ep", "pp": "pp", "vpp": "vpp", "dp": "dp", "zero": "zero", "sp": "sp",
-        "schedule": "schedule", "m": "micro_batches", "b": "micro_batch", "seq": "seq"}
+        "schedule": "schedule", "m": "micro_batches", "b": "micro_batch", "seq": "seq",
+        "recompute": "recompute"}
 
 
 def case_from_text(text: str, config: dict | None = None, name: str | None = None) -> EngineCase:
@@ -166,8 +182,8 @@ def case_from_text(text: str, config: dict | None = None, name: str | None = Non
         if not sep or key not in KEYS:
             raise SpecError("engine-config", f"{part!r}: expected key=value with key one of "
                                              f"{', '.join(KEYS)}")
-        if key == "schedule":
-            kw["schedule"] = value
+        if key in ("schedule", "recompute"):
+            kw[key] = value
         elif key == "sp":
             kw["sp"] = value.lower() in ("1", "true", "yes", "on")
         else:
@@ -181,7 +197,7 @@ def case_from_text(text: str, config: dict | None = None, name: str | None = Non
 def case_to_dict(case: EngineCase) -> dict:
     return {f: getattr(case, f) for f in ("name", "config", "tp", "ep", "pp", "vpp", "dp", "sp",
                                           "zero", "schedule", "seq", "micro_batch",
-                                          "micro_batches")}
+                                          "micro_batches", "recompute")}
 
 
 def case_from_dict(d: dict) -> EngineCase:

@@ -49,22 +49,34 @@ def tp_plan(stage, sp: bool) -> dict:
     return plan
 
 
+def apply_ac(stage):
+    """Full activation checkpointing: every decoder layer in torch's `checkpoint_wrapper`
+    (non-reentrant, as torchtitan's apply_ac; torch/distributed/algorithms/_checkpoint)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    for i, layer in enumerate(stage.layers):
+        stage.layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
+    return stage
+
+
 def apply_tp(stage, mesh, sp: bool):
     from torch.distributed.tensor.parallel import parallelize_module
     parallelize_module(stage, mesh, tp_plan(stage, sp))
     return stage
 
 
-def apply_fsdp(stage, mesh, zero: int):
+def apply_fsdp(stage, mesh, zero: int, ignored: set | None = None):
+    """`ignored`: parameters FSDP leaves alone (expert-parallel experts, one owner each)."""
     from torch.distributed.fsdp import fully_shard
     reshard = zero == 3
+    ignored = ignored or None
     for layer in stage.layers:
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard,
-                    shard_placement_fn=_experts_on_dim1(mesh.size()))
+                    shard_placement_fn=_experts_on_dim1(mesh.size()), ignored_params=ignored)
     # the root as users write it: fully_shard(model) leaves reshard_after_forward=None, which
     # FSDP2 turns into "keep the root unsharded from forward to backward" (_fsdp_state.py
     # _lazy_init: its parameters would be all-gathered again at once for backward)
-    fully_shard(stage, mesh=mesh, reshard_after_forward=None if reshard else False)
+    fully_shard(stage, mesh=mesh, reshard_after_forward=None if reshard else False,
+                ignored_params=ignored)
     return stage
 
 

@@ -8,6 +8,9 @@
   first unpack — the first backward on this rank — sums the storages still alive, each once.
   At that moment it also reads how many forwards each model chunk has run: the micro-batches
   the rank holds at its first backward, the pipeline staircase as the schedule really ran it.
+  Under full recompute a checkpointed layer's inputs are held by the checkpoint's frame, not
+  packed as saved tensors (torch.utils.checkpoint, non-reentrant): the probe adds the tensor
+  inputs of every `CheckpointWrapper` call (RoPE's cos/sin, which the layers share).
 - Peak and timeline: `LiveBytes`, a TorchDispatchMode following storages (torch's MemTracker
   idea, without its one-call-per-module limit). FSDP2 cases with one micro-batch also run
   PyTorch's FSDPMemTracker, which itemises all-gather and reduce-scatter buffers.
@@ -57,12 +60,21 @@ class SavedProbe:
         self.forwards = {s: 0 for s in chunks}
         self.at_first_backward: dict | None = None
         self._hooks = [m.register_forward_pre_hook(self._counter(s)) for s, m in chunks.items()]
+        self._hooks += [m.register_forward_pre_hook(self._frame, with_kwargs=True)
+                        for c in chunks.values() for m in c.modules()
+                        if type(m).__name__ == "CheckpointWrapper"]
         self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def _counter(self, s):
         def hook(_mod, _args):
             self.forwards[s] += 1
         return hook
+
+    def _frame(self, _mod, args, kwargs):
+        from torch.utils._pytree import tree_flatten
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor):
+                self._pack(t)
 
     def _pack(self, t):
         if not _is_param(t):

@@ -54,18 +54,22 @@ def build(case: EngineCase, mesh=None):
     if case.tp > 1:
         for s in stages.values():
             par.apply_tp(s, mesh["tp"], case.sp)
+    if case.recompute == "full":  # after TP, before FSDP (torchtitan's order)
+        for s in stages.values():
+            par.apply_ac(s)
     dp_group = mesh["dp"].get_group()
     mods = dict(stages)
-    if case.ep > 1:  # experts over the dp ranks; dense gradients are not all-reduced (DDP's
-        from memledger.engine.ep import \
-            apply_ep  # bucket views would add no memory; EP params differ by rank)
+    experts = []
+    if case.ep > 1:  # experts over the dp ranks (engine.ep): each expert lives on one rank
+        from memledger.engine.ep import apply_ep
         for s in stages.values():
-            apply_ep(s, dp_group, case.ep)
-    elif case.zero >= 2:
+            experts += [p for m in apply_ep(s, dp_group, case.ep) for p in m.parameters()]
+    if case.zero >= 2:  # FSDP2 shards the rest over dp; EP's experts are whole on their rank
         for s in stages.values():
-            par.apply_fsdp(s, mesh["dp"], case.zero)
-    elif case.dp > 1:
-        mods = {k: par.apply_ddp(s, dp_group) for k, s in stages.items()}
+            par.apply_fsdp(s, mesh["dp"], case.zero, ignored=set(experts))
+    elif case.dp > 1 and case.ep == 1:  # (EP without FSDP: dense gradients not all-reduced;
+        mods = {k: par.apply_ddp(s, dp_group) for k, s in stages.items()}  # DDP's bucket views
+        # would add no memory, and EP parameters differ by rank)
     opt = par.optimizer(list(stages.values()), case.zero, dp_group)
     return mesh, coords, hf, stages, mods, opt
 
@@ -151,8 +155,9 @@ def run_rank(rank: int, case: EngineCase, port: int, out: str) -> None:
 
 
 def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bool = False) -> dict:
-    """Step 1 brings gradients and optimizer states to life; step 2 is measured (live bytes,
-    saved tensors, held micro-batches); FSDP2 with m = 1 runs a third under FSDPMemTracker."""
+    """Step 1 brings gradients and optimizer states to life (DDP: steps 1-2, its buckets
+    rebuilt); the next is measured (live bytes, saved tensors, held micro-batches); FSDP2 with
+    m = 1 runs one more under FSDPMemTracker."""
     from memledger.engine import probe
     from memledger.engine.parallelize import optimizer_states
     from memledger.engine.stage import make_loss
@@ -169,6 +174,11 @@ def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bo
         def step():
             _step_flat(case, mods, loss_fn, batch, opt)
     step()  # step 1: gradients and optimizer states come to life
+    if case.dp > 1 and case.zero < 2 and case.ep == 1:
+        # DDP rebuilds its gradient buckets in the order step 1 produced them, at step 2's
+        # first forward (DistributedDataParallel._pre_forward -> reducer._rebuild_buckets):
+        # old and new buckets live together once. Measure a steady step.
+        step()
     # FSDPMemTracker follows one forward per module and step: m = 1 only
     fsdp = case.zero >= 2 and case.pp == 1 and case.micro_batches == 1
     root = next(iter(stages.values()))

@@ -104,7 +104,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     items += activation_items(acts, moves)
     items += comm_items(m, p, t, rt, held)
     stages = stage_layers(m, p)
-    return RankParts(r=r, items=tuple(items), transients=tuple(activation_transients(acts, moves)),
+    transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand)
+    return RankParts(r=r, items=tuple(items), transients=tuple(transients),
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
                      layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights,
                      ctx=(m, p, t, loop), acts=acts)

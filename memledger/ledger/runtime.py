@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memledger.ledger.activations.transients import BACKWARD_SET
 from memledger.ledger.items import Item, RankLedger, sum_rows
 from memledger.ledger.optimizer_step import for_loop_temporaries, with_master_cast
 from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partition_params
@@ -134,6 +135,7 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
                       peak_event=peak_event, lazy_shape=Timeline(shape))
 
 
+LAYER_PHASE = ("recompute working set", BACKWARD_SET)  # inside a layer's backward
 FSDP_UNIT_ITEMS = ("zero-3 gather + prefetch", "zero-3 reduce-scatter input")
 
 
@@ -154,7 +156,7 @@ def transient_at_peak(parts: RankParts, rt: RuntimeSpec) -> tuple[Item | None, i
     units = fsdp_unit_bytes(parts.items, rt)
     best, best_over = None, 0
     for x in parts.transients:
-        layer_phase = x.name.startswith("recompute working set")
+        layer_phase = x.name.startswith(LAYER_PHASE)
         over = x.bytes if layer_phase else max(x.bytes - units, 0)
         if best is None or over > best_over or (over == best_over and x.bytes > best.bytes):
             best, best_over = x, over

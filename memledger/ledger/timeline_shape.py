@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from memledger.ledger.activations.transients import autocast_cache
+from memledger.ledger.activations.transients import BACKWARD_SET, autocast_cache
 from memledger.ledger.pipeline.schedules import last_stage_rank, stage_layers
 from memledger.ledger.static.sharding import shard_divisor
 from memledger.model.params import layer_groups, layer_kind, padded_vocab
@@ -110,7 +110,7 @@ class Transients(NamedTuple):
     fwd: int  # forward working set at the end of every forward (amp's cast cache)
     fwd_last: int  # the last stage's forward working set (logits, upcast, cast cache)
     loss: int  # loss backward (logits gradients)
-    layer: int  # recompute working set during a layer's backward
+    layer: int  # recompute / backward working set during a layer's backward
     last_acts: int = 0  # last-stage tensors of one micro-batch, freed before the layers' backward
 
     @property
@@ -128,7 +128,7 @@ def transient_classes(m, p, t, parts) -> Transients:
     for x in parts.transients:
         if x.name.startswith("forward working set"):
             t_fwd = x.bytes
-        elif x.name.startswith("recompute working set"):
+        elif x.name.startswith(("recompute working set", BACKWARD_SET)):
             t_layer = max(t_layer, x.bytes)
         else:
             t_loss = max(t_loss, x.bytes)

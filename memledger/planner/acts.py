@@ -23,7 +23,7 @@ from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.inventory import tensor_bytes
 from memledger.ledger.activations.policy import _decision
 from memledger.ledger.activations.row import autocast_copies
-from memledger.ledger.activations.transients import autocast_cache
+from memledger.ledger.activations.transients import autocast_cache, dense_backward_bytes
 from memledger.model.params import layer_kind
 from memledger.planner.vec import VecParallel, VecTrain, quiet
 from memledger.specs.parallel import ParallelSpec
@@ -43,6 +43,7 @@ class ActArrays:
     last: np.ndarray  # [b]
     logits: np.ndarray  # [b] largest last-stage backward transient
     logits_fwd: np.ndarray  # [b] last-stage forward working set (logits + their upcast)
+    bwd: np.ndarray  # [b] a dense layer's backward working set (transients.layer_backward_set)
     a2a: dict  # ep -> [b] MoE dispatch + combine buffers
     autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
     cast_cache: tuple  # (per dense, per MoE layer held): amp's cast cache under full recompute
@@ -74,6 +75,7 @@ def _columns(m, t, tp, cp, etp, b, loss: str = "materialized") -> dict:
     out["first"] = sum((_gpu(x, m, tv, pv, False) for x in prof.first_stage(m, tv, pv)), 0)
     out["last"] = sum((_gpu(x, m, tv, pv, False) for x in prof.last_stage(m, tv, pv)
                        if loss == "materialized" or x.cls != "logits"), 0)  # chunked: no logits
+    out["bwd"] = dense_backward_bytes(m, tv, pv) if getattr(prof, "autograd_layers", False) else 0
     out["logits"], out["logits_fwd"] = 0, 0
     for x in prof.transients(m, tv, pv) if loss == "materialized" else ():  # chunked: no logits
         if x.cls == "forward":  # summed into the forward working set (activations.transients)
@@ -99,6 +101,7 @@ def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs) -> ActArrays:
         full={k: cols["full", k] for k in KINDS}, layer_input=cols["layer_input"][0],
         first=cols["first"][0], last=cols["last"][0], logits=cols["logits"][0],
         logits_fwd=np.asarray(cols["logits_fwd"])[0] if np.ndim(cols["logits_fwd"]) else cols["logits_fwd"],
+        bwd=np.broadcast_to(cols["bwd"], shape)[0],
         a2a={e: _a2a(m, t, rt, tp, cp, e, bs) for e in sorted(set(eps) - {1}) if m.moe},
         autocast=autocast_coefficients(m, t, tp), cast_cache=cast_cache_coefficients(m, t, tp))
 

@@ -164,6 +164,7 @@ class BlockArrays:
     last: np.ndarray  # [b]
     logits: np.ndarray  # [b] largest last-stage transient
     logits_fwd: np.ndarray  # [b] last-stage forward working set
+    bwd: np.ndarray  # [b] a dense layer's backward working set
     pp_buf: np.ndarray  # [b]
     a2a: np.ndarray  # [W, b] MoE dispatch + combine (0 where ep = 1)
     const: np.ndarray  # [W] NCCL + gradient buckets
@@ -186,5 +187,5 @@ def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
         keep={k: pick(v) for k, v in aa.keep.items()}, full={k: pick(v) for k, v in aa.full.items()},
         layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
         logits=aa.logits[ib], logits_fwd=np.broadcast_to(aa.logits_fwd, aa.logits.shape)[ib],
-        pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast, cast_cache=aa.cast_cache,
+        bwd=aa.bwd[ib], pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast, cast_cache=aa.cast_cache,
         const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)))

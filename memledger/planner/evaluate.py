@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from memledger.planner.acts import act_arrays
+from memledger.planner.bwdset import dense_only, layer_backward
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
@@ -133,14 +134,15 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
             fwd = last_t * ba.logits_fwd + (n_dense * cache_d + n_moe * cache_m)[:, None]
             # the recompute set meets the staircase less the last stage's tensors (timeline)
             freed = last_t * (ba.last + ba.autocast[rc][2])
-            in_layer = np.maximum(has_d[:, None] * ba.full["dense"][None],
+            in_layer = np.maximum(has_d[:, None] * (ba.full["dense"][None] + dense_only(has_d, has_m, ba)),
                                   has_m[:, None] * ba.full["moe"][None]) - freed[:, None]
             at_loss = np.maximum(last_t * ba.logits, fwd)[:, None]
             worst = np.maximum(in_layer, at_loss)
         else:
             act = lD[:, None] * keep["dense", rc] + lM[:, None] * keep["moe", rc]
-            worst = logits[:, None]
-            in_layer, at_loss = np.zeros_like(worst), worst
+            at_loss = logits[:, None]  # the layer's backward set: less the last stage's tensors
+            in_layer = layer_backward(has_d, has_m, ba, last_t * (ba.last + ba.autocast[rc][2]))
+            worst = np.maximum(in_layer, at_loss)
         phases.append((in_layer, at_loss))
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])

@@ -8,6 +8,10 @@ micro-batch each), from the same `HeldActivations` the row reads.
                           transients (logits + their fp32 upcast) and, under amp with full or
                           every-k recompute, torch.autocast's cast cache of the rank's layers
   backward transients     the profile's other last-stage transients (logits gradients)
+  layer backward set      what a dense layer's backward allocates above its saved tensors
+                          (profiles whose layers run under plain autograd: hf, hf-cpu); it
+                          also rides on the recompute working sets, which meet it in the
+                          same layer's backward
 The runtime row adds the largest of them at the peak (memledger.ledger.runtime).
 """
 from __future__ import annotations
@@ -16,27 +20,42 @@ from collections import Counter
 
 from memledger.ledger.activations import get_profile
 from memledger.ledger.activations.held import HeldActivations
+from memledger.ledger.activations.inventory import tokens_on_rank
 from memledger.ledger.activations.policy import TensorMove
 from memledger.ledger.activations.row import SRC, cast_params, is_autocast
 from memledger.ledger.items import Item
-from memledger.units import format_bytes
+from memledger.units import ceil_div, format_bytes
+
+BACKWARD_SET = "layer backward working set"
+SRC_BWD = ("torch autograd: mm's backward (derivatives.yaml mm: mat1 and mat2 gradients), "
+           "AccumulateGrad adding into an existing .grad (accumulate_grad.h); transformers "
+           "LlamaMLP down_proj(act_fn(gate_proj(x)) * up_proj(x)); measured by "
+           "tests/test_layer_backward_torch.py and `memledger validate --engine torch` "
+           "(docs/engine-validation.md)")
 
 
-def activation_transients(a: HeldActivations, moves: list[TensorMove]) -> list[Item]:
+def activation_transients(a: HeldActivations, moves: list[TensorMove],
+                          persistent_grads: bool = True) -> list[Item]:
     out = []
     t = a.t
+    bwd = layer_backward_set(a) if persistent_grads else None
+    ws = bwd.bytes if bwd is not None else 0
+    plus = f" + the {BACKWARD_SET} ({ws})" if ws else ""
     if t.recompute in ("full", "every-k") and a.kinds:
         span = 1 if t.recompute == "full" else t.checkpoint_every(a.m.n_layers)
-        worst = max(a.tables[k].full_bytes for k in a.kinds)
+        # the re-created layer(s) and that layer's backward meet: its set rides on a dense one
+        worst = max(a.tables[k].full_bytes * span + (ws if k == "dense" else 0) for k in a.kinds)
         out.append(Item("runtime", f"recompute working set ({span} layer{'s' * (span > 1)})",
-                        worst * span, f"{span} × one layer's full inventory, one micro-batch",
+                        worst, f"{span} × one layer's full inventory, one micro-batch" + plus,
                         "docs/design.md §5 (full / every-k recompute)"))
     policy_set = _policy_recompute_set(t, moves)
     if policy_set:
-        out.append(Item("runtime", "recompute working set (policy, one layer)", policy_set,
+        out.append(Item("runtime", "recompute working set (policy, one layer)", policy_set + ws,
                         "one layer's tensors recomputed by the policy (selective classes excluded: "
-                        "re-created op by op inside fused kernels)",
+                        "re-created op by op inside fused kernels)" + plus,
                         "memledger.ledger.activations.policy"))
+    if bwd is not None:
+        out.append(bwd)
     forward = [autocast_cache(a)]
     for e in a.outer["transients"] if a.last and not a.chunked_loss else ():
         item = Item("runtime", e.tensor.name, e.bytes, f"one micro-batch × {e.formula}",
@@ -71,3 +90,62 @@ def _policy_recompute_set(t, moves: list[TensorMove]) -> int:
         if mv.policy == "recompute" and mv.cls not in selective and mv.section.endswith("layers"):
             per_layer[mv.section] += mv.native_bytes
     return max(per_layer.values(), default=0)
+
+
+def layer_backward_set(a: HeldActivations) -> Item | None:
+    """A dense layer's backward, above the tensors the layer saved (which it frees as it goes)
+    and the incoming gradient: `dense_backward_bytes`. Only for profiles whose layers run
+    under plain autograd (`autograd_layers`: hf, hf-cpu), on ranks holding dense layers only.
+    The peak adds it on top of the staircase, true for a rank's top layer. Where a rank also
+    holds MoE layers (not modelled) the dense ones sit below them (first_k_dense) and run
+    their backward once those layers' saved tensors of the micro-batch are freed, more than
+    the set in every model here (DeepSeek-V3-tiny's stored timeline: +0.85% with the set
+    added, 0.0001% without); alternating layouts whose top layer is dense are short by it.
+    Persistent gradients only (`activation_transients(persistent_grads=...)`): under on-demand
+    gradients the walked timeline allocates a layer's whole gradient as its backward starts,
+    which already holds the weight gradient autograd hands to .grad (added on top, the stored
+    llama-tiny set_to_none timelines went from +1.2% to +4.4%)."""
+    m, t, p = a.m, a.t, a.p
+    if a.kinds != ("dense",) or not getattr(get_profile(t.profile), "autograd_layers", False):
+        return None
+    n = dense_backward_bytes(m, t, p)
+    return Item("runtime", BACKWARD_SET, n, _backward_formula(m, t, p), SRC_BWD)
+
+
+def _larger(x, y):
+    """max() that numpy arrays (the planner's) pass through element-wise."""
+    d = x - y
+    return x - d * (d < 0)
+
+
+def dense_backward_bytes(m, t, p) -> int:
+    """The most a gated-MLP dense layer's backward holds at once above its saved tensors and
+    the incoming gradient, T = b·s/cp tokens (the MLP sees the whole sequence under SP),
+    f = ffn/tp, a / w the activation / weight format (measured on the CPU, torch 2.13,
+    transformers 5.24, persistent gradients, every shape of tests/test_engine_torch.py):
+      weights in the activation format: max(T·f·a + h·f·w, 2·T·f·a)
+        down_proj's backward: its input gradient T·f and its weight gradient h·f, a new
+        tensor that AccumulateGrad then adds into .grad; or the product's backward: the
+        gradients of act and up (2·T·f) once down_proj's saved input is freed;
+      amp (fp32 weights, autocast): max(a·(T·h + T·f + h·f), 4·h·f)
+        down_proj's backward on the bf16 cast of the fp32 incoming gradient, its bf16 weight
+        gradient and input gradient; or the fp32 weight gradient the weight cast's backward
+        makes once the saved bf16 cast and input are freed.
+    Array-safe (the planner evaluates it over micro-batch sizes)."""
+    tokens, f, h = tokens_on_rank(t, p), ceil_div(m.ffn_hidden, p.tp), m.hidden
+    act, w = t.recipe.act_fmt, t.recipe.weight_fmt
+    if w == "fp32" and act != "fp32":  # amp: the hf profile's own test (profiles.hf._mode)
+        return _larger(format_bytes(act, tokens * h) + format_bytes(act, tokens * f)
+                       + format_bytes(act, h * f), format_bytes(w, h * f))
+    return _larger(format_bytes(act, tokens * f) + format_bytes(w, h * f),
+                   2 * format_bytes(act, tokens * f))
+
+
+def _backward_formula(m, t, p) -> str:
+    tokens, f, h = tokens_on_rank(t, p), ceil_div(m.ffn_hidden, p.tp), m.hidden
+    act, w = t.recipe.act_fmt, t.recipe.weight_fmt
+    if w == "fp32" and act != "fp32":
+        return (f"amp: max({act} × (T·h + T·f + h·f), fp32 × h·f), T = {tokens} tokens (b·s/cp), "
+                f"h = {h}, f = {f} (ffn/tp): down_proj's bf16 gradients or its fp32 weight gradient")
+    return (f"max(T·f × {act} + h·f × {w}, 2·T·f × {act}), T = {tokens} tokens (b·s/cp), h = {h}, "
+            f"f = {f} (ffn/tp): down_proj's input and weight gradients, or the gated product's two")

@@ -27,7 +27,11 @@ at the rank's first backward, peak = a storage-following dispatch mode over the 
 micro-batches each chunk has run by its first backward (the staircase).
 
 **FSDPMemTracker** is PyTorch's own estimator (`torch.distributed._tools`), run on the same
-step where it can (FSDP2, one micro-batch).
+step where it can (FSDP2, one micro-batch). It equals the measured peak on 1-D FSDP meshes;
+on the fake-scale TP × FSDP cases (3.3×) it also counts DTensor's sharding propagation, which
+re-runs every op on global-shape fake tensors inside the same FakeTensorMode the tracker
+entered with, so its skip test lets them through: given a fake mode of its own, the
+tracker's activations equal the measured ones and its total falls to 1.21× (docs/engine-validation.md).
 
 **Bars.** Static rows ±0.5%, activations ±3%, peak ±10%; held micro-batches exactly.
 """

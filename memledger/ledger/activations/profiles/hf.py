@@ -123,6 +123,9 @@ class HFProfile:
     experts: str = "grouped_mm"
     name: str = "hf"
     selective: frozenset = SELECTIVE
+    # plain autograd runs the layers' backward: its working set is
+    # activations.transients.dense_backward_bytes (a class attribute, not a field)
+    autograd_layers = True
 
     def __post_init__(self):
         from memledger.errors import require_choice
