@@ -88,8 +88,10 @@ def _largest_layer_params(held, p) -> np.ndarray:
                              or [np.zeros((len(p.cp), 1), np.int64)])[:, 0]
 
 
-def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
-    """Tables for the held lists `helds` (one per candidate rank) over the widths."""
+def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticTables:
+    """Tables for the held lists `helds` (one per candidate rank) over the widths;
+    sections=False leaves out the gradient bytes by section (only on-demand gradients read
+    them)."""
     tp, pp, cp, dp, ep, etp = widths
     keys = [tuple((h.section, h.group, h.instances) for h in held) for held in helds]
     first: dict = {}
@@ -97,7 +99,9 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
     unique = [helds[keys.index(k)] for k in first]
     index, entries, starts = _pairs(unique)
     raw = _row_tables(index, widths, t, sorted({0, *zs}))  # z = 0: the time model's rows
-    rows = {k: np.add.reduceat(v[:, entries], starts, axis=1) for k, v in raw.items()}
+    summed: dict = {}  # stages that share a table share its sums
+    rows = {k: summed[id(v)] if id(v) in summed else summed.setdefault(
+        id(v), np.add.reduceat(v[:, entries], starts, axis=1)) for k, v in raw.items()}
     n_w, n_u, n_z = len(cp), len(unique), len(zs)
     static = np.stack([sum(rows[row, z] for row in ROW_FUNCS) for z in zs], -1)
     z0 = 0  # the time model's rows are unsharded, whichever stages are searched
@@ -113,7 +117,8 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
                 units = _zero3_bytes(largest, t, rt)
                 comm_z[:, j, k] = units + _root_bytes(held, widths, t, rt)
                 units_z[:, j, k] = units if rt.zero3_impl == "fsdp" else 0  # runtime.fsdp_unit_bytes
-    grads = {k: v[:, inverse] for k, v in section_grads(raw, index, unique, zs).items()}
+    grads = {k: v[:, inverse] for k, v in section_grads(raw, index, unique, zs).items()} \
+        if sections else None
     return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
                         rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse],
                         units_z[:, inverse], grads)

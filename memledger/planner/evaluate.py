@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from memledger.planner.acts import act_arrays
+from memledger.planner.cells import GridPeaks, Kept, RankTerms, assemble
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
-from memledger.planner.segmax import segment_max, segment_peak
 from memledger.planner.space import Group, Space, divisors
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
@@ -103,20 +103,22 @@ def _axes(spec: PlanSpec):
 
 
 def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None,
-            units=None, life=None) -> np.ndarray:
-    """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
+            units=None, life=None) -> RankTerms | GridPeaks:
+    """The per-rank pieces of the peak, [R, ...] (`cells.RankTerms`; `cells.assemble` takes the
+    max over each pipeline shape's ranks and adds the slack and context).
 
-    Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
-    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat.
-    `life`: on-demand gradients (planner.lifetimes), else the persistent closed form, where
-    `units` (FSDP layer-unit buffers) discount the loss-side transients as
+    Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes).
+    `life`: on-demand gradients (planner.lifetimes): every configuration's peak_total at once
+    (`cells.GridPeaks`), else the persistent closed form, where `units` (FSDP layer-unit
+    buffers) discount the loss-side transients as
     memledger.ledger.runtime / timeline_shape.transient_classes do."""
     if life is not None:
         fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)
         alloc = on_demand_alloc(S.transpose(1, 0, 2), fixed, STEP.transpose(1, 0, 2), ba, lD, lM,
                                 fmb, lml, n_dense, n_moe, rcs, life)
         alloc = np.maximum.reduceat(alloc, seg, axis=0)
-        return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
+        return GridPeaks(alloc + ceil_div(alloc * rt.allocator_slack_pct, 100)
+                         + rt.cuda_context_bytes)
     has_d, has_m, last_t = lD > 0, lM > 0, lml > 0  # [R, B]
     fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)  # [R, W, Z] comm that is not per-b
     static, step = S.transpose(1, 0, 2), STEP.transpose(1, 0, 2)
@@ -146,25 +148,29 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
     fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
-    if units is not None and units.any():  # runtime.transient_at_peak: loss-side transients
-        alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
-        u = units.transpose(1, 0, 2)[..., None]  # [R, W, Z, 1] run while no FSDP unit is gathered
-        for i, (in_layer, at_loss) in enumerate(phases):
-            lp, sp = in_layer[:, :, None, :], at_loss[:, :, None, :]
-            alloc[..., i] += np.maximum(np.maximum(lp, sp - u), 0) - np.maximum(lp, sp)
-        np.maximum(alloc, (static + step)[..., None, None], out=alloc)
-        alloc = segment_max(alloc, seg)
-        return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
-    return segment_peak(fwd_bwd, static + fixed, static + step, seg, rt.allocator_slack_pct,
-                        rt.cuda_context_bytes)
+    # runtime.transient_at_peak: loss-side transients run while no FSDP unit is gathered
+    # (cells.RankTerms applies the discount where a unit is held)
+    u = units is not None and units.any()
+    return RankTerms(fwd_bwd, static + fixed, static + step,
+                     units.transpose(1, 0, 2) if u else None, phases if u else None)
 
 
 def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
-             parts: bool = False, tick=None) -> Evaluated:
+             parts: bool = False, tick=None, prune: bool = True) -> Evaluated:
     """Evaluate every configuration of the space; keep those that fit (or all, for tests).
     parts=True also keeps every step-time term (`timing.PARTS`) of the kept configurations.
     tick(n), when given, is told after each block how many configurations it covered (counted
-    as `size.n_configurations` counts them); it only observes."""
+    as `size.n_configurations` counts them); it only observes. prune=False assembles every
+    cell, even those the static bound rules out (`cells`: the same answer, slower); when
+    nothing fits, the search runs again unpruned for the smallest peak."""
+    prune = prune and not keep_all
+    out = _evaluate(spec, space, keep_all, parts, tick, prune)
+    if prune and not out.n_fits and out.n_evaluated:  # the smallest peak may be in a pruned cell
+        out = _evaluate(spec, space, keep_all, parts, None, False)
+    return out
+
+
+def _evaluate(spec, space, keep_all, parts, tick, prune) -> Evaluated:
     out = Evaluated(parts={} if parts else None)
     zs, rcs = _axes(spec)
     if not zs or not rcs:
@@ -176,7 +182,7 @@ def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
                  micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
                                                         for d in g.dp.tolist()}]))}
     for g in space.groups:
-        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick)
+        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick, prune)
     return _finish(out)
 
 
@@ -186,7 +192,7 @@ def _group_ms(spec, g: Group):
     return per_dp, np.array(ms, dtype=np.int64)
 
 
-def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None):
+def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None, prune=False):
     rt, t = spec.runtime, spec.base_train()
     n_pipes = len(g.pipes)
     loop = resolve_loop(rt, t.profile)
@@ -200,7 +206,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None)
     tables = [pipe_tables(m, pipe, ms, rt.pp_engine, rt.zb_w_holds, prune=not loop.on_demand)
               for pipe in g.pipes]
     runs = np.stack([tb.runs for tb in tables])  # [P, M] micro-batch counts the engine runs
-    seg = np.cumsum([0] + [len(tb.ranks) for tb in tables[:-1]])
+    n_ranks = np.array([len(tb.ranks) for tb in tables])
+    seg = np.cumsum(n_ranks) - n_ranks
     cat = {k: np.concatenate([getattr(tb, k) for tb in tables])
            for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb", "n_mb", "last")}
     corners = [c for tb in tables for c in tb.corners]
@@ -212,7 +219,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None)
         helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop)]
         cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
         stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
-                                              cols(g.etp)), zs)
+                                              cols(g.etp)), zs, loop.on_demand)
         pf = pipe_flops(m, t, tp, tables, rcs)
         for cp in np.unique(g.cp[in_tp]).tolist():
             sel = in_tp[g.cp[in_tp] == cp]
@@ -232,18 +239,20 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
                         m_b=ms_b, last=cat["last"], corners=corners) if loop.on_demand else None
-            peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
-                           cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
-                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"],
-                           stt.units_z[rows], life)
+            peaks = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
+                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
+                            cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"],
+                            stt.units_z[rows], life)
             terms = {} if out.parts is not None else None
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
-                                 stt.grads0[rows], stt.weights0[rows], seg, terms)
+                                 stt.grads0[rows], stt.weights0[rows], seg, terms, split=True)
+            block = Block(g.world, g.pp, tp, cp, dp, ep, etp, pipe_cols, np.asarray(zs), bs, ms_b,
+                          np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
+                          (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))
+            kept = assemble(peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
+                            spec.limit_bytes, rt, keep_all, prune, terms)
             out.seconds_eval += time.perf_counter() - t0
-            valid = np.broadcast_to(runs[:, mi][:, None, None, :, None], peak.shape)
-            _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
-                     valid, dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs),
-                     terms)
+            _collect(out, block, kept)
             tick(n_block)
 
 
@@ -253,33 +262,21 @@ def _pipe_columns(pipes):
             "balanced": np.array([p.layout is not None for p in pipes])}
 
 
-def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, valid, ax, terms=None):
-    block = Block(g.world, g.pp, ax["tp"], ax["cp"], ax["dp"], ax["ep"], ax["etp"], pipe_cols,
-                  np.asarray(ax["zs"]), ax["bs"], ax["ms_b"],
-                  np.array([PLAN_RECOMPUTE.index(x) for x in ax["rcs"]]), peak.shape)
-    ok = valid.reshape(-1)  # configurations whose micro-batch count the engine runs
-    out.n_evaluated += int(np.count_nonzero(ok))
-    flat_peak = peak.reshape(-1)
-    fits = (flat_peak <= spec.limit_bytes) & ok
-    n_fits = int(np.count_nonzero(fits))
-    out.n_fits += n_fits
-    if not ok.any():
-        return
-    i_min = int(np.argmin(np.where(ok, flat_peak, np.iinfo(np.int64).max)))
-    if out.best is None or flat_peak[i_min] < out.best["peak_bytes"]:
-        row = {k: v[0].item() for k, v in block.decode(np.array([i_min])).items()}
-        out.best = {**row, "peak_bytes": int(flat_peak[i_min]),
-                    "seconds": float(secs.reshape(-1)[i_min])}
-    kept = np.flatnonzero(ok) if keep_all else np.flatnonzero(fits)
-    if not len(kept):
+def _collect(out: Evaluated, block: Block, kept: Kept) -> None:
+    out.n_evaluated += kept.n_evaluated
+    out.n_fits += kept.n_fits
+    if kept.best is not None and (out.best is None or kept.best[0] < out.best["peak_bytes"]):
+        row = {k: v[0].item() for k, v in block.decode(np.array([kept.best[1]])).items()}
+        out.best = {**row, "peak_bytes": kept.best[0], "seconds": kept.best[2]}
+    if not kept.flat:
         return
     out.blocks.append(block)
-    out.block_id.append(np.full(len(kept), len(out.blocks) - 1, np.int32))
-    out.flat.append(kept)
-    out.peak_bytes.append(flat_peak[kept])
-    out.seconds.append(np.ascontiguousarray(secs).reshape(-1)[kept])
-    for k, v in (terms or {}).items():
-        out.parts.setdefault(k, []).append(np.ascontiguousarray(v).reshape(-1)[kept])
+    out.block_id.append(np.full(sum(map(len, kept.flat)), len(out.blocks) - 1, np.int32))
+    out.flat += kept.flat
+    out.peak_bytes += kept.peak
+    out.seconds += kept.seconds
+    for k, v in kept.parts.items():
+        out.parts.setdefault(k, []).extend(v)
 
 
 def _finish(out: Evaluated) -> Evaluated:
