@@ -6,10 +6,10 @@ configurations are one contiguous run of the block's flat order, so cells taken 
 order keep every configuration's flat index and the order the planner keeps them in (ties in
 `Plan.order` resolve as they always have).
 
-Cells are evaluated CHUNK configurations at a time, so every temporary stays in the CPU's cache
-instead of streaming [rank, P, W, Z, B, RC] arrays through memory. A chunk's peak is the max
-over its pipes' candidate ranks, one rank slot at a time, on rows gathered from the per-rank
-terms of `evaluate.combine` (`RankTerms`), exactly as `ledger.build_rank` assembles a rank:
+Cells are evaluated up to CHUNK configurations at a time. A chunk's peak is the max over its
+pipes' candidate ranks, one rank slot at a time, on rows gathered from the per-rank terms of
+`evaluate.combine` (`RankTerms`) — no [rank, P, W, Z, B, RC] array is built — exactly as
+`ledger.build_rank` assembles a rank:
     alloc      = max over ranks r of max(F[r, w, b, rc] + SF[r, w, z] + adj, SS[r, w, z])
     peak_total = alloc + ⌈alloc · slack% / 100⌉ + CUDA context
 F: activations, per-micro-batch buffers and the largest transient; SF: static rows plus the
@@ -25,13 +25,17 @@ bound — max over its ranks of max(SF, SS) — already gives a peak_total above
 fitting configuration, because every configuration's alloc is at least that bound: F + adj is a
 sum of non-negative byte counts (kept activations, casts, first/last-stage tensors, pipeline
 and all-to-all buffers, and max(in-layer, at-loss − unit, 0) for the transient), and peak_total
-is non-decreasing in alloc. Such cells are counted as evaluated and never assembled (37 % of
-DeepSeek-V3's 23.5 M configurations on 2,048 H100; all but 0.5 % of the cells that hold
-nothing that fits). What pruning loses is only the smallest over-capacity peak
-(`Evaluated.best`) when nothing fits at all; `evaluate` then searches again without pruning.
-Not used: "a larger micro-batch never needs more ... less memory". It does not hold here: a
-larger b means fewer micro-batches m = B/(dp·b), and every schedule's in-flight count is a
-min(·, m), so the held activations can fall (tests/test_planner_prune.py finds a case).
+is strictly increasing in alloc. Such cells are counted as evaluated (`Evaluated.n_pruned`)
+and never assembled: 8.8 M of DeepSeek-V3's 23.5 M configurations on 2,048 H100 (seq 4096,
+global batch 15,360), 99.6 % of the 8.85 M in cells where nothing fits. The one thing
+pruning cannot give is the smallest over-capacity peak (`Evaluated.best`) when nothing fits
+at all: `evaluate` then searches again without pruning. Fitting is tested on alloc against
+`alloc_ceiling` (the largest alloc whose peak_total fits); peak_total is computed only for
+what is kept.
+Not used: "a larger micro-batch never needs less memory". It would skip at most another 10 %
+of the configurations (those of live cells at micro-batch sizes where nothing fits), and it
+is not proven for every schedule: m = global batch / (dp · b) falls as b grows, and each
+schedule × engine's in-flight count (ledger.pipeline.schedules) is a different function of m.
 """
 from __future__ import annotations
 
@@ -110,11 +114,9 @@ class RankTerms:
         n_r, n_w, n_b, n_rc = self.fwd_bwd.shape
         n_z = self.with_fixed.shape[-1]
         base, variant = [np.arange(n_r) * n_w], np.zeros(n_z, np.int64)
-        full = (n_r, n_w, n_b)
-        at_loss = [np.broadcast_to(sp, full) for _, sp in self.phases or ()]
         hit = np.zeros(n_r, bool)
-        for a in at_loss:  # ranks with a loss-side transient (every rank if one is negative)
-            hit |= (a != 0).any((1, 2)) if (a >= 0).all() else True
+        for _, sp in self.phases or ():  # ranks with a loss-side transient (all if one is < 0)
+            hit |= (sp != 0).any(axis=(1, 2)) if (sp >= 0).all() else True
         copies, n_rows = [self.fwd_bwd.reshape(n_r * n_w, n_b * n_rc)], n_r * n_w
         for k in range(n_z) if self.units is not None else ():
             ranks = np.flatnonzero(hit & (self.units[:, :, k] > 0).any(1))
@@ -122,8 +124,8 @@ class RankTerms:
                 continue
             u = self.units[ranks, :, k, None]  # [n, W, 1]
             d = self.fwd_bwd[ranks]
-            for i, (lp, sp) in enumerate(self.phases):
-                lp, sp = np.broadcast_to(lp, full)[ranks], at_loss[i][ranks]
+            for i, (lp, sp) in enumerate(self.phases):  # [R, 1 or W, B]: index, then broadcast
+                lp, sp = lp[ranks], sp[ranks]
                 d[..., i] += np.maximum(np.maximum(lp, sp - u), 0) - np.maximum(lp, sp)
             row = base[0].copy()
             row[ranks] = n_rows + np.arange(len(ranks)) * n_w
@@ -153,7 +155,26 @@ class Kept:
     parts: dict
     n_evaluated: int = 0
     n_fits: int = 0
+    n_pruned: int = 0  # configurations of cells the static bound ruled out
     best: tuple | None = None  # (peak_total, flat, seconds) of the smallest valid peak
+
+    def add_to(self, out, block) -> None:
+        """Add this block's counts and kept configurations to `out` (`evaluate.Evaluated`)."""
+        out.n_evaluated += self.n_evaluated
+        out.n_fits += self.n_fits
+        out.n_pruned += self.n_pruned
+        if self.best is not None and (out.best is None or self.best[0] < out.best["peak_bytes"]):
+            row = {k: v[0].item() for k, v in block.decode(np.array([self.best[1]])).items()}
+            out.best = {**row, "peak_bytes": self.best[0], "seconds": self.best[2]}
+        if not self.flat:
+            return
+        out.blocks.append(block)
+        out.block_id.append(np.full(sum(map(len, self.flat)), len(out.blocks) - 1, np.int32))
+        out.flat += self.flat
+        out.peak_bytes += self.peak
+        out.seconds += self.seconds
+        for k, v in self.parts.items():
+            out.parts.setdefault(k, []).extend(v)
 
 
 def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
@@ -170,8 +191,11 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
     ranked = isinstance(terms, RankTerms)  # else the grid holds peak_total already
     ceiling = alloc_ceiling(limit, slack, ctx) if ranked else limit
     cells = np.arange(n_p * n_w * n_z if out.n_evaluated else 0)
-    if prune and not keep_all and ranked:
+    if prune and not keep_all and ranked and len(cells):
         cells = np.flatnonzero(terms.bound(seg).reshape(-1) <= ceiling)
+        dead = np.ones(n_p * n_w * n_z, bool)
+        dead[cells] = False
+        out.n_pruned = int(np.count_nonzero(valid[np.flatnonzero(dead) // (n_w * n_z)])) * n_rc
     total = (lambda a: peak_total(a, slack, ctx)) if ranked else (lambda a: a)
     pipeline = secs[0].reshape(n_p * n_w, n_brc)
     per_step = np.broadcast_to(secs[1], (n_p, n_w, n_z, n_b)).reshape(-1, n_b)

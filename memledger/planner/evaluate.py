@@ -6,9 +6,12 @@ the arrays of `coeffs` and `ranks` are combined with numpy over
 `ledger.build_rank` assembles a rank:
     peak_alloc = static + max(activations + communication + largest transient, step temporaries)
     peak_total = peak_alloc + ceil(peak_alloc · slack% / 100) + CUDA context
-then the most loaded rank of each pipeline shape is a segmented max. m (micro-batches per step)
+`combine` gives each candidate rank's pieces; `cells.assemble` takes the most loaded rank of
+each pipeline shape cell by cell, skips the cells whose static rows alone are over the limit
+(exact; planner/cells.py says why) and writes out only what is kept. m (micro-batches per step)
 = global batch / (dp · b). Keep that assembly in step with `ledger.build_rank`; the equality
-test compares every piece's sum with `build_ledger` on thousands of random configurations.
+test compares every piece's sum with `build_ledger` on thousands of random configurations, and
+tests/test_planner_prune.py the pruned search with the unpruned one.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from memledger.planner.acts import act_arrays
-from memledger.planner.cells import GridPeaks, Kept, RankTerms, assemble
+from memledger.planner.cells import GridPeaks, RankTerms, assemble
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
@@ -71,6 +74,7 @@ class Evaluated:
     seconds: np.ndarray | list = field(default_factory=list)
     n_evaluated: int = 0
     n_fits: int = 0
+    n_pruned: int = 0  # evaluated configurations whose cell the static bound ruled out (cells)
     best: dict | None = None  # the configuration with the smallest peak, fitting or not
     seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
     parts: dict | None = None  # step-time terms per kept configuration (evaluate(parts=True))
@@ -252,7 +256,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             kept = assemble(peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
                             spec.limit_bytes, rt, keep_all, prune, terms)
             out.seconds_eval += time.perf_counter() - t0
-            _collect(out, block, kept)
+            kept.add_to(out, block)
             tick(n_block)
 
 
@@ -260,23 +264,6 @@ def _pipe_columns(pipes):
     return {"vpp": np.array([p.vpp for p in pipes]),
             "schedule": np.array([SCHEDULE_CODES.index(p.schedule) for p in pipes]),
             "balanced": np.array([p.layout is not None for p in pipes])}
-
-
-def _collect(out: Evaluated, block: Block, kept: Kept) -> None:
-    out.n_evaluated += kept.n_evaluated
-    out.n_fits += kept.n_fits
-    if kept.best is not None and (out.best is None or kept.best[0] < out.best["peak_bytes"]):
-        row = {k: v[0].item() for k, v in block.decode(np.array([kept.best[1]])).items()}
-        out.best = {**row, "peak_bytes": kept.best[0], "seconds": kept.best[2]}
-    if not kept.flat:
-        return
-    out.blocks.append(block)
-    out.block_id.append(np.full(sum(map(len, kept.flat)), len(out.blocks) - 1, np.int32))
-    out.flat += kept.flat
-    out.peak_bytes += kept.peak
-    out.seconds += kept.seconds
-    for k, v in kept.parts.items():
-        out.parts.setdefault(k, []).extend(v)
 
 
 def _finish(out: Evaluated) -> Evaluated:
