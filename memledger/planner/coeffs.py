@@ -93,10 +93,15 @@ def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticT
     sections=False leaves out the gradient bytes by section (only on-demand gradients read
     them)."""
     tp, pp, cp, dp, ep, etp = widths
-    keys = [tuple((h.section, h.group, h.instances) for h in held) for held in helds]
+    by_id: dict = {}  # rank_held hands out one list per signature: key each list once
+    keys = [by_id.setdefault(id(held), tuple((h.section, h.group, h.instances) for h in held))
+            for held in helds]
     first: dict = {}
     inverse = np.array([first.setdefault(k, len(first)) for k in keys], dtype=np.int64)
-    unique = [helds[keys.index(k)] for k in first]
+    at = {}
+    for i, k in enumerate(keys):
+        at.setdefault(k, i)
+    unique = [helds[at[k]] for k in first]
     index, entries, starts = _pairs(unique)
     raw = _row_tables(index, widths, t, sorted({0, *zs}))  # z = 0: the time model's rows
     summed: dict = {}  # stages that share a table share its sums
@@ -174,6 +179,7 @@ class BlockArrays:
     const: np.ndarray  # [W] NCCL + gradient buckets
     autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
     cast_cache: tuple  # (per dense, per MoE layer held) under full recompute
+    etp_row: np.ndarray | None = None  # [W] the etp of each width: equal keep / full rows
 
 
 def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
@@ -192,4 +198,4 @@ def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
         layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
         logits=aa.logits[ib], logits_fwd=np.broadcast_to(aa.logits_fwd, aa.logits.shape)[ib],
         pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast, cast_cache=aa.cast_cache,
-        const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)))
+        const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)), etp_row=ie)

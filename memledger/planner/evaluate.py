@@ -130,7 +130,11 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
     base = fmb * ba.first + lml * ba.last + ba.pp_buf
     logits = np.maximum(last_t * ba.logits, last_t * ba.logits_fwd)  # backward vs forward set
     a2a = (n_moe > 0)[:, None, None] * ba.a2a[None]  # [R, W, B]
-    keep = {k: v[None] for k, v in ba.keep.items()}  # [1, W, B]
+    # widths of one etp share every activation row (planner.acts is per etp): the terms are
+    # built once per etp (E) and spread to the widths, where the all-to-all (per ep) joins
+    _, first, spread = np.unique(ba.etp_row, return_index=True, return_inverse=True)
+    keep = {k: v[first][None] for k, v in ba.keep.items()}  # [1, E, B]
+    full = {k: v[first] for k, v in ba.full.items()}  # [E, B]
     parts, phases = [], []
     for rc in rcs:
         if rc == "full":
@@ -139,8 +143,8 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
             fwd = last_t * ba.logits_fwd + (n_dense * cache_d + n_moe * cache_m)[:, None]
             # the recompute set meets the staircase less the last stage's tensors (timeline)
             freed = last_t * (ba.last + ba.autocast[rc][2])
-            in_layer = np.maximum(has_d[:, None] * ba.full["dense"][None],
-                                  has_m[:, None] * ba.full["moe"][None]) - freed[:, None]
+            in_layer = np.maximum(has_d[:, None] * full["dense"][None],
+                                  has_m[:, None] * full["moe"][None]) - freed[:, None]
             at_loss = np.maximum(last_t * ba.logits, fwd)[:, None]
             worst = np.maximum(in_layer, at_loss)
         else:
@@ -150,13 +154,16 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         phases.append((in_layer, at_loss))
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
-    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
+    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1)[:, spread] + \
+        (base[:, None] + a2a)[..., None]  # [R, W, B, RC]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
     # runtime.transient_at_peak: loss-side transients run while no FSDP unit is gathered
     # (cells.RankTerms applies the discount where a unit is held)
     u = units is not None and units.any()
+    phases = [tuple(a[:, spread] if a.shape[1] == len(first) else a for a in ph)
+              for ph in phases] if u else None
     return RankTerms(fwd_bwd, static + fixed, static + step,
-                     units.transpose(1, 0, 2) if u else None, phases if u else None)
+                     units.transpose(1, 0, 2) if u else None, phases)
 
 
 def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
