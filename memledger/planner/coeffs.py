@@ -94,14 +94,15 @@ def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticT
     them)."""
     tp, pp, cp, dp, ep, etp = widths
     by_id: dict = {}  # rank_held hands out one list per signature: key each list once
-    keys = [by_id.setdefault(id(held), tuple((h.section, h.group, h.instances) for h in held))
-            for held in helds]
+    of_id = np.array([by_id.setdefault(id(held), len(by_id)) for held in helds], np.int64)
+    lists = list({id(held): held for held in helds}.values())  # first-seen order
+    keys = [tuple((h.section, h.group, h.instances) for h in held) for held in lists]
     first: dict = {}
-    inverse = np.array([first.setdefault(k, len(first)) for k in keys], dtype=np.int64)
-    at = {}
-    for i, k in enumerate(keys):
-        at.setdefault(k, i)
-    unique = [helds[at[k]] for k in first]
+    inverse = np.array([first.setdefault(k, len(first)) for k in keys], np.int64)[of_id]
+    at: dict = {}
+    for held, k in zip(lists, keys):
+        at.setdefault(k, held)
+    unique = [at[k] for k in first]
     index, entries, starts = _pairs(unique)
     raw = _row_tables(index, widths, t, sorted({0, *zs}))  # z = 0: the time model's rows
     summed: dict = {}  # stages that share a table share its sums
