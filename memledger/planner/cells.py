@@ -39,7 +39,7 @@ schedule × engine's in-flight count (ledger.pipeline.schedules) is a different 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,6 +73,7 @@ class RankTerms:
     with_step: np.ndarray  # [R, W, Z] SS
     units: np.ndarray | None = None  # [R, W, Z] FSDP unit bytes (None: no ZeRO-3 FSDP units)
     phases: list | None = None  # per recompute mode (in-layer, at-loss), broadcastable [R, W, B]
+    src: tuple | None = field(default=None, repr=False)  # _sources(), built on first use
 
     def bound(self, seg) -> np.ndarray:
         """[P, W, Z] a lower bound of every configuration's alloc (static rows, see above)."""
@@ -108,18 +109,21 @@ class RankTerms:
         with FSDP units, the discounted rows of the ranks whose discount is not 0 —
         + max(max(in-layer, at-loss − unit), 0) − max(in-layer, at-loss), evaluate.combine's
         rule, which is 0 where the unit is 0 (at-loss ≥ 0) or at-loss is 0 (unit ≥ 0).
-        base[variant[z], r] + w: the row rank r, width w reads at ZeRO stage z."""
-        if hasattr(self, "_src"):
-            return self._src
+        base[variant[z], r] + w: the row rank r, width w reads at ZeRO stage z. (Should an
+        at-loss ever be negative, every rank at every stage takes the rule, as combine did.)"""
+        if self.src is not None:
+            return self.src
         n_r, n_w, n_b, n_rc = self.fwd_bwd.shape
         n_z = self.with_fixed.shape[-1]
         base, variant = [np.arange(n_r) * n_w], np.zeros(n_z, np.int64)
-        hit = np.zeros(n_r, bool)
-        for _, sp in self.phases or ():  # ranks with a loss-side transient (all if one is < 0)
-            hit |= (sp != 0).any(axis=(1, 2)) if (sp >= 0).all() else True
+        exact = all((sp >= 0).all() for _, sp in self.phases or ())
+        hit = np.zeros(n_r, bool)  # ranks with a loss-side transient
+        for _, sp in self.phases or ():
+            hit |= (sp != 0).any(axis=(1, 2))
         copies, n_rows = [self.fwd_bwd.reshape(n_r * n_w, n_b * n_rc)], n_r * n_w
         for k in range(n_z) if self.units is not None else ():
-            ranks = np.flatnonzero(hit & (self.units[:, :, k] > 0).any(1))
+            ranks = np.flatnonzero(hit & (self.units[:, :, k] > 0).any(1)) if exact \
+                else np.arange(n_r)
             if not len(ranks):
                 continue
             u = self.units[ranks, :, k, None]  # [n, W, 1]
@@ -132,9 +136,9 @@ class RankTerms:
             variant[k], n_rows = len(base), n_rows + len(ranks) * n_w
             base.append(row)
             copies.append(d.reshape(len(ranks) * n_w, n_b * n_rc))
-        self._src = (np.concatenate(copies) if len(copies) > 1 else copies[0], np.stack(base),
-                     variant)
-        return self._src
+        self.src = (np.concatenate(copies) if len(copies) > 1 else copies[0], np.stack(base),
+                    variant)
+        return self.src
 
 
 @dataclass
