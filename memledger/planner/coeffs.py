@@ -88,16 +88,26 @@ def _largest_layer_params(held, p) -> np.ndarray:
                              or [np.zeros((len(p.cp), 1), np.int64)])[:, 0]
 
 
-def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
-    """Tables for the held lists `helds` (one per candidate rank) over the widths."""
+def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticTables:
+    """Tables for the held lists `helds` (one per candidate rank) over the widths;
+    sections=False leaves out the gradient bytes by section (only on-demand gradients read
+    them)."""
     tp, pp, cp, dp, ep, etp = widths
-    keys = [tuple((h.section, h.group, h.instances) for h in held) for held in helds]
+    by_id: dict = {}  # rank_held hands out one list per signature: key each list once
+    of_id = np.array([by_id.setdefault(id(held), len(by_id)) for held in helds], np.int64)
+    lists = list({id(held): held for held in helds}.values())  # first-seen order
+    keys = [tuple((h.section, h.group, h.instances) for h in held) for held in lists]
     first: dict = {}
-    inverse = np.array([first.setdefault(k, len(first)) for k in keys], dtype=np.int64)
-    unique = [helds[keys.index(k)] for k in first]
+    inverse = np.array([first.setdefault(k, len(first)) for k in keys], np.int64)[of_id]
+    at: dict = {}
+    for held, k in zip(lists, keys):
+        at.setdefault(k, held)
+    unique = [at[k] for k in first]
     index, entries, starts = _pairs(unique)
     raw = _row_tables(index, widths, t, sorted({0, *zs}))  # z = 0: the time model's rows
-    rows = {k: np.add.reduceat(v[:, entries], starts, axis=1) for k, v in raw.items()}
+    summed: dict = {}  # stages that share a table share its sums
+    rows = {k: summed[id(v)] if id(v) in summed else summed.setdefault(
+        id(v), np.add.reduceat(v[:, entries], starts, axis=1)) for k, v in raw.items()}
     n_w, n_u, n_z = len(cp), len(unique), len(zs)
     static = np.stack([sum(rows[row, z] for row in ROW_FUNCS) for z in zs], -1)
     z0 = 0  # the time model's rows are unsharded, whichever stages are searched
@@ -113,7 +123,8 @@ def static_tables(m, t, rt, helds, widths, zs) -> StaticTables:
                 units = _zero3_bytes(largest, t, rt)
                 comm_z[:, j, k] = units + _root_bytes(held, widths, t, rt)
                 units_z[:, j, k] = units if rt.zero3_impl == "fsdp" else 0  # runtime.fsdp_unit_bytes
-    grads = {k: v[:, inverse] for k, v in section_grads(raw, index, unique, zs).items()}
+    grads = {k: v[:, inverse] for k, v in section_grads(raw, index, unique, zs).items()} \
+        if sections else None
     return StaticTables(static[:, inverse], comm_z[:, inverse], step[:, inverse],
                         rows["weights", z0][:, inverse], rows["gradients", z0][:, inverse],
                         units_z[:, inverse], grads)
@@ -170,6 +181,7 @@ class BlockArrays:
     const: np.ndarray  # [W] NCCL + gradient buckets
     autocast: dict  # recompute -> (per dense, per MoE layer-micro-batch, per last-stage mb)
     cast_cache: tuple  # (per dense, per MoE layer held) under full recompute
+    etp_row: np.ndarray | None = None  # [W] the etp of each width: equal keep / full rows
 
 
 def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
@@ -188,4 +200,4 @@ def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
         layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
         logits=aa.logits[ib], logits_fwd=np.broadcast_to(aa.logits_fwd, aa.logits.shape)[ib],
         bwd=aa.bwd[ib], pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast, cast_cache=aa.cast_cache,
-        const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)))
+        const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)), etp_row=ie)

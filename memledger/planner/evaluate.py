@@ -6,9 +6,12 @@ the arrays of `coeffs` and `ranks` are combined with numpy over
 `ledger.build_rank` assembles a rank:
     peak_alloc = static + max(activations + communication + largest transient, step temporaries)
     peak_total = peak_alloc + ceil(peak_alloc · slack% / 100) + CUDA context
-then the most loaded rank of each pipeline shape is a segmented max. m (micro-batches per step)
+`combine` gives each candidate rank's pieces; `cells.assemble` takes the most loaded rank of
+each pipeline shape cell by cell, skips the cells whose static rows alone are over the limit
+(exact; planner/cells.py says why) and writes out only what is kept. m (micro-batches per step)
 = global batch / (dp · b). Keep that assembly in step with `ledger.build_rank`; the equality
-test compares every piece's sum with `build_ledger` on thousands of random configurations.
+test compares every piece's sum with `build_ledger` on thousands of random configurations, and
+tests/test_planner_prune.py the pruned search with the unpruned one.
 """
 from __future__ import annotations
 
@@ -19,10 +22,10 @@ import numpy as np
 
 from memledger.planner.acts import act_arrays
 from memledger.planner.bwdset import dense_only, layer_backward
+from memledger.planner.cells import GridPeaks, RankTerms, assemble
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
-from memledger.planner.segmax import segment_max, segment_peak
 from memledger.planner.space import Group, Space, divisors
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
@@ -72,6 +75,7 @@ class Evaluated:
     seconds: np.ndarray | list = field(default_factory=list)
     n_evaluated: int = 0
     n_fits: int = 0
+    n_pruned: int = 0  # evaluated configurations whose cell the static bound ruled out (cells)
     best: dict | None = None  # the configuration with the smallest peak, fitting or not
     seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
     parts: dict | None = None  # step-time terms per kept configuration (evaluate(parts=True))
@@ -104,20 +108,22 @@ def _axes(spec: PlanSpec):
 
 
 def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_dense=None,
-            units=None, life=None) -> np.ndarray:
-    """[P, W, Z, B, RC] peak_total bytes of the most loaded rank of each pipeline shape.
+            units=None, life=None) -> RankTerms | GridPeaks:
+    """The per-rank pieces of the peak, [R, ...] (`cells.RankTerms`; `cells.assemble` takes the
+    max over each pipeline shape's ranks and adds the slack and context).
 
-    Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes);
-    the work runs rank-major so the per-pipe max over ranks is a contiguous reduceat.
-    `life`: on-demand gradients (planner.lifetimes), else the persistent closed form, where
-    `units` (FSDP layer-unit buffers) discount the loss-side transients as
+    Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes).
+    `life`: on-demand gradients (planner.lifetimes): every configuration's peak_total at once
+    (`cells.GridPeaks`), else the persistent closed form, where `units` (FSDP layer-unit
+    buffers) discount the loss-side transients as
     memledger.ledger.runtime / timeline_shape.transient_classes do."""
     if life is not None:
         fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)
         alloc = on_demand_alloc(S.transpose(1, 0, 2), fixed, STEP.transpose(1, 0, 2), ba, lD, lM,
                                 fmb, lml, n_dense, n_moe, rcs, life)
         alloc = np.maximum.reduceat(alloc, seg, axis=0)
-        return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
+        return GridPeaks(alloc + ceil_div(alloc * rt.allocator_slack_pct, 100)
+                         + rt.cuda_context_bytes)
     has_d, has_m, last_t = lD > 0, lM > 0, lml > 0  # [R, B]
     fixed = (CZ + const[:, None, None]).transpose(1, 0, 2)  # [R, W, Z] comm that is not per-b
     static, step = S.transpose(1, 0, 2), STEP.transpose(1, 0, 2)
@@ -125,7 +131,11 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
     base = fmb * ba.first + lml * ba.last + ba.pp_buf
     logits = np.maximum(last_t * ba.logits, last_t * ba.logits_fwd)  # backward vs forward set
     a2a = (n_moe > 0)[:, None, None] * ba.a2a[None]  # [R, W, B]
-    keep = {k: v[None] for k, v in ba.keep.items()}  # [1, W, B]
+    # widths of one etp share every activation row (planner.acts is per etp): the terms are
+    # built once per etp (E) and spread to the widths, where the all-to-all (per ep) joins
+    _, first, spread = np.unique(ba.etp_row, return_index=True, return_inverse=True)
+    keep = {k: v[first][None] for k, v in ba.keep.items()}  # [1, E, B]
+    full = {k: v[first] for k, v in ba.full.items()}  # [E, B]
     parts, phases = [], []
     for rc in rcs:
         if rc == "full":
@@ -134,8 +144,9 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
             fwd = last_t * ba.logits_fwd + (n_dense * cache_d + n_moe * cache_m)[:, None]
             # the recompute set meets the staircase less the last stage's tensors (timeline)
             freed = last_t * (ba.last + ba.autocast[rc][2])
-            in_layer = np.maximum(has_d[:, None] * (ba.full["dense"][None] + dense_only(has_d, has_m, ba)),
-                                  has_m[:, None] * ba.full["moe"][None]) - freed[:, None]
+            dense = full["dense"][None] + dense_only(has_d, has_m, ba)
+            in_layer = np.maximum(has_d[:, None] * dense,
+                                  has_m[:, None] * full["moe"][None]) - freed[:, None]
             at_loss = np.maximum(last_t * ba.logits, fwd)[:, None]
             worst = np.maximum(in_layer, at_loss)
         else:
@@ -146,27 +157,34 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         phases.append((in_layer, at_loss))
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
-    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1) + (base[:, None] + a2a)[..., None]
+    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1)[:, spread] + \
+        (base[:, None] + a2a)[..., None]  # [R, W, B, RC]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
-    if units is not None and units.any():  # runtime.transient_at_peak: loss-side transients
-        alloc = fwd_bwd[:, :, None] + (static + fixed)[..., None, None]  # [R, W, Z, B, RC]
-        u = units.transpose(1, 0, 2)[..., None]  # [R, W, Z, 1] run while no FSDP unit is gathered
-        for i, (in_layer, at_loss) in enumerate(phases):
-            lp, sp = in_layer[:, :, None, :], at_loss[:, :, None, :]
-            alloc[..., i] += np.maximum(np.maximum(lp, sp - u), 0) - np.maximum(lp, sp)
-        np.maximum(alloc, (static + step)[..., None, None], out=alloc)
-        alloc = segment_max(alloc, seg)
-        return alloc + ceil_div(alloc * rt.allocator_slack_pct, 100) + rt.cuda_context_bytes
-    return segment_peak(fwd_bwd, static + fixed, static + step, seg, rt.allocator_slack_pct,
-                        rt.cuda_context_bytes)
+    # runtime.transient_at_peak: loss-side transients run while no FSDP unit is gathered
+    # (cells.RankTerms applies the discount where a unit is held)
+    u = units is not None and units.any()
+    phases = [tuple(a[:, spread] if a.shape[1] == len(first) else a for a in ph)
+              for ph in phases] if u else None
+    return RankTerms(fwd_bwd, static + fixed, static + step,
+                     units.transpose(1, 0, 2) if u else None, phases)
 
 
 def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
-             parts: bool = False, tick=None) -> Evaluated:
+             parts: bool = False, tick=None, prune: bool = True) -> Evaluated:
     """Evaluate every configuration of the space; keep those that fit (or all, for tests).
     parts=True also keeps every step-time term (`timing.PARTS`) of the kept configurations.
     tick(n), when given, is told after each block how many configurations it covered (counted
-    as `size.n_configurations` counts them); it only observes."""
+    as `size.n_configurations` counts them); it only observes. prune=False assembles every
+    cell, even those the static bound rules out (`cells`: the same answer, slower); when
+    nothing fits, the search runs again unpruned for the smallest peak."""
+    prune = prune and not keep_all
+    out = _evaluate(spec, space, keep_all, parts, tick, prune)
+    if prune and not out.n_fits and out.n_evaluated:  # the smallest peak may be in a pruned cell
+        out = _evaluate(spec, space, keep_all, parts, None, False)
+    return out
+
+
+def _evaluate(spec, space, keep_all, parts, tick, prune) -> Evaluated:
     out = Evaluated(parts={} if parts else None)
     zs, rcs = _axes(spec)
     if not zs or not rcs:
@@ -178,7 +196,7 @@ def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
                  micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
                                                         for d in g.dp.tolist()}]))}
     for g in space.groups:
-        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick)
+        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick, prune)
     return _finish(out)
 
 
@@ -188,7 +206,7 @@ def _group_ms(spec, g: Group):
     return per_dp, np.array(ms, dtype=np.int64)
 
 
-def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None):
+def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None, prune=False):
     rt, t = spec.runtime, spec.base_train()
     n_pipes = len(g.pipes)
     loop = resolve_loop(rt, t.profile)
@@ -202,7 +220,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None)
     tables = [pipe_tables(m, pipe, ms, rt.pp_engine, rt.zb_w_holds, prune=not loop.on_demand)
               for pipe in g.pipes]
     runs = np.stack([tb.runs for tb in tables])  # [P, M] micro-batch counts the engine runs
-    seg = np.cumsum([0] + [len(tb.ranks) for tb in tables[:-1]])
+    n_ranks = np.array([len(tb.ranks) for tb in tables])
+    seg = np.cumsum(n_ranks) - n_ranks
     cat = {k: np.concatenate([getattr(tb, k) for tb in tables])
            for k in ("n_dense", "n_moe", "l_dense", "l_moe", "first_mb", "last_mb", "n_mb", "last")}
     corners = [c for tb in tables for c in tb.corners]
@@ -214,7 +233,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None)
         helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop)]
         cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
         stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
-                                              cols(g.etp)), zs)
+                                              cols(g.etp)), zs, loop.on_demand)
         pf = pipe_flops(m, t, tp, tables, rcs)
         for cp in np.unique(g.cp[in_tp]).tolist():
             sel = in_tp[g.cp[in_tp] == cp]
@@ -234,18 +253,20 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
                         m_b=ms_b, last=cat["last"], corners=corners) if loop.on_demand else None
-            peak = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
-                           cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
-                           cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"],
-                           stt.units_z[rows], life)
+            peaks = combine(stt.static[rows], stt.comm_z[rows], stt.step[rows], ba.const, ba,
+                            cat["l_dense"][:, mi], cat["l_moe"][:, mi], cat["first_mb"][:, mi],
+                            cat["last_mb"][:, mi], cat["n_moe"], seg, rcs, rt, cat["n_dense"],
+                            stt.units_z[rows], life)
             terms = {} if out.parts is not None else None
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
-                                 stt.grads0[rows], stt.weights0[rows], seg, terms)
+                                 stt.grads0[rows], stt.weights0[rows], seg, terms, split=True)
+            block = Block(g.world, g.pp, tp, cp, dp, ep, etp, pipe_cols, np.asarray(zs), bs, ms_b,
+                          np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
+                          (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))
+            kept = assemble(peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
+                            spec.limit_bytes, rt, keep_all, prune, terms)
             out.seconds_eval += time.perf_counter() - t0
-            valid = np.broadcast_to(runs[:, mi][:, None, None, :, None], peak.shape)
-            _collect(out, spec, keep_all, peak, np.broadcast_to(secs, peak.shape), g, pipe_cols,
-                     valid, dict(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, bs=bs, ms_b=ms_b, zs=zs, rcs=rcs),
-                     terms)
+            kept.add_to(out, block)
             tick(n_block)
 
 
@@ -253,35 +274,6 @@ def _pipe_columns(pipes):
     return {"vpp": np.array([p.vpp for p in pipes]),
             "schedule": np.array([SCHEDULE_CODES.index(p.schedule) for p in pipes]),
             "balanced": np.array([p.layout is not None for p in pipes])}
-
-
-def _collect(out, spec, keep_all, peak, secs, g, pipe_cols, valid, ax, terms=None):
-    block = Block(g.world, g.pp, ax["tp"], ax["cp"], ax["dp"], ax["ep"], ax["etp"], pipe_cols,
-                  np.asarray(ax["zs"]), ax["bs"], ax["ms_b"],
-                  np.array([PLAN_RECOMPUTE.index(x) for x in ax["rcs"]]), peak.shape)
-    ok = valid.reshape(-1)  # configurations whose micro-batch count the engine runs
-    out.n_evaluated += int(np.count_nonzero(ok))
-    flat_peak = peak.reshape(-1)
-    fits = (flat_peak <= spec.limit_bytes) & ok
-    n_fits = int(np.count_nonzero(fits))
-    out.n_fits += n_fits
-    if not ok.any():
-        return
-    i_min = int(np.argmin(np.where(ok, flat_peak, np.iinfo(np.int64).max)))
-    if out.best is None or flat_peak[i_min] < out.best["peak_bytes"]:
-        row = {k: v[0].item() for k, v in block.decode(np.array([i_min])).items()}
-        out.best = {**row, "peak_bytes": int(flat_peak[i_min]),
-                    "seconds": float(secs.reshape(-1)[i_min])}
-    kept = np.flatnonzero(ok) if keep_all else np.flatnonzero(fits)
-    if not len(kept):
-        return
-    out.blocks.append(block)
-    out.block_id.append(np.full(len(kept), len(out.blocks) - 1, np.int32))
-    out.flat.append(kept)
-    out.peak_bytes.append(flat_peak[kept])
-    out.seconds.append(np.ascontiguousarray(secs).reshape(-1)[kept])
-    for k, v in (terms or {}).items():
-        out.parts.setdefault(k, []).append(np.ascontiguousarray(v).reshape(-1)[kept])
 
 
 def _finish(out: Evaluated) -> Evaluated:

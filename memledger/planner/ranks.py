@@ -71,18 +71,17 @@ def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray, engine: str = "auto",
     n_mb = np.zeros((n_r, n_m), np.int64)
     runs = np.array([_runs(p, int(x), engine) for x in ms], dtype=bool)
     for r in range(n_r):
-        limit, flights = _limit(p, r, engine, w_holds), None
+        limit, flights, row = _limit(p, r, engine, w_holds), None, None
         for j, mb_count in enumerate(ms.tolist()):
             if not runs[j]:
                 continue
-            if flights != limit:  # every schedule's count grows to its limit and stays there
+            if flights != limit or row is None:  # every count grows to its limit and stays
                 flights = in_flight(p, r, mb_count, engine, w_holds)
-            held = dict(flights)
-            l_d[r, j] = sum(n * dense[s] for s, n in flights)
-            l_m[r, j] = sum(n * moe[s] for s, n in flights)
-            f_mb[r, j] = held.get(0, 0) if r == f_rank else 0
-            l_mb[r, j] = held.get(last_stage, 0) if r == l_rank else 0
-            n_mb[r, j] = flights[0][1]
+                held = dict(flights)
+                row = (sum(n * dense[s] for s, n in flights), sum(n * moe[s] for s, n in flights),
+                       held.get(0, 0) if r == f_rank else 0,
+                       held.get(last_stage, 0) if r == l_rank else 0, flights[0][1])
+            l_d[r, j], l_m[r, j], f_mb[r, j], l_mb[r, j], n_mb[r, j] = row
     own = [p.rank_stages(r) for r in range(n_r)]
     all_d = np.array([dense[list(s)].sum() for s in own], dtype=np.int64)
     all_m = np.array([moe[list(s)].sum() for s in own], dtype=np.int64)

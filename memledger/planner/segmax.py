@@ -26,26 +26,3 @@ def segment_max(a: np.ndarray, seg: np.ndarray) -> np.ndarray:
             out[has] = np.maximum(out[has], a[seg[has] + j])
     return out
 
-
-def segment_peak(fwd_bwd, with_fixed, with_step, seg, slack_pct: int, context: int):
-    """peak_total of the most loaded rank of each segment, without materialising every rank:
-    max over r of max(fwd_bwd[r] + with_fixed[r], with_step[r]), then
-    alloc + ⌈alloc · slack / 100⌉ + context (as `evaluate.combine` assembles it).
-    fwd_bwd: [R, W, B, RC]; with_fixed, with_step: [R, W, Z] → [P, W, Z, B, RC]."""
-    seg = np.asarray(seg)
-    n = np.diff(np.append(seg, len(fwd_bwd)))
-    out = fwd_bwd[seg][:, :, None] + with_fixed[seg][..., None, None]
-    for j in range(1, int(n.max(initial=1))):
-        has = np.flatnonzero(n > j)
-        cand = fwd_bwd[seg[has] + j][:, :, None] + with_fixed[seg[has] + j][..., None, None]
-        if len(has) == len(seg):
-            np.maximum(out, cand, out=out)
-        else:
-            out[has] = np.maximum(out[has], cand)
-    np.maximum(out, segment_max(with_step, seg)[..., None, None], out=out)
-    slack = out * slack_pct  # ceil(out·slack/100) = −(−out·slack // 100), in place
-    np.negative(slack, out=slack)
-    np.floor_divide(slack, 100, out=slack)
-    np.subtract(out, slack, out=out)
-    out += context
-    return out

@@ -97,10 +97,12 @@ def _rank_parts(pf: PipeFlops, L, p2p):
 
 
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
-                  grads0, weights0, seg, parts: dict | None = None) -> np.ndarray:
+                  grads0, weights0, seg, parts: dict | None = None, split: bool = False):
     """[P, W, Z, B, RC] estimated seconds per step. grads0 / weights0: [W, R] unsharded rows of
     the memory-candidate ranks (segments `seg`); bubble: [P, B]. `parts`, when given, receives
-    every term per step at the slowest rank (PARTS)."""
+    every term per step at the slowest rank (PARTS). split=True returns the two addends
+    instead, (pipeline [P, W, B, RC], per-step [P, W, Z, B]): the evaluator adds them only
+    for the configurations it keeps (planner.cells)."""
     t = spec.base_train()
     su = sm.Setup(spec.model, spec.hardware, framework(spec.framework), spec.seq, tp, cp, dp,
                   spec.node_size, format_bytes(t.recipe.act_fmt, 1), pf.pp)
@@ -122,14 +124,17 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
                 sm.dp_seconds(su, grads, weights, zs, m_b, window, comp / 3))
     opt = sm.optimizer_seconds(su, t, weights[..., None], np.asarray(zs)[:, None])
     step = sync + z3 + opt  # [P, W, Z, B]
-    total = np.empty(step.shape + (t_mb.shape[-1],))
-    for i in range(t_mb.shape[-1]):
-        np.add(pipeline[:, :, None, :, i], step, out=total[..., i])
+    shape = step.shape + (t_mb.shape[-1],)
     if parts is not None:
         rp = rp | {"recompute": np.stack(np.broadcast_arrays(*rp["recompute"], per_rank), -1)
                    [..., :-1]}
         t_rank = per_rank[..., None] + rp["recompute"]
-        _fill_parts(parts, rp, t_rank, pf.seg, m_b, b, sync, z3, opt, total.shape)
+        _fill_parts(parts, rp, t_rank, pf.seg, m_b, b, sync, z3, opt, shape)
+    if split:
+        return pipeline, step
+    total = np.empty(shape)
+    for i in range(t_mb.shape[-1]):
+        np.add(pipeline[:, :, None, :, i], step, out=total[..., i])
     return total
 
 

@@ -1,0 +1,252 @@
+"""The planner's hot loop: a block's peaks, fit test and step times, one chunk of cells at a time.
+
+A block (one world, pp, tp, cp, dp) is the grid [pipe P, width W, ZeRO stage Z, micro-batch
+size B, recompute RC] (`evaluate.Block`). A *cell* is one (pipe, width, ZeRO stage): its B·RC
+configurations are one contiguous run of the block's flat order, so cells taken in ascending
+order keep every configuration's flat index and the order the planner keeps them in (ties in
+`Plan.order` resolve as they always have).
+
+Cells are evaluated up to CHUNK configurations at a time. A chunk's peak is the max over its
+pipes' candidate ranks, one rank slot at a time, on rows gathered from the per-rank terms of
+`evaluate.combine` (`RankTerms`) — no [rank, P, W, Z, B, RC] array is built — exactly as
+`ledger.build_rank` assembles a rank:
+    alloc      = max over ranks r of max(F[r, w, b, rc] + SF[r, w, z] + adj, SS[r, w, z])
+    peak_total = alloc + ⌈alloc · slack% / 100⌉ + CUDA context
+F: activations, per-micro-batch buffers and the largest transient; SF: static rows plus the
+buffers that do not depend on the micro-batch; SS: static rows plus the optimizer-step
+temporaries; adj ≤ 0: the loss-side transients discounted by the FSDP unit (ZeRO-3 with FSDP
+units, `ledger.runtime.transient_at_peak`), zero where the unit is 0. Step times are
+pipeline[p, w, b, rc] + per-step[p, w, z, b] (`timing.block_seconds(split=True)`), added only
+for chunks that keep something. Only kept configurations are written out (flat index, peak,
+step time); the counts are sums.
+
+Pruning (exact; only when over-capacity configurations are not kept): a cell whose static
+bound — max over its ranks of max(SF, SS) — already gives a peak_total above the limit holds no
+fitting configuration, because every configuration's alloc is at least that bound: F + adj is a
+sum of non-negative byte counts (kept activations, casts, first/last-stage tensors, pipeline
+and all-to-all buffers, and max(in-layer, at-loss − unit, 0) for the transient), and peak_total
+is strictly increasing in alloc. Such cells are counted as evaluated (`Evaluated.n_pruned`)
+and never assembled: 8.8 M of DeepSeek-V3's 23.5 M configurations on 2,048 H100 (seq 4096,
+global batch 15,360), 99.6 % of the 8.85 M in cells where nothing fits. The one thing
+pruning cannot give is the smallest over-capacity peak (`Evaluated.best`) when nothing fits
+at all: `evaluate` then searches again without pruning. Fitting is tested on alloc against
+`alloc_ceiling` (the largest alloc whose peak_total fits); peak_total is computed only for
+what is kept.
+Not used: "a larger micro-batch never needs less memory". It would skip at most another 10 %
+of the configurations (those of live cells at micro-batch sizes where nothing fits), and it
+is not proven for every schedule: m = global batch / (dp · b) falls as b grows, and each
+schedule × engine's in-flight count (ledger.pipeline.schedules) is a different function of m.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memledger.planner.segmax import segment_max
+
+CHUNK = 1 << 18  # configurations per chunk: bounds the temporaries of the largest blocks
+NEVER = np.iinfo(np.int64).max
+
+
+def peak_total(alloc, slack_pct: int, context: int):
+    """alloc + ⌈alloc · slack / 100⌉ + context (`ledger.runtime`); strictly increasing."""
+    return alloc - (-alloc * slack_pct) // 100 + context
+
+
+def alloc_ceiling(limit: int, slack_pct: int, context: int) -> int:
+    """The largest alloc whose peak_total fits under `limit` (-1: none)."""
+    a = max((limit - context) * 100 // (100 + slack_pct), -1)
+    while peak_total(a + 1, slack_pct, context) <= limit:
+        a += 1
+    while a >= 0 and peak_total(a, slack_pct, context) > limit:
+        a -= 1
+    return a
+
+
+@dataclass
+class RankTerms:
+    """Per-rank pieces of the peak from `evaluate.combine` (persistent gradients)."""
+
+    fwd_bwd: np.ndarray  # [R, W, B, RC] F
+    with_fixed: np.ndarray  # [R, W, Z] SF
+    with_step: np.ndarray  # [R, W, Z] SS
+    units: np.ndarray | None = None  # [R, W, Z] FSDP unit bytes (None: no ZeRO-3 FSDP units)
+    phases: list | None = None  # per recompute mode (in-layer, at-loss), broadcastable [R, W, B]
+    src: tuple | None = field(default=None, repr=False)  # _sources(), built on first use
+
+    def bound(self, seg) -> np.ndarray:
+        """[P, W, Z] a lower bound of every configuration's alloc (static rows, see above)."""
+        return segment_max(np.maximum(self.with_fixed, self.with_step), seg)
+
+    def rows(self, seg, n_ranks, p, w, z) -> np.ndarray:
+        """[K, B·RC] alloc of the cells (p, w, z): the max over their pipe's ranks of
+        F + SF, then of SS (max over r of max(x_r, y_r) = max(max_r x_r, max_r y_r))."""
+        n_w, n_z = self.with_fixed.shape[1:]
+        f, base, variant = self._sources()
+        sf, ss = self.with_fixed.reshape(-1), self.with_step.reshape(-1)
+        need, v = n_ranks[p], variant.take(z)
+        out, floor = None, None
+        for j in range(int(need.max())):
+            on = None if j == 0 or need.min() > j else np.flatnonzero(need > j)
+            pj, wj, zj, vj = (p, w, z, v) if on is None else (p[on], w[on], z[on], v[on])
+            r = seg[pj] + j
+            rwz = (r * n_w + wj) * n_z + zj
+            cand = f.take(base[vj, r] + wj, axis=0)
+            cand += sf.take(rwz)[:, None]
+            if out is None:
+                out, floor = cand, ss.take(rwz)
+            elif on is None:
+                np.maximum(out, cand, out=out)
+                np.maximum(floor, ss.take(rwz), out=floor)
+            else:
+                out[on] = np.maximum(out[on], cand)
+                floor[on] = np.maximum(floor[on], ss.take(rwz))
+        return np.maximum(out, floor[:, None], out=out)
+
+    def _sources(self):
+        """(rows, base, variant): F as rows [(r, w), B·RC]; after them, for each ZeRO stage
+        with FSDP units, the discounted rows of the ranks whose discount is not 0 —
+        + max(max(in-layer, at-loss − unit), 0) − max(in-layer, at-loss), evaluate.combine's
+        rule, which is 0 where the unit is 0 (at-loss ≥ 0) or at-loss is 0 (unit ≥ 0).
+        base[variant[z], r] + w: the row rank r, width w reads at ZeRO stage z. (Should an
+        at-loss ever be negative, every rank at every stage takes the rule, as combine did.)"""
+        if self.src is not None:
+            return self.src
+        n_r, n_w, n_b, n_rc = self.fwd_bwd.shape
+        n_z = self.with_fixed.shape[-1]
+        base, variant = [np.arange(n_r) * n_w], np.zeros(n_z, np.int64)
+        exact = all((sp >= 0).all() for _, sp in self.phases or ())
+        hit = np.zeros(n_r, bool)  # ranks with a loss-side transient
+        for _, sp in self.phases or ():
+            hit |= (sp != 0).any(axis=(1, 2))
+        copies, n_rows = [self.fwd_bwd.reshape(n_r * n_w, n_b * n_rc)], n_r * n_w
+        for k in range(n_z) if self.units is not None else ():
+            ranks = np.flatnonzero(hit & (self.units[:, :, k] > 0).any(1)) if exact \
+                else np.arange(n_r)
+            if not len(ranks):
+                continue
+            u = self.units[ranks, :, k, None]  # [n, W, 1]
+            d = self.fwd_bwd[ranks]
+            for i, (lp, sp) in enumerate(self.phases):  # [R, 1 or W, B]: index, then broadcast
+                lp, sp = lp[ranks], sp[ranks]
+                d[..., i] += np.maximum(np.maximum(lp, sp - u), 0) - np.maximum(lp, sp)
+            row = base[0].copy()
+            row[ranks] = n_rows + np.arange(len(ranks)) * n_w
+            variant[k], n_rows = len(base), n_rows + len(ranks) * n_w
+            base.append(row)
+            copies.append(d.reshape(len(ranks) * n_w, n_b * n_rc))
+        self.src = (np.concatenate(copies) if len(copies) > 1 else copies[0], np.stack(base),
+                    variant)
+        return self.src
+
+
+@dataclass
+class GridPeaks:
+    """Every configuration's peak_total already computed (on-demand gradients): no pruning."""
+
+    grid: np.ndarray  # [P, W, Z, B, RC]
+
+
+@dataclass
+class Kept:
+    """What one block writes out: the kept configurations (flat index into the block's grid,
+    peak, seconds, step-time terms) and its counts."""
+
+    flat: list
+    peak: list
+    seconds: list
+    parts: dict
+    n_evaluated: int = 0
+    n_fits: int = 0
+    n_pruned: int = 0  # configurations of cells the static bound ruled out
+    best: tuple | None = None  # (peak_total, flat, seconds) of the smallest valid peak
+
+    def add_to(self, out, block) -> None:
+        """Add this block's counts and kept configurations to `out` (`evaluate.Evaluated`)."""
+        out.n_evaluated += self.n_evaluated
+        out.n_fits += self.n_fits
+        out.n_pruned += self.n_pruned
+        if self.best is not None and (out.best is None or self.best[0] < out.best["peak_bytes"]):
+            row = {k: v[0].item() for k, v in block.decode(np.array([self.best[1]])).items()}
+            out.best = {**row, "peak_bytes": self.best[0], "seconds": self.best[2]}
+        if not self.flat:
+            return
+        out.blocks.append(block)
+        out.block_id.append(np.full(sum(map(len, self.flat)), len(out.blocks) - 1, np.int32))
+        out.flat += self.flat
+        out.peak_bytes += self.peak
+        out.seconds += self.seconds
+        for k, v in self.parts.items():
+            out.parts.setdefault(k, []).extend(v)
+
+
+def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
+             prune: bool, parts: dict | None = None) -> Kept:
+    """Evaluate one block. terms: `RankTerms` or `GridPeaks`; secs: (pipeline [P, W, B, RC],
+    per-step [P, W, Z, B]); valid [P, B]: the micro-batch counts the engine runs; seg,
+    n_ranks: each pipe's first candidate rank and count; parts: step-time terms, each
+    [P, W, Z, B, RC]."""
+    n_p, n_w, n_z, n_b, n_rc = shape
+    n_brc = n_b * n_rc
+    out = Kept([], [], [], {k: [] for k in parts or {}})
+    out.n_evaluated = int(np.count_nonzero(valid)) * n_w * n_z * n_rc
+    slack, ctx = rt.allocator_slack_pct, rt.cuda_context_bytes
+    ranked = isinstance(terms, RankTerms)  # else the grid holds peak_total already
+    ceiling = alloc_ceiling(limit, slack, ctx) if ranked else limit
+    cells = np.arange(n_p * n_w * n_z if out.n_evaluated else 0)
+    if prune and not keep_all and ranked and len(cells):
+        cells = np.flatnonzero(terms.bound(seg).reshape(-1) <= ceiling)
+        dead = np.ones(n_p * n_w * n_z, bool)
+        dead[cells] = False
+        out.n_pruned = int(np.count_nonzero(valid[np.flatnonzero(dead) // (n_w * n_z)])) * n_rc
+    total = (lambda a: peak_total(a, slack, ctx)) if ranked else (lambda a: a)
+    pipeline = secs[0].reshape(n_p * n_w, n_brc)
+    per_step = np.broadcast_to(secs[1], (n_p, n_w, n_z, n_b)).reshape(-1, n_b)
+    valid_rc = None if valid.all() else np.repeat(valid, n_rc, axis=1)  # [P, B·RC]
+    step = max(1, CHUNK // n_brc)
+    for c0 in range(0, len(cells), step):
+        cell = cells[c0:c0 + step]
+        pw, z = np.divmod(cell, n_z)
+        p, w = np.divmod(pw, n_w)
+        alloc = (terms.rows(seg, n_ranks, p, w, z) if ranked
+                 else terms.grid.reshape(-1, n_brc).take(cell, axis=0))
+        ok = None if valid_rc is None else valid_rc.take(p, axis=0)
+        fit = alloc <= ceiling
+        if ok is not None:
+            fit &= ok
+        fits = np.flatnonzero(fit)
+        out.n_fits += len(fits)
+        _best(out, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total)
+        local = fits if not keep_all else np.flatnonzero(ok) if ok is not None else \
+            np.arange(alloc.size)
+        if not len(local):
+            continue
+        row, col = np.divmod(local, n_brc)
+        s = pipeline.take(pw, axis=0)
+        s.reshape(len(cell), n_b, n_rc)[...] += per_step.take(cell, axis=0)[:, :, None]
+        out.flat.append(cell.take(row) * n_brc + col)
+        out.peak.append(total(alloc.reshape(-1).take(local)))
+        out.seconds.append(s.reshape(-1).take(local))
+        for k, v in (parts or {}).items():
+            out.parts[k].append(np.asarray(v[p, w, z]).reshape(len(cell), -1)[row, col])
+    return out
+
+
+def _best(out: Kept, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total):
+    """Track the smallest valid peak and its step time; on ties the first in flat order.
+    Once a fitting one is known, only fitting ones can beat it."""
+    if out.best is not None and out.best[0] <= limit:
+        if not len(fits):
+            return
+        i = int(fits[np.argmin(alloc.reshape(-1).take(fits))])
+    else:
+        i = int(np.argmin(alloc if ok is None else np.where(ok, alloc, NEVER)))
+        if ok is not None and not ok.flat[i]:
+            return
+    low = int(total(alloc.flat[i]))
+    if out.best is not None and low >= out.best[0]:
+        return
+    k, col = divmod(i, alloc.shape[1])
+    sec = pipeline[pw[k], col] + per_step[cell[k], col // n_rc]
+    out.best = (low, int(cell[k]) * alloc.shape[1] + col, float(sec))
