@@ -26,7 +26,7 @@ with st.container(horizontal=True, gap="medium"):
                   delta_arrow="off", width=160)  # two per row on a phone
 
 ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led, setting=ui.setting(res))
-preview_panel.panel(res, charts.ledger_bar, key="preview")
+preview_panel.panel(res, "ledger", key="preview")
 
 chosen = res.page["rank"]
 items = st.expander("Every item, with its formula and source", icon=":material/receipt_long:",
