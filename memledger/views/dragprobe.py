@@ -49,11 +49,12 @@ def track(page) -> tuple[float, float, float]:
     """(x of the first value, x of the last value, centre y) of the range input, in pixels."""
     inp = page.locator(RANGE).first
     box, height = inp.bounding_box(), page.viewport_size["height"]
-    if box["y"] < 0 or box["y"] + box["height"] > height:  # Streamlit scrolls smoothly: wait
+    if not 120 < box["y"] < height - 120:  # clear of the header and of anything at the bottom
         inp.evaluate("e => e.scrollIntoView({block: 'center', behavior: 'instant'})")
         page.wait_for_function("e => { const r = e.getBoundingClientRect(); "
-                               "return r.top >= 0 && r.bottom <= innerHeight; }", arg=inp.element_handle(),
-                               timeout=5_000)
+                               "return r.top > 120 && r.bottom < innerHeight - 120; }",
+                               arg=inp.element_handle(), timeout=5_000)
+        page.wait_for_timeout(50)
         box = inp.bounding_box()
     return (box["x"] + THUMB_PX / 2, box["x"] + box["width"] - THUMB_PX / 2,
             box["y"] + box["height"] / 2)
