@@ -57,7 +57,12 @@ function build(parent) {
   s.status = el("div", "mlp-status", root);
   s.status.setAttribute("aria-live", "polite");
   const inp = s.input;
-  inp.addEventListener("input", () => draw(s, +inp.value));
+  inp.addEventListener("input", () => {
+    draw(s, +inp.value);
+    const d = s.data, v = d.values[+inp.value];
+    s.status.textContent = !v.ok ? `${d.label} = ${v.v} is not valid here.`
+      : v.v === s.committed ? "" : `Release to set ${d.label} = ${v.v}.`;
+  });
   inp.addEventListener("pointerdown", () => { s.held = true; });
   window.addEventListener("pointerup", () => { s.held = false; }, true);
   window.addEventListener("pointercancel", () => { s.held = false; }, true);
@@ -84,9 +89,10 @@ function commit(s) {
   s.send("commit", { axis: d.axis, value: v.v });
 }
 
-function scale(d) {
+// The page's own chart's axis for this configuration: to past the capacity or the tallest bar
+function scale(d, v) {
   let top = d.capacity;
-  for (const v of d.values) if (v.ok) for (const r of v.ranks) top = Math.max(top, r[1]);
+  if (v.ok) for (const r of v.ranks) top = Math.max(top, r[1]);
   return top / GIB * (d.kind === "ledger" ? 1.08 : 1.15);
 }
 
@@ -98,6 +104,7 @@ function draw(s, i) {
   s.label.textContent = `Drag to preview · ${d.label} = ${v.v}${v.ok ? "" : " ✕"}`;
   s.input.setAttribute("aria-valuetext", v.ok ? String(v.v) : `${v.v}, not valid here`);
   s.root.classList.toggle("mlp-invalid", !v.ok);
+  s.max = scale(d, v);
   if (v.ok) {
     s.title.textContent = v.title;
     s.sub.textContent = v.sub;
@@ -227,7 +234,6 @@ export default function ({ data, parentElement, setTriggerValue }) {
                 || s.data.values.length !== data.values.length;
   s.data = data;
   s.send = setTriggerValue;
-  s.max = scale(data);
   s.committed = data.values[data.current].v;
   s.input.max = String(data.values.length - 1);
   s.input.setAttribute("aria-label", `Preview ${data.label}; release to set it`);
