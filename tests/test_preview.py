@@ -141,3 +141,18 @@ def test_the_sidebar_value_a_release_sets_reaches_the_link(app_test):
     at.run()
     assert not at.exception
     assert at.select_slider(key="sb_ep").value == 16 and at.query_params["ep"] == "16"
+
+
+def test_the_staircase_page_sends_every_ranks_bars_to_the_component(app_test):
+    at = app_test("pages/staircase.py", "model=deepseek-v3&world=2048&tp=16&pp=16&ep=1").run()
+    at.session_state["preview_open"] = True
+    at.session_state["preview_axis"] = "pp"
+    at.run()
+    assert not at.exception
+    (comp,) = at.get("bidi_component")
+    data = json.loads(comp.proto.json)
+    cur = data["values"][data["current"]]
+    assert data["kind"] == "staircase" and cur["v"] == 16 and len(cur["ranks"]) == 16
+    led = ledger_for(M, CFG)
+    assert cur["ranks"] == [[r.pp_rank, r.peak_total_bytes, [r.rows[k] for k in ROWS]]
+                            for r in led.ranks]
