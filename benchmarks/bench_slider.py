@@ -215,7 +215,7 @@ def drag(runs: int = 3, releases: int = 12) -> dict:
             "key_sweeps": keys, "states_per_s_median": statistics.median(rate),
             "key_states_per_s_median": statistics.median(r["states_per_s"] for r in keys),
             "per_value": dragprobe.summary(lat),
-            "key_per_value": dragprobe.summary([x for r in keys for x in [r["per_value"]["median_ms"]]]),
+            "key_per_value": dragprobe.summary([x for r in keys for x in r["latencies_ms"]]),
             "release_pointer_ms": [round(x, 1) for x in pointer],
             "release_key_ms": [round(x, 1) for x in keyboard]}
 
@@ -260,7 +260,8 @@ def main() -> int:
               f"pointer move → new chart median {d['per_value']['median_ms']} ms, p90 "
               f"{d['per_value']['p90_ms']} ms; held arrow key "
               f"{d['key_states_per_s_median']} states/s, key down → new chart median "
-              f"{d['key_sweeps'][0]['per_value'].get('median_ms')} ms; opening the panel "
+              f"{d['key_per_value']['median_ms']} ms, p90 {d['key_per_value']['p90_ms']} ms; "
+              f"opening the panel "
               f"{d['open_panel_ms']} ms")
         for what in ("pointer", "key"):
             xs = d[f"release_{what}_ms"]

@@ -120,7 +120,8 @@ def key_sweep(page, n_values: int, passes: int = 2, hz: float = 30) -> dict:
     lat = page.evaluate("""() => { const d = window.__d, out = [];
       for (const [t] of d.states) { const k = d.keys.filter(x => x <= t).pop();
         if (k !== undefined) out.push(t - k); } return out; }""")
-    return _rates(page, hand) | {"per_value": summary(lat) if lat else {}}
+    return _rates(page, hand) | {"per_value": summary(lat) if lat else {},
+                                 "latencies_ms": [round(x, 1) for x in lat]}
 
 
 def step_latencies(page, n_values: int) -> list[float]:
