@@ -64,13 +64,24 @@ function build(parent) {
       : v.v === s.committed ? "" : `Release to set ${d.label} = ${v.v}.`;
   });
   inp.addEventListener("pointerdown", () => { s.held = true; });
-  window.addEventListener("pointerup", () => { s.held = false; }, true);
-  window.addEventListener("pointercancel", () => { s.held = false; }, true);
+  const letGo = () => { s.held = false; };  // wherever the pointer is released
+  window.addEventListener("pointerup", letGo, true);
+  window.addEventListener("pointercancel", letGo, true);
+  s.unlisten = () => {
+    window.removeEventListener("pointerup", letGo, true);
+    window.removeEventListener("pointercancel", letGo, true);
+    s.resize.disconnect();
+  };
   inp.addEventListener("keydown", e => { if (NAV.has(e.key)) s.keyboard = true; });
   inp.addEventListener("change", () => { if (!s.keyboard) commit(s); });
   inp.addEventListener("keyup", e => {
     if (NAV.has(e.key)) { s.keyboard = false; commit(s); }
   });
+  s.resize = new ResizeObserver(() => {
+    const w = Math.max(320, Math.round(root.getBoundingClientRect().width - 20));
+    if (w !== s.width) { s.width = w; if (s.data) draw(s, +s.input.value); }
+  });
+  s.resize.observe(root);
   root.__mlp = s;
   return s;
 }
@@ -120,6 +131,12 @@ function draw(s, i) {
   drawLegend(s, d, v);
 }
 
+// Drawn at the width it is shown (text keeps its size on a phone), 720 before layout; measured
+// when data arrives or the element resizes, not on every step (that would force a layout)
+function width(s) {
+  return s.width || 720;
+}
+
 function seg(g, d, k, rank, bytes, box) {
   const r = svgEl("rect", { ...box, fill: d.rows[k].color, class: "mlp-seg",
                             "data-row": d.rows[k].key, "data-rank": rank, "data-bytes": bytes },
@@ -132,7 +149,7 @@ function seg(g, d, k, rank, bytes, box) {
 
 // The Ledger page: one horizontal stacked bar (the most loaded rank), capacity as a line.
 function drawBar(s, d, v) {
-  const W = 720, H = 150, L = 92, R = 20, T = 30, B = 34, svg = s.svg;
+  const W = width(s), H = 150, L = 92, R = 20, T = 30, B = 34, svg = s.svg;
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const max = s.max, x = g => L + (W - L - R) * g / max, g = svgEl("g", {}, svg);
@@ -170,7 +187,7 @@ function drawBar(s, d, v) {
 
 // The staircase: stacked rows per pipeline rank, capacity as a line.
 function drawStairs(s, d, v) {
-  const W = 720, H = 320, L = 56, R = 96, T = 14, B = 44, svg = s.svg;
+  const W = width(s), H = 320, L = 56, R = 96, T = 14, B = 44, svg = s.svg;
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const max = s.max, y = g => H - B - (H - B - T) * g / max, g = svgEl("g", {}, svg);
@@ -190,7 +207,7 @@ function drawStairs(s, d, v) {
         seg(g, d, k, rank, b, { x: x0, y: top, width: bw, height: Math.max(0, y(acc / GIB) - top) });
         acc += b;
       });
-      if (n <= 32) text(g, x0 + bw / 2, H - B + 14, String(rank),
+      if (n <= 32 && band >= 14) text(g, x0 + bw / 2, H - B + 14, String(rank),
                         { class: "mlp-tick", "text-anchor": "middle" });
       if (rank === v.peak) text(g, x0 + bw / 2, y(total / GIB) - 5,
                                 `most loaded: ${(total / GIB).toFixed(1)} GiB`,
@@ -245,4 +262,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   if (fresh || (!s.held && !s.keyboard && !s.pending)) s.input.value = String(data.current);
   s.root.dataset.current = String(data.values[data.current].v);
   draw(s, +s.input.value);
+  // Streamlit calls the last cleanup on unmount (and may call a stale one early): act only
+  // once this mount's elements are gone
+  return () => { if (!s.root.isConnected) s.unlisten(); };
 }
