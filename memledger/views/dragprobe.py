@@ -41,6 +41,12 @@ PROBE = """() => {
     requestAnimationFrame(loop); };
   loop();
 }"""
+# Resolves once the element has kept its place for three animation frames (a scroll settled).
+STILL = """e => new Promise(done => { let last = null, same = 0;
+  const tick = () => { const y = e.getBoundingClientRect().top;
+    same = y === last ? same + 1 : 0; last = y;
+    if (same >= 3) done(y); else requestAnimationFrame(tick); };
+  tick(); })"""
 # Chromium's range thumb is 16 px wide: values sit evenly between half a thumb from each end.
 THUMB_PX = 16
 
@@ -51,10 +57,7 @@ def track(page) -> tuple[float, float, float]:
     box, height = inp.bounding_box(), page.viewport_size["height"]
     if not 120 < box["y"] < height - 120:  # clear of the header and of anything at the bottom
         inp.evaluate("e => e.scrollIntoView({block: 'center', behavior: 'instant'})")
-        page.wait_for_function("e => { const r = e.getBoundingClientRect(); "
-                               "return r.top > 120 && r.bottom < innerHeight - 120; }",
-                               arg=inp.element_handle(), timeout=5_000)
-        page.wait_for_timeout(50)
+        page.evaluate(STILL, inp.element_handle())
         box = inp.bounding_box()
     return (box["x"] + THUMB_PX / 2, box["x"] + box["width"] - THUMB_PX / 2,
             box["y"] + box["height"] / 2)
