@@ -55,10 +55,14 @@ def track(page) -> tuple[float, float, float]:
     """(x of the first value, x of the last value, centre y) of the range input, in pixels."""
     inp = page.locator(RANGE).first
     box, height = inp.bounding_box(), page.viewport_size["height"]
-    if not 120 < box["y"] < height - 120:  # clear of the header and of anything at the bottom
+    for _ in range(5):  # the page may still be growing under the first scroll: again
+        if 120 < box["y"] < height - 120:  # clear of the header and of anything at the bottom
+            break
         inp.evaluate("e => e.scrollIntoView({block: 'center', behavior: 'instant'})")
         page.evaluate(STILL, inp.element_handle())
-        box = inp.bounding_box()
+        before, box = box, inp.bounding_box()
+        if box["y"] == before["y"] and 0 < box["y"] < height - box["height"]:
+            break  # as far as the page scrolls
     return (box["x"] + THUMB_PX / 2, box["x"] + box["width"] - THUMB_PX / 2,
             box["y"] + box["height"] / 2)
 
