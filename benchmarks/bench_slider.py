@@ -14,11 +14,20 @@ Targets (docs/design.md §11, the dashboard issue): median latency ≤ 400 ms; b
 machine's Streamlit + Chromium cost before any of memledger's work (the machine is shared, so
 the load average is printed with the figures); release → redraw is then reported as a ratio to
 it, median and p90 (issue 15: ≤ 1.2× and ≤ 1.5×).
---drag times the "Drag to preview" slider under the Ledger chart (memledger/views/preview.py):
-the pointer held and swept across every EP value and back six times at 60 Hz (events
-dispatched by the page on its own clock, and again by Playwright's mouse), distinct chart
-states per second while the hand moves (issue 15: ≥ 20), and pointer move → new chart for
-each value in turn (memledger/views/dragprobe.py).
+--drag times the "Drag to preview" component under the Ledger chart (memledger/views/
+preview_panel.py, dragbar.js), with memledger/views/dragprobe.py: the pointer held on its range
+input and swept across every EP value and back six times at 60 Hz (Playwright's mouse: trusted
+events, which a native range input needs), and an arrow key held (auto-repeat at 30 Hz) across
+them: distinct chart states per second while the hand moves (issue 15: ≥ 20) and pointer move /
+key down → the first animation frame with the new chart. Then release → redraw for the
+component: pointer up (or key up) on a new valid value → the first animation frame at which
+the page's main Plotly chart holds the released configuration's data (so the app's state has
+changed: the server reran the page with the committed value), against the same floor.
+
+"Release → redraw" is, throughout: the user's release (keydown on the sidebar slider, which
+Streamlit commits at once; pointer up or key up on the component) → the first animation frame
+at which the page's main chart (the first Plotly chart) draws different data. It includes the
+websocket round trip, the page's rerun on the server and the browser's re-render.
 """
 from __future__ import annotations
 
@@ -159,29 +168,61 @@ def p90(xs: list[float]) -> float:
     return sorted(xs)[int(0.9 * (len(xs) - 1))]
 
 
-def drag(runs: int = 3) -> dict:
-    """Frames per second and per-value latency of the preview slider, DeepSeek-V3, EP axis."""
+def drag(runs: int = 3, releases: int = 12) -> dict:
+    """The preview component on the Ledger page, DeepSeek-V3, EP axis: chart states per second
+    and per-value latency while the pointer sweeps the slider and while an arrow key is held,
+    then release → the page's main chart redrawn with the released value (pointer and key)."""
     from memledger.views import dragprobe
     from memledger.views.preview import candidates
     start, _ = parse_params(dict(p.split("=") for p in QUERY.split("&")))
-    n = len(candidates(load_model(start.model), start, "ep"))
+    m = load_model(start.model)
+    values = list(candidates(m, start, "ep"))
+    valid = [values.index(v) for v in valid_values_of(m, start, "ep")]
+    n = len(values)
     with streamlit_app() as base, chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{base}/ledger?{QUERY}")
         wait_idle(page)
         t0 = time.perf_counter()
         page.get_by_text("Drag to preview").first.click()
-        page.locator(dragprobe.RAIL).first.wait_for(timeout=60_000)
+        page.locator(dragprobe.RANGE).first.wait_for(timeout=60_000)
         wait_idle(page)
         open_ms = (time.perf_counter() - t0) * 1000
-        page_hand = [dragprobe.page_sweep(page, n) for _ in range(runs)]
         mouse = [dragprobe.sweep(page, n) for _ in range(runs)]
+        keys = [dragprobe.key_sweep(page, n) for _ in range(runs)]
+        wait_idle(page)  # a held key's release at the end commits: let that run finish
         lat = [x for _ in range(runs) for x in dragprobe.step_latencies(page, n)]
-    best = max(r["states_per_s"] for r in page_hand)
-    return {"values": n, "open_panel_ms": round(open_ms), "page_hand": page_hand,
-            "playwright_mouse": mouse, "states_per_s_best": best,
-            "states_per_s_median": statistics.median(r["states_per_s"] for r in page_hand),
-            "per_value": dragprobe.summary(lat)}
+        pointer, keyboard = [], []
+        for k in range(releases):  # to a different valid value each time
+            cur = values.index(int(page.locator(dragprobe.ROOT).first.get_attribute("data-current")))
+            target = valid[(valid.index(cur) + 1 + k % 2) % len(valid)]
+            dragprobe.arm_release(page)
+            dragprobe.hold_at(page, target, n)
+            page.mouse.up()
+            pointer.append(dragprobe.release_ms(page))
+            wait_idle(page)
+        for k in range(releases):
+            cur = values.index(int(page.locator(dragprobe.ROOT).first.get_attribute("data-current")))
+            key = "ArrowRight" if valid.index(cur) < len(valid) - 1 else "ArrowLeft"
+            key = "ArrowLeft" if k % 4 >= 2 and valid.index(cur) > 0 else key
+            page.locator(dragprobe.RANGE).first.focus()
+            dragprobe.arm_release(page)
+            page.keyboard.press(key)
+            keyboard.append(dragprobe.release_ms(page))
+            wait_idle(page)
+    rate = [r["states_per_s"] for r in mouse]
+    return {"values": n, "open_panel_ms": round(open_ms), "pointer_sweeps": mouse,
+            "key_sweeps": keys, "states_per_s_median": statistics.median(rate),
+            "key_states_per_s_median": statistics.median(r["states_per_s"] for r in keys),
+            "per_value": dragprobe.summary(lat),
+            "key_per_value": dragprobe.summary([x for r in keys for x in r["latencies_ms"]]),
+            "release_pointer_ms": [round(x, 1) for x in pointer],
+            "release_key_ms": [round(x, 1) for x in keyboard]}
+
+
+def valid_values_of(m, cfg, axis):
+    from memledger.views.options import valid_values
+    return valid_values(m, cfg, axis)
 
 
 def main() -> int:
@@ -213,12 +254,26 @@ def main() -> int:
               f"p90 {res['release_ratio_p90']}× (target ≤ 1.5)")
     if args.drag:
         d = res["drag"] = drag()
-        print(f"drag to preview, EP of DeepSeek-V3 ({d['values']} values): "
-              f"{d['states_per_s_median']} chart states/s median of {len(d['page_hand'])} sweeps "
-              f"(best {d['states_per_s_best']}; target ≥ 20), Playwright mouse "
-              f"{[r['states_per_s'] for r in d['playwright_mouse']]}; pointer move → new chart "
-              f"median {d['per_value']['median_ms']} ms, p90 {d['per_value']['p90_ms']} ms; "
-              f"opening the panel {d['open_panel_ms']} ms")
+        print(f"drag to preview, EP of DeepSeek-V3 ({d['values']} values): pointer sweep "
+              f"{d['states_per_s_median']} chart states/s median of {len(d['pointer_sweeps'])} "
+              f"(each {[r['states_per_s'] for r in d['pointer_sweeps']]}; target ≥ 20); "
+              f"pointer move → new chart median {d['per_value']['median_ms']} ms, p90 "
+              f"{d['per_value']['p90_ms']} ms; held arrow key "
+              f"{d['key_states_per_s_median']} states/s, key down → new chart median "
+              f"{d['key_per_value']['median_ms']} ms, p90 {d['key_per_value']['p90_ms']} ms; "
+              f"opening the panel "
+              f"{d['open_panel_ms']} ms")
+        for what in ("pointer", "key"):
+            xs = d[f"release_{what}_ms"]
+            line = (f"component release ({what}) → main chart redrawn: median "
+                    f"{statistics.median(xs):.1f} ms, p90 {p90(xs):.1f} ms")
+            if args.floor:
+                d[f"release_{what}_ratio_median"] = round(statistics.median(xs) / res["floor_median_ms"], 2)
+                d[f"release_{what}_ratio_p90"] = round(p90(xs) / res["floor_p90_ms"], 2)
+                line += (f" = {d[f'release_{what}_ratio_median']}× / "
+                         f"{d[f'release_{what}_ratio_p90']}× the floor")
+            print(line)
+        print(f"load average after: {[round(x, 2) for x in os.getloadavg()]}")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return 0

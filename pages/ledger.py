@@ -19,14 +19,16 @@ led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
 stem = ui.stem(res, "ledger")
 
 share = ui.header(f"Memory ledger: {safe_text.md(res.model.name)} on {res.cfg.world:,} × {hw.name}")
-verdict(res, led, hw)
-with st.container(horizontal=True, gap="medium"):
-    for m in summary.metrics(led, hw):
-        st.metric(m.label, m.value, m.delta, delta_color=m.delta_color, help=m.help,
-                  delta_arrow="off", width=160)  # two per row on a phone
-
+above = st.container()  # the verdict and metrics, filled once the chart is on its way
 ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led, setting=ui.setting(res))
-preview_panel.panel(res, charts.ledger_bar, key="preview")
+with above:
+    verdict(res, led, hw)
+    with st.container(horizontal=True, gap="medium"):
+        for m in summary.metrics(led, hw):
+            st.metric(m.label, m.value, m.delta, delta_color=m.delta_color, help=m.help,
+                      delta_arrow="off", width=160)  # two per row on a phone
+
+preview_panel.panel(res, "ledger", key="preview")
 
 chosen = res.page["rank"]
 items = st.expander("Every item, with its formula and source", icon=":material/receipt_long:",

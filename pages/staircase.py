@@ -55,7 +55,7 @@ else:
 if (engine := staircase_stages.engine_sentence(led)) is not None:
     st.info(engine, icon=":material/info:")
 ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led, setting=ui.setting(res))
-preview_panel.panel(res, charts.staircase, key="preview")
+preview_panel.panel(res, "staircase", key="preview")
 
 st.subheader("Memory over one training step")
 loop = led.loop.name if led.loop else "auto"

@@ -1,153 +1,195 @@
-"""Drive the "Drag to preview" slider with a real pointer and time what the chart does (for the
-browser test and benchmarks/bench_slider.py). Works on a Playwright page; imports nothing of
-Playwright itself.
+"""Drive the "Drag to preview" component (memledger/views/dragbar.js) with a real pointer and
+the keyboard and time what it draws (for the browser tests and benchmarks/bench_slider.py).
+Works on a Playwright page; imports nothing of Playwright itself.
 
-The page records, at every animation frame, whether the preview chart's title or data changed,
-and the time of every pointer move; `sweep` (Playwright's mouse) and `page_sweep` (events the
-page dispatches on its own 60 Hz clock) drag the grip across the whole rail and back and report
-chart states per second while the hand moves; `step_latencies` moves the grip to each step
-once and times pointer move → first frame with the new chart; `at_step` reads what one step
-draws.
+The page records, at every animation frame, whether the component's chart changed (its title
+and every bar's bytes and geometry), the time of every pointer move and key press, and the
+first frame at which the page's own Plotly chart (the first on the page) shows new data after a
+release. `sweep` holds the pointer on the range input and moves it across the whole track and
+back; `key_sweep` holds an arrow key (auto-repeat) across it; both report distinct chart states
+per second while the hand moves. `step_latencies` moves to each value once and times pointer
+move → first frame with the new chart. `release` times release → the page's main chart
+redrawn with the committed configuration.
 """
 from __future__ import annotations
 
 import statistics
 import time
 
-# The preview figure is the Plotly chart that has a slider (class `slider-container`).
+ROOT = ".mlp-root"
+RANGE = ".mlp-root input.mlp-range"
 PROBE = """() => {
-  const chart = () => [...document.querySelectorAll('.js-plotly-plot')]
-      .find(gd => gd.querySelector('.slider-container'));
-  const snap = () => { const gd = chart();
-    return gd && gd.data ? JSON.stringify([gd.layout.title.text,
-                                           gd.data.map(t => [t.x, t.y, t.customdata])]) : ''; };
-  window.__d = {last: snap(), states: [], moves: []};
-  window.__dsnap = snap;
-  document.addEventListener('mousemove', () => window.__d.moves.push(performance.now()), true);
-  const loop = () => { const s = snap();
-    if (s !== window.__d.last) { window.__d.last = s; window.__d.states.push([performance.now(), s]); }
+  const root = () => document.querySelector('.mlp-root');
+  const snap = () => { const r = root(); if (!r) return '';
+    const bars = [...r.querySelectorAll('rect')].map(e => [e.getAttribute('data-bytes'),
+        e.getAttribute('width'), e.getAttribute('height')].join(':'));
+    return r.querySelector('.mlp-title').textContent + '|' + bars.join(','); };
+  const main = () => { const gd = document.querySelector('.js-plotly-plot');
+    return gd && gd.data ? JSON.stringify(gd.data.map(t => [t.x, t.y])) : ''; };
+  if (window.__d) { window.__d.last = snap(); window.__d.states = [];
+                    window.__d.moves = []; window.__d.keys = []; return; }
+  window.__d = {last: snap(), states: [], moves: [], keys: [], rel: null};
+  document.addEventListener('pointermove', () => window.__d.moves.push(performance.now()), true);
+  document.addEventListener('keydown', () => window.__d.keys.push(performance.now()), true);
+  const up = () => { const d = window.__d;
+    if (d.armed) d.rel = {t0: performance.now(), t1: 0, before: main()}; };
+  document.addEventListener('pointerup', up, true);
+  document.addEventListener('keyup', up, true);
+  const loop = () => { const d = window.__d, s = snap();
+    if (s !== d.last) { d.last = s; d.states.push([performance.now(), s]); }
+    if (d.rel && !d.rel.t1 && main() !== d.rel.before) d.rel.t1 = performance.now();
     requestAnimationFrame(loop); };
   loop();
 }"""
-RAIL = ".js-plotly-plot .slider-container .slider-rail-rect"
-GRIP = ".js-plotly-plot .slider-container .slider-grip-rect"
-CUSTOMDATA = """() => { const gd = [...document.querySelectorAll('.js-plotly-plot')]
-    .find(gd => gd.querySelector('.slider-container'));
-  return [gd.layout.sliders[0].active, gd.data.map(t => [t.name, t.customdata])]; }"""
+# Resolves once the element has kept its place for three animation frames (a scroll settled).
+STILL = """e => new Promise(done => { let last = null, same = 0;
+  const tick = () => { const y = e.getBoundingClientRect().top;
+    same = y === last ? same + 1 : 0; last = y;
+    if (same >= 3) done(y); else requestAnimationFrame(tick); };
+  tick(); })"""
+# Chromium's range thumb is 16 px wide: values sit evenly between half a thumb from each end.
+THUMB_PX = 16
 
 
-def rail(page) -> tuple[float, float, float]:
-    """(left x, right x, centre y) of the slider's rail, in page pixels."""
-    page.locator(RAIL).first.evaluate("e => e.scrollIntoView({block: 'center'})")
-    box = page.locator(RAIL).first.bounding_box()
-    return box["x"], box["x"] + box["width"], box["y"] + box["height"] / 2
+def track(page) -> tuple[float, float, float]:
+    """(x of the first value, x of the last value, centre y) of the range input, in pixels."""
+    inp = page.locator(RANGE).first
+    box, height = inp.bounding_box(), page.viewport_size["height"]
+    for _ in range(5):  # the page may still be growing under the first scroll: again
+        if 120 < box["y"] < height - 120:  # clear of the header and of anything at the bottom
+            break
+        inp.evaluate("e => e.scrollIntoView({block: 'center', behavior: 'instant'})")
+        page.evaluate(STILL, inp.element_handle())
+        before, box = box, inp.bounding_box()
+        if box["y"] == before["y"] and 0 < box["y"] < height - box["height"]:
+            break  # as far as the page scrolls
+    return (box["x"] + THUMB_PX / 2, box["x"] + box["width"] - THUMB_PX / 2,
+            box["y"] + box["height"] / 2)
 
 
-def step_x(page, index: int, n_steps: int) -> float:
-    """Where step `index` of `n_steps` sits on the rail (Plotly spaces steps evenly and insets
-    the rail by half the grip's width at both ends)."""
-    left, right, _ = rail(page)
-    inset = 10
-    return left + inset + (right - left - 2 * inset) * index / max(1, n_steps - 1)
+def value_x(page, index: int, n_values: int) -> float:
+    a, b, _ = track(page)
+    return a + (b - a) * index / max(1, n_values - 1)
 
 
-def sweep(page, n_steps: int, passes: int = 6, moves_per_step: int = 1, hz: float = 60) -> dict:
-    """Hold the grip and move across the whole rail `passes` times (there and back), one
-    pointer event every 1/`hz` s as a mouse reports them (Plotly's slider acts once per
-    animation frame on the latest position, so an unpaced burst would only show its last):
-    distinct chart states per second while dragging, from the first to the last change."""
+def probe(page) -> None:
     page.evaluate(PROBE)
-    _, _, y = rail(page)
-    xs = [step_x(page, 0, n_steps), step_x(page, n_steps - 1, n_steps)]
-    page.mouse.move(xs[0], y)
-    page.mouse.down()
-    t0, k_all = time.perf_counter(), 0
-    for p in range(passes):
-        a, b = (xs[0], xs[1]) if p % 2 == 0 else (xs[1], xs[0])
-        n = moves_per_step * (n_steps - 1)  # a quick hand: the chart, not the pointer, limits
-        for k in range(1, n + 1):
-            k_all += 1
-            time.sleep(max(0.0, t0 + k_all / hz - time.perf_counter()))
-            page.mouse.move(a + (b - a) * k / n, y)
-    page.mouse.up()
-    page.wait_for_timeout(300)
-    return _rates(page)
 
 
-# The same sweep with the pointer events dispatched by the page itself, exactly every 1/hz s
-# (what a mouse reports), so the hand's pace does not depend on the automation's round trips.
-PAGE_SWEEP = """async ([x0, x1, y, passes, n, hz]) => {
-  const gd = [...document.querySelectorAll('.js-plotly-plot')]
-      .find(gd => gd.querySelector('.slider-container'));
-  const fire = (el, type, x) => el.dispatchEvent(new MouseEvent(type, {bubbles: true,
-      cancelable: true, clientX: x, clientY: y, button: 0, buttons: 1, view: window}));
-  const sleep = ms => new Promise(r => setTimeout(r, ms));
-  // on the slider itself, not whatever is at that point: a toast may be passing over it
-  fire(gd.querySelector('.slider-rail-touch-rect') || gd.querySelector('.slider-container'),
-       'mousedown', x0);
-  const t0 = performance.now(); let k = 0;
-  for (let p = 0; p < passes; p++) {
-    const [a, b] = p % 2 ? [x1, x0] : [x0, x1];
-    for (let i = 1; i <= n; i++) {
-      k++; await sleep(Math.max(0, t0 + k * 1000 / hz - performance.now()));
-      fire(gd, 'mousemove', a + (b - a) * i / n);
-    }
-  }
-  fire(gd, 'mouseup', passes % 2 ? x1 : x0);
-  return performance.now() - t0;
-}"""
-
-
-def page_sweep(page, n_steps: int, passes: int = 6, moves_per_step: int = 1,
-               hz: float = 60) -> dict:
-    """`sweep` with the page dispatching the pointer events on its own clock."""
-    page.wait_for_timeout(500)  # let Streamlit finish drawing the figure
-    page.evaluate(PROBE)
-    _, _, y = rail(page)
-    xs = [step_x(page, 0, n_steps), step_x(page, n_steps - 1, n_steps)]
-    hand_ms = page.evaluate(PAGE_SWEEP, [xs[0], xs[1], y, passes,
-                                         moves_per_step * (n_steps - 1), hz])
-    page.wait_for_timeout(300)
-    return _rates(page) | {"hand_s": round(hand_ms / 1000, 3)}
-
-
-def _rates(page) -> dict:
+def _rates(page, hand_s: float) -> dict:
     states = page.evaluate("() => window.__d.states.map(s => s[0])")
     distinct = page.evaluate("() => new Set(window.__d.states.map(s => s[1])).size")
     span_s = (states[-1] - states[0]) / 1000 if len(states) > 1 else float("inf")
     return {"changes": len(states), "distinct_states": distinct, "drag_s": round(span_s, 3),
+            "hand_s": round(hand_s, 3),
             "states_per_s": round((len(states) - 1) / span_s, 1) if len(states) > 1 else 0.0}
 
 
-def step_latencies(page, n_steps: int) -> list[float]:
-    """Drag the grip to each step in turn (from the first): pointer move → new chart, in ms."""
-    page.evaluate(PROBE)
-    _, _, y = rail(page)
-    page.mouse.move(step_x(page, 0, n_steps), y)
+def sweep(page, n_values: int, passes: int = 6, hz: float = 60) -> dict:
+    """Hold the pointer on the track and move across all of it `passes` times (there and back),
+    one move per value at `hz` (a quick hand: the chart, not the pointer, must keep up), then
+    let go where it started: distinct chart states per second while the hand moves."""
+    probe(page)
+    a, b, y = track(page)
+    page.mouse.move(a, y)
+    page.mouse.down()
+    t0, k_all, n = time.perf_counter(), 0, n_values - 1
+    for p in range(passes):
+        x0, x1 = (a, b) if p % 2 == 0 else (b, a)
+        for k in range(1, n + 1):
+            k_all += 1
+            time.sleep(max(0.0, t0 + k_all / hz - time.perf_counter()))
+            page.mouse.move(x0 + (x1 - x0) * k / n, y)
+    hand = time.perf_counter() - t0
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    return _rates(page, hand)
+
+
+def key_sweep(page, n_values: int, passes: int = 2, hz: float = 30) -> dict:
+    """Hold ArrowRight, then ArrowLeft (key auto-repeat at `hz`, as an OS repeats a held key)
+    across every value `passes` times: chart states per second and keydown → new chart, ms."""
+    probe(page)
+    page.locator(RANGE).first.focus()
+    page.keyboard.press("Home")
+    page.wait_for_timeout(200)
+    probe(page)
+    t0, k_all = time.perf_counter(), 0
+    for p in range(passes):
+        key = "ArrowRight" if p % 2 == 0 else "ArrowLeft"
+        for _ in range(n_values - 1):
+            k_all += 1
+            time.sleep(max(0.0, t0 + k_all / hz - time.perf_counter()))
+            page.keyboard.down(key)  # a held key: Playwright marks repeats as auto-repeat
+        page.keyboard.up(key)
+    hand = time.perf_counter() - t0
+    page.wait_for_timeout(300)
+    lat = page.evaluate("""() => { const d = window.__d, out = [];
+      for (const [t] of d.states) { const k = d.keys.filter(x => x <= t).pop();
+        if (k !== undefined) out.push(t - k); } return out; }""")
+    return _rates(page, hand) | {"per_value": summary(lat) if lat else {},
+                                 "latencies_ms": [round(x, 1) for x in lat]}
+
+
+def step_latencies(page, n_values: int) -> list[float]:
+    """Hold the pointer at the first value and move to each next one: pointer move → new
+    chart, in ms. Lets go where it started."""
+    probe(page)
+    _, _, y = track(page)
+    page.mouse.move(value_x(page, 0, n_values), y)
     page.mouse.down()
     out = []
-    for i in range(1, n_steps):
+    for i in range(1, n_values):
         before = page.evaluate("() => window.__d.states.length")
-        page.mouse.move(step_x(page, i, n_steps), y)
+        page.mouse.move(value_x(page, i, n_values), y)
         page.wait_for_function(f"() => window.__d.states.length > {before}", timeout=10_000,
                                polling="raf")
         out.append(page.evaluate(
             f"() => window.__d.states[{before}][0] - window.__d.moves[window.__d.moves.length - 1]"))
+    page.mouse.move(value_x(page, 0, n_values), y)
     page.mouse.up()
     return out
 
 
-def at_step(page, index: int, n_steps: int) -> tuple[int, list]:
-    """Drag the grip to step `index` and hold it there: the active step and each trace's
-    (name, customdata) the chart then draws."""
-    _, _, y = rail(page)
-    page.mouse.move(page.locator(GRIP).first.bounding_box()["x"] + 5, y)
+SHOWN = """() => { const r = document.querySelector('.mlp-root'), rows = {};
+  for (const e of r.querySelectorAll('rect[data-row]'))
+    (rows[e.getAttribute('data-rank')] ??= []).push([e.getAttribute('data-row'),
+                                                    Number(e.getAttribute('data-bytes'))]);
+  return {value: r.dataset.value, ok: r.dataset.ok === '1', rows,
+          title: r.querySelector('.mlp-title').textContent,
+          sub: r.querySelector('.mlp-sub').textContent,
+          head: r.querySelector('.mlp-head').textContent,
+          legend: r.querySelector('.mlp-legend').textContent,
+          svg: r.querySelector('svg').textContent}; }"""
+
+
+def hold_at(page, index: int, n_values: int) -> None:
+    """Press the pointer on the track at the current value and drag to value `index`, held."""
+    _, _, y = track(page)
+    cur = int(page.locator(ROOT).first.get_attribute("data-idx"))
+    page.mouse.move(value_x(page, cur, n_values), y)
     page.mouse.down()
-    page.mouse.move(step_x(page, index, n_steps), y, steps=5)
-    page.wait_for_timeout(200)
-    found = page.evaluate(CUSTOMDATA)
-    page.mouse.up()
-    return found[0], found[1]
+    page.mouse.move(value_x(page, index, n_values), y, steps=5)
+    page.wait_for_timeout(150)
+
+
+def shown(page) -> dict:
+    """What the component draws now: its value, bars (bytes per row per rank) and texts."""
+    return page.evaluate(SHOWN)
+
+
+def arm_release(page) -> None:
+    """Time the next release (pointer up or key up) → the page's main chart redrawn."""
+    probe(page)
+    page.evaluate("() => { window.__d.armed = true; window.__d.rel = null; }")
+
+
+def release_ms(page, timeout_ms: int = 30_000) -> float:
+    page.wait_for_function("() => window.__d.rel && window.__d.rel.t1 > 0", timeout=timeout_ms,
+                           polling="raf")
+    ms = page.evaluate("() => window.__d.rel.t1 - window.__d.rel.t0")
+    page.evaluate("() => { window.__d.armed = false; }")
+    return ms
 
 
 def summary(latencies: list[float]) -> dict:
