@@ -1,0 +1,113 @@
+"""What `torch.distributed.pipelining` itself holds on a pipeline rank (RuntimeSpec pp_engine
+"pytorch", set explicitly; "auto" and "megatron" keep Megatron's one send + one receive buffer,
+`communication.pp_items`: Megatron-Core's p2p_communication allocates a receive tensor per
+transfer and frees a sent output's data, `deallocate_output_tensor`).
+
+torch 2.13, torch/distributed/pipelining/stage.py (PipelineStage) and schedules.py; measured by
+`memledger validate --engine torch` (memledger/engine/pp_buffers.py, docs/engine-validation.md).
+B = b·s/cp (÷tp with SP) × h × act, one stage-boundary tensor; m micro-batches per step.
+- activation receive buffers: `_setup_forward_recv_info` allocates one per micro-batch for every
+  non-first stage at the first step; the received activation is the buffer itself
+  (`_retrieve_recv_activations`); never freed (`clear_runtime_states` only drops their .grad):
+  m·B per non-first stage of the rank, all step long.
+- gradient receive buffers: `_setup_backward_recv_info` / `_create_grad_recv_info`, likewise one
+  per micro-batch for every non-last stage: m·B per non-last stage, kept across steps.
+- stage outputs: `forward_one_chunk` keeps each micro-batch's output in `fwd_cache` until its
+  backward pops it (and holds it while it runs): one per micro-batch in flight — B on a
+  non-last stage, the logits (b·s/cp × V/tp × act, vocab-parallel under loss_parallel) on the
+  last, where no saved tensor holds them (cross-entropy keeps its fp32 upcast).
+- the previous input gradient: `stage_backward` hands the stage input's gradient to the send
+  and drops `.grad`; Schedule1F1B keeps the last backward's `bwd_sends` until the next backward
+  has run, so the steady-state backward (the rank's peak) holds one more B on a non-first stage
+  (GPipe's peak is its first backward, before any send; ScheduleInterleaved1F1B: measured 0 at
+  the peak on pp=2 v=2, not modelled).
+- RoPE (activations row, profiles that list cos/sin on the first stage: hf, hf-cpu): a stage of
+  a transformers model computes its own position embeddings (LlamaModel.forward's rotary_emb;
+  the harness's Stage), and the layers' q·cos / rotate_half(q)·sin save them: one cos + sin per
+  micro-batch in flight on every later stage too (the first stage's are in the profile).
+Ignores: DualPipeV's and zero-bubble schedules' send bookkeeping (not measured).
+"""
+from __future__ import annotations
+
+from memledger.ledger.activations.inventory import ActTensor, tensor_bytes
+from memledger.ledger.communication import tokens_leaving
+from memledger.ledger.items import Item
+from memledger.units import format_bytes
+
+SRC_STAGE = "torch 2.13 torch/distributed/pipelining/stage.py (PipelineStage)"
+PENDING_SEND = {"1f1b": 1}  # input gradients of finished backwards still held at the peak
+
+
+def applies(p, rt) -> bool:
+    return p.pp > 1 and rt.pp_engine == "pytorch"
+
+
+def boundary_bytes(m, p, t) -> int:
+    """B: one stage-boundary activation (or its gradient) of one micro-batch on this rank."""
+    return format_bytes(t.recipe.act_fmt, tokens_leaving(m, p, t) * m.hidden)
+
+
+def logits_bytes(m, p, t) -> int:
+    """The last stage's output: b·s/cp × V/tp logits in the activation format."""
+    from memledger.ledger.activations.profiles.megatron import _vocab
+    return tensor_bytes(ActTensor("stage.logits", "logits", _vocab(m, t, p), "act", split="tp"),
+                        m, t, p)
+
+
+def act_recv_item(m, p, t, stages) -> Item:
+    n = sum(1 for s in stages if s != 0)
+    return Item("communication", "pipelining activation receive buffers",
+                t.micro_batches * n * boundary_bytes(m, p, t),
+                f"m={t.micro_batches} micro-batches × {n} non-first stages × B (b·s/cp(/tp) × h × act), "
+                "allocated at the first step, kept across steps",
+                SRC_STAGE + " _setup_forward_recv_info")
+
+
+def grad_recv_item(m, p, t, stages) -> Item:
+    n = sum(1 for s in stages if s != p.n_stages - 1)
+    return Item("communication", "pipelining gradient receive buffers",
+                t.micro_batches * n * boundary_bytes(m, p, t),
+                f"m={t.micro_batches} micro-batches × {n} non-last stages × B, kept across steps",
+                SRC_STAGE + " _setup_backward_recv_info / _create_grad_recv_info")
+
+
+def outputs_item(m, p, t, flights) -> Item:
+    last = p.n_stages - 1
+    mid = sum(n for s, n in flights if s != last)
+    end = sum(n for s, n in flights if s == last)
+    b, lg = boundary_bytes(m, p, t), logits_bytes(m, p, t)
+    return Item("communication", "pipelining stage outputs (fwd_cache)", mid * b + end * lg,
+                f"{mid} in-flight micro-batches × B + {end} × logits ({lg} B: b·s/cp × V/tp × act)",
+                SRC_STAGE + " forward_one_chunk / backward_one_chunk (fwd_cache)")
+
+
+def pending_send_item(m, p, t, stages) -> Item:
+    n = PENDING_SEND.get(p.schedule, 0) if t.micro_batches > 1 and any(s != 0 for s in stages) else 0
+    return Item("communication", "pipelining previous input gradient (pending send)",
+                n * boundary_bytes(m, p, t),
+                f"{n} × B: the last backward's bwd_sends, kept until the next backward has run",
+                "torch 2.13 torch/distributed/pipelining/schedules.py Schedule1F1B; _backward.py "
+                "stage_backward")
+
+
+def pipelining_items(m, p, t, rt, r: int, flights) -> list[Item] | None:
+    """The communication items of PipelineStage's buffers on rank r (None: not pytorch)."""
+    if not applies(p, rt):
+        return None
+    stages = p.rank_stages(r)
+    return [act_recv_item(m, p, t, stages), grad_recv_item(m, p, t, stages),
+            outputs_item(m, p, t, flights), pending_send_item(m, p, t, stages)]
+
+
+def stage_rope_items(m, p, t, rt, flights, first_entries) -> list[Item]:
+    """RoPE cos/sin of every later stage of the rank, per micro-batch in flight."""
+    rope = [e for e in first_entries if e.tensor.cls == "rope"]
+    n = sum(k for s, k in flights if s != 0)
+    if not applies(p, rt) or not rope or not n:
+        return []
+    one = sum(e.bytes for e in rope)
+    return [Item("activations", "later stages / rope cos+sin", n * one,
+                 f"{n} micro-batches in flight on non-first stages × cos + sin ({one} B: "
+                 f"{rope[0].formula})",
+                 "transformers models/llama/modeling_llama.py (rotary_emb per stage, "
+                 "apply_rotary_pos_emb saves cos/sin)")]
