@@ -16,11 +16,17 @@ B = b·s/cp (÷tp with SP) × h × act, one stage-boundary tensor; m micro-batch
   backward pops it (and holds it while it runs): one per micro-batch in flight — B on a
   non-last stage, the logits (b·s/cp × V/tp × act, vocab-parallel under loss_parallel) on the
   last, where no saved tensor holds them (cross-entropy keeps its fp32 upcast).
-- the previous input gradient: `stage_backward` hands the stage input's gradient to the send
-  and drops `.grad`; Schedule1F1B keeps the last backward's `bwd_sends` until the next backward
-  has run, so the steady-state backward (the rank's peak) holds one more B on a non-first stage
-  (GPipe's peak is its first backward, before any send; ScheduleInterleaved1F1B: measured 0 at
-  the peak on pp=2 v=2, not modelled).
+- sends still referenced at the peak (Schedule1F1B._step_microbatches, 1F1B only): the last
+  backward's `bwd_sends` (its P2POps hold the stage input's gradient, which `stage_backward`
+  handed over when it dropped `.grad`) live until the next backward has run — one B on a
+  non-first stage once a steady-state backward follows another (m > w, w = min(m, stages − s)
+  the warm-up forwards); and the warm-up's last fired forward send (`send_work`, a gloo Work
+  holding micro-batch w−2's output) is waited only in the cooldown — one B on a non-last stage
+  with w >= 2 once that micro-batch's backward is done before the steady state ends
+  (2w − 1 <= m). GPipe waits its forward sends before the first backward (its peak) and its
+  backward sends after the last. ScheduleInterleaved1F1B (`_PipelineScheduleRuntime`) keeps
+  every send's Work in `send_ops` until the step ends: measured on pp=2 v=2 m=4 as 4.9 B and
+  7.0 B above the ledger at the peak; not modelled (it needs the rank's action order).
 - RoPE (activations row, profiles that list cos/sin on the first stage: hf, hf-cpu): a stage of
   a transformers model computes its own position embeddings (LlamaModel.forward's rotary_emb;
   the harness's Stage), and the layers' q·cos / rotate_half(q)·sin save them: one cos + sin per
@@ -35,7 +41,6 @@ from memledger.ledger.items import Item
 from memledger.units import format_bytes
 
 SRC_STAGE = "torch 2.13 torch/distributed/pipelining/stage.py (PipelineStage)"
-PENDING_SEND = {"1f1b": 1}  # input gradients of finished backwards still held at the peak
 
 
 def applies(p, rt) -> bool:
@@ -81,13 +86,23 @@ def outputs_item(m, p, t, flights) -> Item:
                 SRC_STAGE + " forward_one_chunk / backward_one_chunk (fwd_cache)")
 
 
+def warmup_forwards(p, t, stage: int) -> int:
+    """Schedule1F1B's warm-up forwards on a stage: min(m, stages − stage)."""
+    return min(t.micro_batches, p.n_stages - stage)
+
+
 def pending_send_item(m, p, t, stages) -> Item:
-    n = PENDING_SEND.get(p.schedule, 0) if t.micro_batches > 1 and any(s != 0 for s in stages) else 0
-    return Item("communication", "pipelining previous input gradient (pending send)",
-                n * boundary_bytes(m, p, t),
-                f"{n} × B: the last backward's bwd_sends, kept until the next backward has run",
-                "torch 2.13 torch/distributed/pipelining/schedules.py Schedule1F1B; _backward.py "
-                "stage_backward")
+    """1F1B: the previous backward's input gradient and the warm-up's last forward send."""
+    bwd = fwd = 0
+    if p.schedule == "1f1b" and p.vpp == 1:
+        (s,) = stages
+        w, mb = warmup_forwards(p, t, s), t.micro_batches
+        bwd = int(s != 0 and mb > w)
+        fwd = int(s != p.n_stages - 1 and w >= 2 and 2 * w - 1 <= mb)
+    return Item("communication", "pipelining sends held at the peak", (bwd + fwd) * boundary_bytes(m, p, t),
+                f"{bwd} previous input gradient (bwd_sends) + {fwd} warm-up forward output "
+                f"(send_work) × B", "torch 2.13 torch/distributed/pipelining/schedules.py "
+                "Schedule1F1B._step_microbatches; _backward.py stage_backward")
 
 
 def pipelining_items(m, p, t, rt, r: int, flights) -> list[Item] | None:
