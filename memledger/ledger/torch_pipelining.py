@@ -29,8 +29,11 @@ B = b·s/cp (÷tp with SP) × h × act, one stage-boundary tensor; m micro-batch
   7.0 B above the ledger at the peak; not modelled (it needs the rank's action order).
 - RoPE (activations row, profiles that list cos/sin on the first stage: hf, hf-cpu): a stage of
   a transformers model computes its own position embeddings (LlamaModel.forward's rotary_emb;
-  the harness's Stage), and the layers' q·cos / rotate_half(q)·sin save them: one cos + sin per
-  micro-batch in flight on every later stage too (the first stage's are in the profile).
+  the harness's Stage): `LlamaRotaryEmbedding.forward` (Qwen3's alike) returns cos, sin of
+  shape (position rows, s, head_dim) in the hidden states' dtype, and apply_rotary_pos_emb's
+  q·cos / rotate_half(q)·sin save them (a checkpointed layer holds them as inputs instead): one
+  cos + sin per micro-batch in flight on every later stage too (the first stage's are in the
+  profile; transformers 5.24 models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py).
 Ignores: DualPipeV's and zero-bubble schedules' send bookkeeping (not measured).
 """
 from __future__ import annotations
@@ -124,5 +127,5 @@ def stage_rope_items(m, p, t, rt, flights, first_entries) -> list[Item]:
     return [Item("activations", "later stages / rope cos+sin", n * one,
                  f"{n} micro-batches in flight on non-first stages × cos + sin ({one} B: "
                  f"{rope[0].formula})",
-                 "transformers models/llama/modeling_llama.py (rotary_emb per stage, "
-                 "apply_rotary_pos_emb saves cos/sin)")]
+                 "transformers 5.24 models/llama (and qwen3) modeling: LlamaRotaryEmbedding."
+                 "forward per stage, apply_rotary_pos_emb's q·cos saves cos")]
