@@ -33,7 +33,7 @@ def test_1f1b_pp4_m6_rank_r_holds_m_receive_buffers_each_way_and_its_in_flight_o
     assert all("pipeline send/recv" not in items(led, r) for r in range(4))
 
 
-def test_gpipe_and_interleaved_hold_no_sends_at_the_peak_and_count_every_stage_of_the_rank():
+def test_gpipe_holds_no_sends_at_its_peak_interleaved_every_send_so_far_per_stage_of_the_rank():
     gp = predict(case_from_text("pp=2,m=4,schedule=gpipe"))
     assert [items(gp, r)["pipelining sends held at the peak"] for r in (0, 1)] == [0, 0]
     il = predict(case_from_text("pp=2,vpp=2,m=4,schedule=interleaved"))
@@ -42,7 +42,8 @@ def test_gpipe_and_interleaved_hold_no_sends_at_the_peak_and_count_every_stage_o
     assert items(il, 0)["pipelining gradient receive buffers"] == 4 * 2 * B
     assert items(il, 1)["pipelining activation receive buffers"] == 4 * 2 * B
     assert items(il, 1)["pipelining gradient receive buffers"] == 4 * 1 * B
-    assert items(il, 1)["pipelining sends held at the peak"] == 0
+    # torch's runtime keeps every send to the step's end: 5 and 7 at the last fullest backward
+    assert [items(il, r)["pipelining sends held at the peak"] // B for r in (0, 1)] == [5, 7]
 
 
 @pytest.mark.parametrize("m,expect", [(2, [0, 1]), (3, [1, 1]), (6, [1, 1])])

@@ -24,9 +24,13 @@ B = b·s/cp (÷tp with SP) × h × act, one stage-boundary tensor; m micro-batch
   holding micro-batch w−2's output) is waited only in the cooldown — one B on a non-last stage
   with w >= 2 once that micro-batch's backward is done before the steady state ends
   (2w − 1 <= m). GPipe waits its forward sends before the first backward (its peak) and its
-  backward sends after the last. ScheduleInterleaved1F1B (`_PipelineScheduleRuntime`) keeps
-  every send's Work in `send_ops` until the step ends: measured on pp=2 v=2 m=4 as 4.9 B and
-  7.0 B above the ledger at the peak; not modelled (it needs the rank's action order).
+  backward sends after the last. ScheduleInterleaved1F1B (`_PipelineScheduleRuntime.
+  _step_microbatches`) keeps every send's Work in `send_ops` until the step ends ("there isn't
+  an obvious time when to wait for them"): at the last backward that starts with the most
+  micro-batches held (same activations, most sends), every output of a non-last stage whose
+  micro-batch is through its backward and every input gradient a non-first stage has sent so
+  far, one B each (walked over torch's order, `pipeline.order.rank_order`). Measured on pp=2
+  v=2 m=2, 4, 6: 0/1, 4.9/7.0, 10.9/13.0 B against 0/1, 5/7, 11/13.
 - RoPE (activations row, profiles that list cos/sin on the first stage: hf, hf-cpu): a stage of
   a transformers model computes its own position embeddings (LlamaModel.forward's rotary_emb;
   the harness's Stage): `LlamaRotaryEmbedding.forward` (Qwen3's alike) returns cos, sin of
@@ -94,18 +98,42 @@ def warmup_forwards(p, t, stage: int) -> int:
     return min(t.micro_batches, p.n_stages - stage)
 
 
-def pending_send_item(m, p, t, stages) -> Item:
-    """1F1B: the previous backward's input gradient and the warm-up's last forward send."""
+def runtime_sends(p, t, r: int) -> tuple[int, int]:
+    """Interleaved (torch's runtime): (outputs, input gradients) whose sends are still waiting in
+    `send_ops` at the start of the last backward that holds the most micro-batches."""
+    from memledger.ledger.pipeline.order import rank_order
+    last, held, best, sent = p.n_stages - 1, 0, -1, [0, 0]
+    at = (0, 0)
+    for kind, s, _ in rank_order(p.schedule, p.pp, p.vpp, t.micro_batches, r, "pytorch"):
+        if kind == "F":
+            held += 1
+            continue
+        if held >= best:
+            best, at = held, tuple(sent)
+        held -= 1
+        sent[0] += s != last
+        sent[1] += s != 0
+    return at
+
+
+def pending_send_item(m, p, t, r: int, stages) -> Item:
+    """Sends whose tensors nothing else holds at the peak: 1F1B's previous input gradient and
+    warm-up forward send; interleaved's every send so far."""
     bwd = fwd = 0
     if p.schedule == "1f1b" and p.vpp == 1:
         (s,) = stages
         w, mb = warmup_forwards(p, t, s), t.micro_batches
         bwd = int(s != 0 and mb > w)
         fwd = int(s != p.n_stages - 1 and w >= 2 and 2 * w - 1 <= mb)
+        src = "Schedule1F1B._step_microbatches (bwd_sends, send_work)"
+    elif p.schedule == "interleaved":
+        fwd, bwd = runtime_sends(p, t, r)
+        src = "_PipelineScheduleRuntime._step_microbatches (send_ops)"
+    else:
+        src = "GPipe: none at its peak; zero-bubble / DualPipeV: not measured"
     return Item("communication", "pipelining sends held at the peak", (bwd + fwd) * boundary_bytes(m, p, t),
-                f"{bwd} previous input gradient (bwd_sends) + {fwd} warm-up forward output "
-                f"(send_work) × B", "torch 2.13 torch/distributed/pipelining/schedules.py "
-                "Schedule1F1B._step_microbatches; _backward.py stage_backward")
+                f"{bwd} input gradients + {fwd} stage outputs whose sends are pending × B",
+                "torch 2.13 torch/distributed/pipelining/schedules.py " + src)
 
 
 def pipelining_items(m, p, t, rt, r: int, flights) -> list[Item] | None:
@@ -114,7 +142,7 @@ def pipelining_items(m, p, t, rt, r: int, flights) -> list[Item] | None:
         return None
     stages = p.rank_stages(r)
     return [act_recv_item(m, p, t, stages), grad_recv_item(m, p, t, stages),
-            outputs_item(m, p, t, flights), pending_send_item(m, p, t, stages)]
+            outputs_item(m, p, t, flights), pending_send_item(m, p, t, r, stages)]
 
 
 def stage_rope_items(m, p, t, rt, flights, first_entries) -> list[Item]:
