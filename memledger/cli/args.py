@@ -116,7 +116,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--muon-gather", choices=MUON_GATHER, default="on-demand")
     r.add_argument("--pp-engine", choices=ENGINES, default="auto",
                    help="whose order of the pipeline schedule to follow (auto: the first engine "
-                        "that runs the micro-batch count; docs/schedules.md)")
+                        "that runs the micro-batch count; docs/schedules.md); pytorch also "
+                        "counts torch.distributed.pipelining's own buffers")
     r.add_argument("--zb-w-holds", choices=W_HOLDS, default="graph",
                    help="zero-bubble: what stays alive between I and W — graph (PyTorch's "
                         "retain_graph, default) or w-inputs (DeepSeek / zero-bubble runtimes)")

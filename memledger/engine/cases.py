@@ -104,7 +104,8 @@ class EngineCase:
                            cuda_context_bytes=0, allocator_slack_pct=0, nccl_channels=0,
                            zero3_impl="fsdp", optimizer_impl="for-loop",
                            grad_lifetime="persistent",  # the loop the harness runs (worker.py)
-                           tp_engine="dtensor", zero1_partition="greedy-params")  # its engines
+                           tp_engine="dtensor", zero1_partition="greedy-params",  # its engines
+                           pp_engine="pytorch")  # torch.distributed.pipelining's buffers
 
 
 def model_spec(case: EngineCase):
@@ -166,6 +167,8 @@ CPU_CASES: tuple[EngineCase, ...] = (
                micro_batches=2, recompute="full"),
     EngineCase(name="tp=2 sp full recompute", config=LLAMA, tp=2, sp=True, micro_batches=2,
                recompute="full"),
+    EngineCase(name="pp=2 1f1b m=4 full recompute", config=LLAMA, pp=2, schedule="1f1b",
+               micro_batches=4, recompute="full"),
 )
 
 

@@ -191,6 +191,13 @@ def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bo
         for s in st.values():
             live.track(*s.values())
     live.track(batch)
+    pp_recv = {}
+    if case.pp > 1:  # pipelining's receive buffers: allocated at step 1, no op returns them
+        from memledger.engine.pp_buffers import recv_buffers, recv_bytes
+        bufs = recv_buffers(sched)
+        live.track(*bufs["activation"], *bufs["gradient"])
+        kept = {b.untyped_storage().data_ptr() for v in bufs.values() for b in v}
+        pp_recv = recv_bytes(sched)
     base = live.current
     live.samples.clear()  # the timeline starts with the measured step
     ep_mods = [m for s in stages.values() for m in s.modules() if hasattr(m, "received_rows")]
@@ -204,6 +211,10 @@ def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bo
         with mt:
             step()
         res_fsdp = probe.peak_snapshot(mt)
+    if case.pp > 1:  # the same storages after the measured step: kept across steps
+        after = recv_buffers(sched)
+        pp_recv["kept_across_steps"] = kept == {b.untyped_storage().data_ptr()
+                                                for v in after.values() for b in v}
     rows = probe.static_rows(list(stages.values()), opt_states)
     first = sp.at_first_backward or {"activations": 0, "held": {}}
     return {"coords": coords, **rows, "activations": first["activations"],
@@ -211,4 +222,4 @@ def measure_step(case: EngineCase, mesh, coords, hf, stages, mods, opt, fake: bo
             "inputs": probe.nbytes(batch), "base_live": base, "peak_live": live.peak,
             "timeline": live.timeline(), "at_peak": live.at_peak(),
             "ep_received_rows": [n for m in ep_mods for n in m.received_rows],
-            "fsdp_tracker_peak": res_fsdp}
+            "fsdp_tracker_peak": res_fsdp, **({"pp_recv_buffers": pp_recv} if pp_recv else {})}

@@ -17,6 +17,7 @@ from memledger.ledger.activations.row import activation_items, activation_moves
 from memledger.ledger.activations.transients import activation_transients
 from memledger.ledger.checks import check_all
 from memledger.ledger.communication import comm_items
+from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
 from memledger.ledger.items import ROWS, RankLedger
 from memledger.ledger.pipeline.remote import remote_offload
 from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, last_stage_open,
@@ -102,7 +103,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked")
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
-    items += comm_items(m, p, t, rt, held)
+    items += stage_rope_items(m, p, t, rt, flights, acts.outer["first stage"])
+    items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, r, flights))
     stages = stage_layers(m, p)
     transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand)
     return RankParts(r=r, items=tuple(items), transients=tuple(transients),

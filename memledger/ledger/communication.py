@@ -168,9 +168,11 @@ def pp_items(m, p, t) -> list[Item]:
                  "2 × b·s/cp(/tp with SP) × h × act (one send, one recv)", "Megatron p2p")]
 
 
-def comm_items(m, p, t, rt, held: list[Held]) -> list[Item]:
-    """The communication row of a rank holding `held`: buckets, NCCL, PP, MoE a2a, ZeRO-3."""
-    items = grad_bucket_items(p, t, rt) + nccl_items(p, rt) + pp_items(m, p, t)
+def comm_items(m, p, t, rt, held: list[Held], pp: list[Item] | None = None) -> list[Item]:
+    """The communication row of a rank holding `held`: buckets, NCCL, PP, MoE a2a, ZeRO-3.
+    `pp`: the pipeline buffers when not Megatron's send + recv (ledger.torch_pipelining)."""
+    items = grad_bucket_items(p, t, rt) + nccl_items(p, rt) + (pp_items(m, p, t) if pp is None
+                                                              else pp)
     if m.moe is not None and any(h.section == "moe layers" for h in held) and p.ep > 1:
         items += moe_items(m, p, t, rt)
     if p.zero == 3:

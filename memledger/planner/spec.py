@@ -113,6 +113,11 @@ class PlanSpec:
             value = getattr(self.runtime, knob)
             require(value == default, knob, f"the planner sweeps {knob}={default} only, got "
                                             f"{value!r}; check a layout with `memledger ledger`")
+        # torch.distributed.pipelining's own buffers (ledger.torch_pipelining) need every
+        # rank's stages and in-flight counts per stage, which the vectorised sweep does not keep
+        require(self.runtime.pp_engine != "pytorch", "pp_engine",
+                "the planner sweeps Megatron's pipeline buffers (pp_engine auto, megatron or "
+                "deepseek), got 'pytorch'; check a layout with `memledger ledger`")
         framework(self.framework)
         self.base_train()  # validates precision, optimizer, profile, attention
         for knob in ("optimizer_offload", "grad_offload"):
