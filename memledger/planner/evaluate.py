@@ -259,7 +259,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
                             stt.units_z[rows], life)
             terms = {} if out.parts is not None else None
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
-                                 stt.grads0[rows], stt.weights0[rows], seg, terms, split=True)
+                                 stt.grads0[rows], stt.weights0[rows], seg, terms, split=True,
+                                 layers=cache)
             block = Block(g.world, g.pp, tp, cp, dp, ep, etp, pipe_cols, np.asarray(zs), bs, ms_b,
                           np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
                           (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))
