@@ -251,7 +251,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             ep, etp = g.ep[sel], g.etp[sel]
             if (tp, cp) not in cache:
                 cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
-                                           cache["bs"])
+                                           cache["bs"], cache)
             ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
