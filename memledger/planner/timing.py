@@ -3,6 +3,12 @@ term, docs/step-time.md its sources) evaluated over widths × pipeline shapes ×
 micro-batch × recompute. Per-layer times are [W, B] arrays (widths × micro-batch sizes), per
 rank [all ranks, W, B, RC], the slowest rank of each pipeline shape a segmented max; the
 per-step terms (DP sync, ZeRO-3 gathers, optimizer) add the ZeRO axis.
+For speed (docs/planner-speed.md): the per-layer terms are computed once per (tp, cp) over every
+micro-batch size and width of the search (`_layers_from`; element-wise, so bit for bit), and
+a rank's micro-batch is summed with the terms that do not depend on the width first
+(`_slowest`): equal to the term-by-term sum (`_rank_parts`, which the breakdown still reads)
+to rounding (≤ 1e-15 relative measured), with the same order of every configuration
+(tests/test_planner_timing_fast.py).
 """
 from __future__ import annotations
 
