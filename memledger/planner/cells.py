@@ -223,12 +223,11 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         if not len(local):
             continue
         row, col = np.divmod(local, n_brc)
-        at = cell.take(row)
-        out.flat.append(at * n_brc + col)
+        s = pipeline.take(pw, axis=0)
+        s.reshape(len(cell), n_b, n_rc)[...] += per_step.take(cell, axis=0)[:, :, None]
+        out.flat.append(cell.take(row) * n_brc + col)
         out.peak.append(total(alloc.reshape(-1).take(local)))
-        # the two addends read at the kept configurations only
-        out.seconds.append(pipeline.reshape(-1).take(pw.take(row) * n_brc + col)
-                           + per_step.reshape(-1).take(at * n_b + col // n_rc))
+        out.seconds.append(s.reshape(-1).take(local))
         for k, v in (parts or {}).items():
             out.parts[k].append(np.asarray(v[p, w, z]).reshape(len(cell), -1)[row, col])
     return out
