@@ -128,7 +128,8 @@ def _slowest(pf: PipeFlops, L, p2p, n_w: int):
     compute), the sum of `_rank_parts` regrouped: the terms that do not depend on the width
     (dense layers, head, TP, CP, send/recv) on [R, 1, B], then the MoE layers' (experts and
     all-to-all, per width) as one product — a few passes over [R, W, B] instead of one per
-    term. Equal to `_rank_parts`' sum up to rounding (tests/test_step_equality.py)."""
+    term. Equal to `_rank_parts`' sum up to rounding, in the same order
+    (tests/test_planner_timing_fast.py; the scalar model: tests/test_step_equality.py)."""
     d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
     own = 3 * (d * L["f_d"] + last * L["head"])  # [R, 1, B]
     fixed = own + (d + mo) * (L["tp"] + L["cp"]) + p2p[:, None, :]
