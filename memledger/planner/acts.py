@@ -85,7 +85,15 @@ def _columns(m, t, tp, cp, etp, b, loss: str = "materialized") -> dict:
     return out
 
 
-def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs) -> ActArrays:
+def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs,
+               shared: dict | None = None) -> ActArrays:
+    """`shared`: a dict kept across one search's calls, where the amp coefficients, which
+    depend on tp alone, are computed once per tp instead of once per (tp, cp)."""
+    shared = {} if shared is None else shared
+    if ("autocast", tp) not in shared:
+        shared["autocast", tp] = (autocast_coefficients(m, t, tp),
+                                  cast_cache_coefficients(m, t, tp))
+    autocast, cast_cache = shared["autocast", tp]
     etps, bs = np.asarray(etps, np.int64), np.asarray(bs, np.int64)
     shape = (len(etps), len(bs))
     from memledger.specs.loop import resolve_loop
@@ -103,7 +111,7 @@ def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs) -> ActArrays:
         logits_fwd=np.asarray(cols["logits_fwd"])[0] if np.ndim(cols["logits_fwd"]) else cols["logits_fwd"],
         bwd=np.broadcast_to(cols["bwd"], shape)[0],
         a2a={e: _a2a(m, t, rt, tp, cp, e, bs) for e in sorted(set(eps) - {1}) if m.moe},
-        autocast=autocast_coefficients(m, t, tp), cast_cache=cast_cache_coefficients(m, t, tp))
+        autocast=autocast, cast_cache=cast_cache)
 
 
 def _a2a(m, t, rt, tp, cp, ep, bs) -> np.ndarray:

@@ -157,8 +157,10 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         phases.append((in_layer, at_loss))
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
         parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
-    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1)[:, spread] + \
-        (base[:, None] + a2a)[..., None]  # [R, W, B, RC]
+    # stacked per etp (small), spread to the widths in one take, the per-width buffers added
+    # in place: [R, W, B, RC]
+    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1).take(spread, axis=1)
+    fwd_bwd += (base[:, None] + a2a)[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
     # runtime.transient_at_peak: loss-side transients run while no FSDP unit is gathered
     # (cells.RankTerms applies the discount where a unit is held)
@@ -248,7 +250,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             ep, etp = g.ep[sel], g.etp[sel]
             if (tp, cp) not in cache:
                 cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
-                                           cache["bs"])
+                                           cache["bs"], cache)
             ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
@@ -259,7 +261,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
                             stt.units_z[rows], life)
             terms = {} if out.parts is not None else None
             secs = block_seconds(spec, pf, bubble[:, mi], tp, cp, dp, ep, etp, bs, ms_b, zs,
-                                 stt.grads0[rows], stt.weights0[rows], seg, terms, split=True)
+                                 stt.grads0[rows], stt.weights0[rows], seg, terms, split=True,
+                                 layers=cache)
             block = Block(g.world, g.pp, tp, cp, dp, ep, etp, pipe_cols, np.asarray(zs), bs, ms_b,
                           np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
                           (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))

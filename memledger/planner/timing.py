@@ -3,6 +3,12 @@ term, docs/step-time.md its sources) evaluated over widths × pipeline shapes ×
 micro-batch × recompute. Per-layer times are [W, B] arrays (widths × micro-batch sizes), per
 rank [all ranks, W, B, RC], the slowest rank of each pipeline shape a segmented max; the
 per-step terms (DP sync, ZeRO-3 gathers, optimizer) add the ZeRO axis.
+For speed (docs/planner-speed.md): the per-layer terms are computed once per (tp, cp) over every
+micro-batch size and width of the search (`_layers_from`; element-wise, so bit for bit), and
+a rank's micro-batch is summed with the terms that do not depend on the width first
+(`_slowest`): equal to the term-by-term sum (`_rank_parts`, which the breakdown still reads)
+to rounding (≤ 1e-15 relative measured), with the same order of every configuration
+(tests/test_planner_timing_fast.py).
 """
 from __future__ import annotations
 
@@ -86,6 +92,27 @@ def _layers(su, pf: PipeFlops, tokens, ep, etp):
     return out
 
 
+def _layers_from(cache: dict, su, pf: PipeFlops, seq: int, bs, ep, etp):
+    """`_layers` of one block taken from one evaluation per (tp, cp) over every micro-batch
+    size (cache["bs"]) and every (ep, etp) pair (cache["eps"] × cache["etps"]) of the search:
+    the terms are element-wise in tokens and widths, so the numbers are the same, and the
+    blocks of other pipeline depths (and data-parallel sizes) reuse them. Nothing in
+    `_layers` reads pp, dp or the pipeline shapes (pf gives the vocabulary and the selective
+    recompute FLOPs, both fixed by tp)."""
+    eps, etps, all_bs = (np.asarray(cache[k]) for k in ("eps", "etps", "bs"))
+    key = ("layers", su.tp, su.cp)
+    if key not in cache:
+        e, t = (x.reshape(-1, 1) for x in np.meshgrid(eps, etps, indexing="ij"))
+        cache[key] = _layers(su, pf, all_bs.astype(np.float64) * seq / su.cp, e, t)
+    bi = np.searchsorted(all_bs, bs)
+    wi = np.searchsorted(eps, ep) * len(etps) + np.searchsorted(etps, etp)
+    take = lambda v: v if np.ndim(v) == 0 else v[bi] if np.ndim(v) == 1 else \
+        v[wi[:, None], bi]  # noqa: E731
+    out = {k: take(v) for k, v in cache[key].items() if k != "rec"}
+    out["rec"] = {rc: tuple(map(take, v)) for rc, v in cache[key]["rec"].items()}
+    return out
+
+
 def _rank_parts(pf: PipeFlops, L, p2p):
     """Per-micro-batch parts of every rank: [R, W, B] (recompute: one per mode)."""
     d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
@@ -96,27 +123,56 @@ def _rank_parts(pf: PipeFlops, L, p2p):
             "ep": mo * ep, "pp_p2p": p2p[:, None, :]}
 
 
+def _slowest(pf: PipeFlops, L, p2p, n_w: int):
+    """([P, W, B, RC] the slowest rank's micro-batch per recompute mode, [P, W, B] its
+    compute), the sum of `_rank_parts` regrouped: the terms that do not depend on the width
+    (dense layers, head, TP, CP, send/recv) on [R, 1, B], then the MoE layers' (experts and
+    all-to-all, per width) as one product — a few passes over [R, W, B] instead of one per
+    term. Equal to `_rank_parts`' sum up to rounding, in the same order
+    (tests/test_planner_timing_fast.py; the scalar model: tests/test_step_equality.py)."""
+    d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
+    own = 3 * (d * L["f_d"] + last * L["head"])  # [R, 1, B]
+    fixed = own + (d + mo) * (L["tp"] + L["cp"]) + p2p[:, None, :]
+    moe3 = 3 * np.asarray(L["f_m"], np.float64)
+    dual = np.flatnonzero(pf.dualpipe)
+    shape = (len(d), n_w, np.shape(fixed)[-1])
+    buf = np.empty(shape)
+
+    def widths(g, fixed_rc):  # fixed_rc + mo · g (g per width; dual ranks: ep_dual)
+        np.multiply(mo, g[0], out=buf)
+        if len(dual):
+            buf[dual] = mo[dual] * g[1]
+        return segment_max(np.add(buf, fixed_rc, out=buf), pf.seg)
+    comp = widths((moe3, moe3), own)
+    ep = L["ep"], L["ep_dual"]
+    out = []
+    for rc in pf.rcs:
+        rec_d, rec_m = L["rec"][rc]
+        out.append(widths((moe3 + ep[0] + rec_m, moe3 + ep[1] + rec_m), fixed + d * rec_d))
+    return np.stack(out, -1), comp
+
+
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
-                  grads0, weights0, seg, parts: dict | None = None, split: bool = False):
+                  grads0, weights0, seg, parts: dict | None = None, split: bool = False,
+                  layers: dict | None = None):
     """[P, W, Z, B, RC] estimated seconds per step. grads0 / weights0: [W, R] unsharded rows of
     the memory-candidate ranks (segments `seg`); bubble: [P, B]. `parts`, when given, receives
     every term per step at the slowest rank (PARTS). split=True returns the two addends
     instead, (pipeline [P, W, B, RC], per-step [P, W, Z, B]): the evaluator adds them only
-    for the configurations it keeps (planner.cells)."""
+    for the configurations it keeps (planner.cells). `layers`: a cache shared by the blocks of
+    one search (`_layers_from`)."""
     t = spec.base_train()
     su = sm.Setup(spec.model, spec.hardware, framework(spec.framework), spec.seq, tp, cp, dp,
                   spec.node_size, format_bytes(t.recipe.act_fmt, 1), pf.pp)
     tokens = np.asarray(bs, np.float64) * spec.seq / cp
     ep_c, etp_c = np.asarray(ep)[:, None], np.asarray(etp)[:, None]
-    L = _layers(su, pf, tokens, ep_c, etp_c)
-    rp = _rank_parts(pf, L, sm.p2p_seconds(su, tokens, pf.chunks[:, None]))
-    per_rank = sum(rp[k] for k in ("compute", "tp", "cp", "ep", "pp_p2p"))  # [R, W, B]
-    # one recompute mode at a time keeps the micro-batch axis innermost (numpy's fast loops)
-    t_mb = np.stack([segment_max(per_rank + r, pf.seg) for r in rp["recompute"]], -1)
-    comp = np.broadcast_to(segment_max(rp["compute"], pf.seg), t_mb.shape[:3])
+    L = _layers(su, pf, tokens, ep_c, etp_c) if layers is None else \
+        _layers_from(layers, su, pf, spec.seq, bs, ep, etp)
+    p2p = sm.p2p_seconds(su, tokens, pf.chunks[:, None])
     m_b = np.asarray(ms_b, np.float64)
     b = bubble[:, None, :, None]
-    pipeline = m_b[:, None] * t_mb / (1.0 - b)  # [P, W, B, RC]
+    t_mb, comp = _slowest(pf, L, p2p, len(ep_c))
+    pipeline = t_mb * (m_b / (1.0 - bubble))[:, None, :, None]  # [P, W, B, RC]
     grads = segment_max(grads0.T, seg)[:, :, None]  # [P, W, 1]
     weights = segment_max(weights0.T, seg)[:, :, None]
     window = (2.0 / 3.0) * comp  # one micro-batch's backward [P, W, B]
@@ -125,7 +181,9 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     opt = sm.optimizer_seconds(su, t, weights[..., None], np.asarray(zs)[:, None])
     step = sync + z3 + opt  # [P, W, Z, B]
     shape = step.shape + (t_mb.shape[-1],)
-    if parts is not None:
+    if parts is not None:  # term by term (a breakdown): every rank's parts
+        rp = _rank_parts(pf, L, p2p)
+        per_rank = sum(rp[k] for k in ("compute", "tp", "cp", "ep", "pp_p2p"))  # [R, W, B]
         rp = rp | {"recompute": np.stack(np.broadcast_arrays(*rp["recompute"], per_rank), -1)
                    [..., :-1]}
         t_rank = per_rank[..., None] + rp["recompute"]
