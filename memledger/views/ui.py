@@ -73,8 +73,7 @@ def chart(fig, stem: str, key: str, led: Ledger | None = None, setting: str = ""
     # six buttons re-rendered on every slider move cost the browser more than a click to show
     # them (a toggle, not an expander: some charts already sit in an expander)
     if st.toggle("Downloads: PNG, SVG, HTML" + (", CSV, JSON" if led is not None else ""),
-                 key=f"{key}_dl", help="Show the download buttons for this chart"
-                 + (" and its ledger." if led is not None else ".")):
+                 key=f"{key}_dl"):
         _downloads(fig, stem, key, led, setting)
 
 
