@@ -13,12 +13,16 @@ menu = page_frame("ledger", menu_later=True)
 SPECS = (PageParam("rank", -1, limits=(-1, 1023)),)
 
 res = resolve("ledger", SPECS)
-ui.issues(res)
-guard.admit(res, "ledger", specs=SPECS, values={"rank": res.page["rank"]})
+# link problems, title, verdict and metrics: one container above the chart, so the chart keeps
+# its place (and the browser its Plotly plot) whatever appears above it; most of it is filled
+# once the chart is on its way
+above = st.container()
+with above:
+    ui.issues(res)
+    guard.admit(res, "ledger", specs=SPECS, values={"rank": res.page["rank"]}, menu=menu)
 led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
 stem = ui.stem(res, "ledger")
 
-above = st.container()  # title, verdict and metrics: filled once the chart is on its way
 ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led, setting=ui.setting(res))
 fill_menu(menu, "ledger")
 with above:

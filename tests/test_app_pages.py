@@ -111,6 +111,19 @@ def test_rarely_used_widgets_are_built_only_when_shown(app_test):
     assert _kinds(ok(at).main).count("download_button") == 6
 
 
+def _chart_place(at) -> int:
+    return [c.type for c in at.main.children.values()].index("plotly_chart")
+
+
+def test_the_chart_keeps_its_place_whatever_shows_above_it(app_test):
+    """Elements that change place are remounted by the browser: link errors and notes go in the
+    container above the chart, so a run with them and a run without put the chart in one place."""
+    clean = ok(app_test(LEDGER).run())
+    bad = ok(app_test(LEDGER, "tp=3&ep=notanumber").run())
+    assert len(bad.error) >= 2
+    assert _chart_place(bad) == _chart_place(clean)
+
+
 def test_a_setting_whose_widget_is_hidden_keeps_its_value(app_test):
     at = ok(app_test(LEDGER, "profile=paper&attention=eager").run())
     before = chart_numbers(figures(at)[0])
