@@ -45,7 +45,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memledger import build_ledger  # noqa: E402
-from memledger.views.devserver import _wait_healthy, chromium, free_port, streamlit_app, wait_idle
+from memledger.views.devserver import (ROOT, _wait_healthy, chromium, free_port,  # noqa: E402
+                                       streamlit_app, wait_idle)
 from memledger.views.state import Config, load_model, parse_params, to_specs  # noqa: E402
 
 QUERY = "model=deepseek-v3&world=2048&tp=16&pp=16&ep=1"
@@ -139,9 +140,11 @@ def floor(n_moves: int) -> list[float]:
         app = Path(d) / "floor.py"
         app.write_text(FLOOR_APP)
         port = free_port()
+        # run from the repository root: the same .streamlit/config.toml (theme, toolbar, no
+        # file watcher) as the app, whatever directory the benchmark is started from
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app),
                                  "--server.headless", "true", "--server.port", str(port),
-                                 "--browser.gatherUsageStats", "false"],
+                                 "--browser.gatherUsageStats", "false"], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             base = f"http://127.0.0.1:{port}"

@@ -3,25 +3,31 @@ import streamlit as st
 
 from memledger.views import guard, preview_panel, safe_text, sidebar, tables, ui
 from memledger.views.compute import ledger_for
-from memledger.views.frame import page_frame
+from memledger.views.frame import fill_menu, page_frame
 from memledger.views.ledger import charts, summary
 from memledger.views.ledger.verdict import verdict
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
 
-page_frame("ledger")
+menu = page_frame("ledger", menu_later=True)
 SPECS = (PageParam("rank", -1, limits=(-1, 1023)),)
 
 res = resolve("ledger", SPECS)
-ui.issues(res)
-guard.admit(res, "ledger", specs=SPECS, values={"rank": res.page["rank"]})
+# link problems, title, verdict and metrics: one container above the chart, so the chart keeps
+# its place (and the browser its Plotly plot) whatever appears above it; most of it is filled
+# once the chart is on its way
+above = st.container()
+with above:
+    ui.issues(res)
+    guard.admit(res, "ledger", specs=SPECS, values={"rank": res.page["rank"]}, menu=menu)
 led, hw = ledger_for(res.model, res.cfg), hardware(res.cfg)
 stem = ui.stem(res, "ledger")
 
-share = ui.header(f"Memory ledger: {safe_text.md(res.model.name)} on {res.cfg.world:,} × {hw.name}")
-above = st.container()  # the verdict and metrics, filled once the chart is on its way
 ui.chart(charts.ledger_bar(led, hw), stem, key="ledger_chart", led=led, setting=ui.setting(res))
+fill_menu(menu, "ledger")
 with above:
+    share = ui.header(f"Memory ledger: {safe_text.md(res.model.name)} on {res.cfg.world:,} × "
+                      f"{hw.name}")
     verdict(res, led, hw)
     with st.container(horizontal=True, gap="medium"):
         for m in summary.metrics(led, hw):

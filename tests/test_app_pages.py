@@ -22,6 +22,13 @@ def ok(at):
     return at
 
 
+def opened(at, *expanders):
+    """The AppTest with these lazy expanders open (their bodies are built only while open)."""
+    for key in expanders:
+        at.session_state[key] = True
+    return at
+
+
 def test_ledger_renders_with_defaults(app_test):
     at = ok(app_test(LEDGER).run())
     assert at.error == [] and "Fits" in at.success[0].value
@@ -42,9 +49,10 @@ def test_ledger_renders_with_defaults(app_test):
     ("toggle", "sb_sp", False, {"sp": "0"}),
     ("selectbox", "sb_recompute", "full", {"recompute": "full"}),
     ("selectbox", "sb_precision", "mixed16", {"precision": "mixed16"}),
+    ("selectbox", "sb_profile", "paper", {"profile": "paper"}),  # in the "More" expander
 ])
 def test_each_kind_of_widget_changes_the_chart_and_the_url(app_test, kind, key, value, query):
-    at = ok(app_test(LEDGER).run())
+    at = ok(opened(app_test(LEDGER), "more_open").run())
     before = chart_numbers(figures(at)[0])
     getattr(at, kind)(key=key).set_value(value).run()
     ok(at)
@@ -79,6 +87,52 @@ def test_the_item_table_is_built_only_when_open(app_test):
     at = ok(app_test(LEDGER).run())
     assert len(at.dataframe) == 0
     assert any(e.label.startswith("Every item") for e in at.expander)
+
+
+def _kinds(block) -> list[str]:
+    out = []
+    for child in getattr(block, "children", {}).values():
+        out += [child.type] + _kinds(child)
+    return out
+
+
+def test_rarely_used_widgets_are_built_only_when_shown(app_test):
+    """Import, the advanced training knobs and the downloads cost a re-render on every slider
+    move (docs/drag-preview.md): closed, none of their widgets is sent."""
+    at = ok(app_test(LEDGER).run())
+    side, main = _kinds(at.sidebar), _kinds(at.main)
+    assert "file_uploader" not in side and "text_area" not in side
+    assert "download_button" not in main
+    assert {e.label for e in at.expander} >= {
+        "Import a Hugging Face model", "More: training loop, activation profile, attention kernel"}
+    keys = {w.key for w in at.sidebar.selectbox}
+    assert not keys & {"sb_loop", "sb_profile", "sb_attention"}
+    at.toggle(key="ledger_chart_dl").set_value(True).run()
+    assert _kinds(ok(at).main).count("download_button") == 6
+
+
+def _chart_place(at) -> int:
+    return [c.type for c in at.main.children.values()].index("plotly_chart")
+
+
+def test_the_chart_keeps_its_place_whatever_shows_above_it(app_test):
+    """Elements that change place are remounted by the browser: link errors and notes go in the
+    container above the chart, so a run with them and a run without put the chart in one place."""
+    clean = ok(app_test(LEDGER).run())
+    bad = ok(app_test(LEDGER, "tp=3&ep=notanumber").run())
+    assert len(bad.error) >= 2
+    assert _chart_place(bad) == _chart_place(clean)
+
+
+def test_a_setting_whose_widget_is_hidden_keeps_its_value(app_test):
+    at = ok(app_test(LEDGER, "profile=paper&attention=eager").run())
+    before = chart_numbers(figures(at)[0])
+    at.select_slider(key="sb_tp").set_value(4).run()
+    assert ok(at).query_params == {"profile": "paper", "attention": "eager", "tp": "4"}
+    assert chart_numbers(figures(at)[0]) != before
+    opened(at, "more_open").run()
+    assert ok(at).selectbox(key="sb_profile").value == "paper"
+    assert at.selectbox(key="sb_attention").value == "eager"
 
 
 def test_the_table_rank_is_a_page_parameter_and_a_link_with_it_opens_the_table(app_test):
@@ -217,7 +271,7 @@ def test_an_imported_hf_config_travels_in_the_link(app_test, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "memledger.model.hf_config",
                         types.SimpleNamespace(from_hf_config=from_hf_config))
-    at = ok(app_test(LEDGER).run())
+    at = ok(opened(app_test(LEDGER), "import_open").run())
     at.text_area(key="import_text").set_value(json.dumps({"hidden_size": 4096,
                                                           "num_hidden_layers": 24}))
     at.button(key="import_go").click().run()
@@ -239,7 +293,7 @@ def test_an_imported_hf_config_travels_in_the_link(app_test, monkeypatch):
 def test_import_without_the_importer_module_says_so(app_test, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "memledger.model.hf_config", None)  # import raises ImportError
-    at = ok(app_test(LEDGER).run())
+    at = ok(opened(app_test(LEDGER), "import_open").run())
     at.text_area(key="import_text").set_value('{"hidden_size": 8}')
     at.button(key="import_go").click().run()
     assert any("memledger.model.hf_config" in e.value.replace("\\", "") for e in ok(at).error)

@@ -78,6 +78,9 @@ def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
         "aria-valuetext") == "4"
     other.close()
 
+    page.get_by_text("Downloads: PNG, SVG, HTML, CSV, JSON").click()  # built only when shown
+    page.get_by_role("button", name="SVG").wait_for(timeout=20_000)
+    wait_idle(page)
     with page.expect_download(timeout=60_000) as dl:
         page.get_by_role("button", name="SVG").click()
     svg = (tmp_path / "chart.svg")

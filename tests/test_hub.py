@@ -75,7 +75,9 @@ def test_the_cli_takes_a_hub_id(capsys, monkeypatch):
 
 
 def test_the_sidebar_loads_a_hub_id(app_test):
-    at = app_test("pages/ledger.py").run()
+    at = app_test("pages/ledger.py")
+    at.session_state["import_open"] = True  # the import widgets are built only while open
+    at.run()
     at.text_input(key="hub_id").set_value("mistralai/Mixtral-8x7B-v0.1")
     at.button(key="hub_go").click().run()
     assert not at.exception

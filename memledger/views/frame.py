@@ -29,20 +29,25 @@ def _start_exports() -> bool:
     return os.environ.get("MEMLEDGER_EXPORT_WARMUP", "1") != "0" and export.warm_up()
 
 
-def page_frame(url_path: str) -> None:
-    """Page config, menu and CSS for the page served at `/<url_path>`."""
+def page_frame(url_path: str, menu_later: bool = False):
+    """Page config, menu and CSS for the page served at `/<url_path>`. With `menu_later` the
+    menu's place is kept and the page fills it (`fill_menu`) once its chart is sent: the
+    browser then draws the chart without first working through the menu's links."""
     info = page(url_path)
     st.set_page_config(page_title=f"{info.title} · memledger", page_icon=":material/memory:",
                        layout="wide", initial_sidebar_state="auto")
     st.html(CSS)  # less empty space above the first line: a dashboard, not prose
-    _menu(url_path)
+    box = st.container(horizontal=True, gap="small", key="ml_menu")
+    if not menu_later:
+        fill_menu(box, url_path)
     _start_exports()
+    return box
 
 
-def _menu(current: str) -> None:
-    """One link per page along the top. A page run on its own (AppTest of one file) has no
-    registered pages to link to, and shows no menu."""
-    with st.container(horizontal=True, gap="small", key="ml_menu"):
+def fill_menu(box, current: str) -> None:
+    """One link per page along the top, in `box`. A page run on its own (AppTest of one file)
+    has no registered pages to link to, and shows no menu."""
+    with box:
         for p in available(ROOT):
             try:
                 st.page_link(p.file, label=p.title, icon=p.icon, disabled=p.url_path == current,

@@ -119,20 +119,37 @@ def _load_hub() -> None:
         ss["_ml_import_error"] = f"Could not load this model: {e}"
 
 
+IMPORT_OPEN, MORE_OPEN = "import_open", "more_open"  # the lazy expanders' keys
+
+
+def lazy_expander(label: str, key: str, **kw):
+    """An expander whose body is built only while it is open (None when closed): Streamlit
+    builds and sends a closed expander's body on every run, and each element it holds costs
+    the browser a re-render on every slider move (docs/drag-preview.md, "A faster release")."""
+    box = st.expander(label, key=key, on_change="rerun", **kw)
+    return box if box.open else None
+
+
+def _import_widgets() -> None:
+    st.text_input("Hub id", key="hub_id", placeholder="meta-llama/Llama-3.1-8B",
+                  help="Read from memledger's shipped catalog, this server's Hugging Face "
+                       "cache, or the Hub.")
+    st.button("Load from the Hub", on_click=_load_hub, key="hub_go")
+    st.file_uploader("config.json", type=["json"], key="import_file")
+    st.text_area("…or paste it", key="import_text", height=100)
+    st.button("Use this config", on_click=_import_config, key="import_go")
+    if st.session_state.get("_ml_import_error"):
+        st.error(safe_text.md(st.session_state["_ml_import_error"], 600))
+
+
 def _model_section(res: Resolved) -> None:
     cfg = res.cfg
     options = list(MODELS) + ([cfg.model] if cfg.model.startswith(PREFIX) else [])
     st.selectbox("Model", options, key=W + "model", format_func=_model_name, help=HELP["model"])
-    with st.expander("Import a Hugging Face model"):
-        st.text_input("Hub id", key="hub_id", placeholder="meta-llama/Llama-3.1-8B",
-                      help="Read from memledger's shipped catalog, this server's Hugging Face "
-                           "cache, or the Hub.")
-        st.button("Load from the Hub", on_click=_load_hub, key="hub_go")
-        st.file_uploader("config.json", type=["json"], key="import_file")
-        st.text_area("…or paste it", key="import_text", height=100)
-        st.button("Use this config", on_click=_import_config, key="import_go")
-        if st.session_state.get("_ml_import_error"):
-            st.error(safe_text.md(st.session_state["_ml_import_error"], 600))
+    box = lazy_expander("Import a Hugging Face model", IMPORT_OPEN, icon=":material/upload_file:")
+    if box is not None:
+        with box:
+            _import_widgets()
     st.selectbox("GPU", list(GPUS), key=W + "gpu", help=HELP["gpu"],
                  format_func=lambda k: f"{GPUS[k].name} ({gib(GPUS[k].hbm_bytes):.1f} GiB)")
     lo, hi = INT_LIMITS["world"]
@@ -173,9 +190,21 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
     _choice("optimizer", "Optimizer", res)
     if with_recompute:
         _choice("recompute", "Recompute", res)
-        _choice("loop", "Training loop", res)
-    _choice("profile", "Activation profile", res)
-    _choice("attention", "Attention kernel", res)
+    # rarely changed: built only while open (a closed widget keeps its value: sync reads the
+    # configuration, not the widget)
+    box = lazy_expander("More: " + ", ".join(MORE_LABELS[k].lower() for k in MORE_KEYS
+                                             if with_recompute or k != "loop"),
+                        MORE_OPEN, icon=":material/tune:")
+    if box is not None:
+        with box:
+            for k in MORE_KEYS:
+                if with_recompute or k != "loop":
+                    _choice(k, MORE_LABELS[k], res)
+
+
+MORE_KEYS = ("loop", "profile", "attention")
+MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
+               "attention": "Attention kernel"}
 
 
 SECTIONS = {"model": ("Model & GPUs", _model_section),

@@ -64,11 +64,20 @@ def finish(res: Resolved, specs: tuple[PageParam, ...] = (), page: dict | None =
 
 
 def chart(fig, stem: str, key: str, led: Ledger | None = None, setting: str = "") -> None:
-    """A Plotly chart, then one row of downloads built only when clicked: the chart as PNG,
-    SVG and standalone HTML — stamped with `setting` (see `setting`), the version and the date —
-    and, given a ledger, its table as CSV and JSON."""
+    """A Plotly chart, then its downloads behind a toggle (built only while shown; each file
+    only when clicked): the chart as PNG, SVG and standalone HTML — stamped with `setting`
+    (see `setting`), the version and the date — and, given a ledger, its table as CSV and
+    JSON."""
     st.plotly_chart(fig, config=export.modebar_config(stem), key=key, theme=None,
                     width="stretch")
+    # six buttons re-rendered on every slider move cost the browser more than a click to show
+    # them (a toggle, not an expander: some charts already sit in an expander)
+    if st.toggle("Downloads: PNG, SVG, HTML" + (", CSV, JSON" if led is not None else ""),
+                 key=f"{key}_dl"):
+        _downloads(fig, stem, key, led, setting)
+
+
+def _downloads(fig, stem: str, key: str, led: Ledger | None, setting: str) -> None:
     stamp = export.stamp_text(setting)
     # stamped when a download is clicked: copying a figure costs ~20 ms of a slider move
     out = lambda: export.stamped(fig, stamp)  # noqa: E731
