@@ -109,9 +109,12 @@ def _eager_core(a: int, s: int, d: int, t: TrainSpec) -> list[A]:
 
 
 def _family(m: ModelSpec) -> str:
-    if m.moe is not None and m.moe.router_bias:
-        return "deepseek"
-    return "qwen3" if m.qk_norm else "mixtral"
+    """MoESpec.router, or for "auto" the rule that predates the field."""
+    if m.moe.router != "auto":
+        return m.moe.router
+    if m.moe.router_bias:
+        return "deepseek_v3"
+    return "qwen" if m.qk_norm else "mixtral"
 
 
 @dataclass(frozen=True)
@@ -196,35 +199,51 @@ class HFProfile:
                       A(f"{prefix}.down_in", "mlp_act", f, split="tp", flops=f)]
 
     def _moe(self, m: ModelSpec, md: _Mode, pure_fp32: bool) -> list[A]:
-        x, h, E, K = m.moe, m.hidden, m.moe.n_experts, m.moe.top_k
-        fam, fs = _family(m), x.n_shared * x.shared_ffn_size
+        x, h, fam = m.moe, m.hidden, _family(m)
         shared = x.n_shared > 0
         out: list[A] = []
-        # Who keeps the norm output: the router's Linear (Mixtral/Qwen3; DeepSeek only when its
-        # fp32 upcast is a no-op) and the shared experts' gate/up; under amp one cast each.
-        router_reads_norm = fam != "deepseek" or pure_fp32
+        # Who keeps the norm output: the router's Linear (Mixtral/Qwen; DeepSeek only when its
+        # fp32 upcast is a no-op), the shared experts' gate/up and Qwen2's shared_expert_gate;
+        # under amp one cast each.
+        router_reads_norm = not fam.startswith("deepseek") or pure_fp32
         if md.amp:
             out += _linear_in("moe.router_in", h, 1, md, split="sp")
             if shared:
                 out += _linear_in("shared.in", h, 2, md, split="sp")
+            if x.shared_gate:
+                out += _linear_in("shared.gate_in", h, 1, md, split="sp")
         else:
             if router_reads_norm or shared:
                 out.append(A("moe.in", "norm_out", h, flops=4 * h))
             if not router_reads_norm:
                 out.append(A("moe.router_in_fp32", "router", h, "fp32", flops=h))
-        # Routing scores in fp32, except DeepSeek under amp (its autocast Linear yields bf16);
-        # CUDA autocast runs `sum` in fp32 (CPU autocast does not), hence the denominator.
-        rfmt = "act" if (fam == "deepseek" and md.amp) else "fp32"
-        sfmt = "fp32" if self.device == "cuda" else rfmt
-        out += [A("moe.router_probs", "router", E, rfmt, flops=2 * h * E),
-                A("moe.topk_idx", "router", K, "int64"),
-                A("moe.topk_sum", "router", 1, sfmt, flops=K),
-                A("moe.topk_weights", "router", K, rfmt, flops=E)]
-        wfmt = "fp32" if fam == "mixtral" or (fam == "deepseek" and not md.amp) else "act"
-        out += self._experts(m, md, wfmt)
+        out += self._router(m, md, fam)
         if shared:
-            out += self._mlp("shared", h, fs, md, with_input=False)
+            out += self._mlp("shared", h, x.n_shared * x.shared_ffn_size, md, with_input=False)
+        if x.shared_gate:  # sigmoid(shared_expert_gate(x)) * shared_expert(x): the mul keeps both
+            out += [A("shared.gate_sigmoid", "mlp_act", 1, flops=2 * h),
+                    A("shared.out", "mlp_fc1", h, flops=h)]
         return out
+
+    def _router(self, m: ModelSpec, md: _Mode, fam: str) -> list[A]:
+        """Softmax (sigmoid for DeepSeek-V3) scores, top-K indices, the renormalisation's
+        numerator and denominator (norm_topk), DeepSeek-V2's group mask, then the experts."""
+        x, E, K = m.moe, m.moe.n_experts, m.moe.top_k
+        # Scores in fp32 (softmax(dtype=float32); DeepSeek's fp32 Linear), except DeepSeek-V3
+        # under amp, whose autocast Linear yields bf16 logits for the sigmoid. CUDA autocast
+        # runs `sum` in fp32 (CPU autocast does not), hence the denominator's format.
+        rfmt = "act" if (fam == "deepseek_v3" and md.amp) else "fp32"
+        sfmt = "fp32" if self.device == "cuda" else rfmt
+        out = [A("moe.router_probs", "router", E, rfmt, flops=2 * m.hidden * E),
+               A("moe.topk_idx", "router", K, "int64")]
+        if x.group_limited:  # scores.masked_fill(~mask, 0) keeps its bool mask (E per token)
+            out.append(A("moe.group_mask", "router", E, "bool"))
+        if x.norm_topk:
+            out += [A("moe.topk_sum", "router", 1, sfmt, flops=K),
+                    A("moe.topk_weights", "router", K, rfmt, flops=E)]
+        # Per routed row the experts keep their routing weight: Qwen casts it back to the
+        # activation format, the others keep the router's.
+        return out + self._experts(m, md, "act" if fam == "qwen" else rfmt)
 
     def _experts(self, m: ModelSpec, md: _Mode, wfmt: str) -> list[A]:
         h, fe = m.hidden, m.moe.expert_ffn
