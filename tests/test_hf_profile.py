@@ -147,6 +147,15 @@ def test_profile_variants(arch, d):
         assert (tr.layer_bytes(), tr.outside_bytes) == predicted(prof, m, t)
 
 
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3moe", "dsv3", "dsv2", "qwen2moe"])
+def test_pure_fp32_moe_families(arch):
+    """fp32 weights and activations: norms keep their input itself. For MLA that input is a
+    split view of kv_a_proj's output, so the rope part (dr values) stays alive with it."""
+    for attention in ("flash", "eager"):
+        tr, m, t, prof = run(arch, {**SMALL, "b": 2}, attention, "fp32")
+        assert (tr.layer_bytes(), tr.outside_bytes) == predicted(prof, m, t)
+
+
 @pytest.mark.parametrize("arch,precision", [("mixtral", "bf16"), ("mixtral", "amp"),
                                             ("qwen3moe", "bf16"), ("dsv3", "amp"),
                                             ("dsv2", "amp"), ("qwen2moe", "bf16")])
@@ -216,7 +225,8 @@ def _fixture(stem: str, **shrink):
     ("tiny-qwen2-moe-sparse-step-2", {}),  # as shipped: dense and MoE layers alternate
     ("DeepSeek-V2-Lite", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
                               num_hidden_layers=2, vocab_size=128, intermediate_size=96,
-                              moe_intermediate_size=32, n_routed_experts=4, kv_lora_rank=32,
+                              moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+                              kv_lora_rank=32,
                               qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)),
 ])
 @pytest.mark.parametrize("precision", ["bf16", "amp"])
@@ -226,8 +236,7 @@ def test_imported_router_family_matches_trace(stem, shrink, precision):
     cfg, m = _fixture(stem, **shrink)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-    if precision == "bf16":
-        model.to(torch.bfloat16)
+    model.to(torch.bfloat16 if precision == "bf16" else torch.float32)  # V2-Lite says bf16
     tr = trace_causal_lm(model, 1, 40, autocast_dtype=torch.bfloat16 if precision == "amp" else None)
     t = TrainSpec(micro_batch=1, seq=40, precision=precision, profile="hf", attention="flash")
     assert (tr.layer_bytes(), tr.outside_bytes) == predicted(HFProfile(device="cpu"), m, t)
