@@ -334,3 +334,40 @@ def test_load_hf_config_names_the_spec_after_the_file_and_leaves_the_dict_alone(
     assert cfg == before
     m = spec("DeepSeek-V3")
     assert m.name == "DeepSeek-V3" and "DeepSeek-V3.json" in m.source
+
+
+# -- the router family the `hf` activation profile tells apart ---------------------------------
+def test_deepseek_v2_router_is_its_own_family_never_renormalised():
+    moe = spec("DeepSeek-V2-Lite").moe  # topk_method greedy, norm_topk_prob false
+    assert (moe.router, moe.norm_topk, moe.group_limited, moe.router_fp32) == ("deepseek_v2", False, False, True)
+    # transformers' DeepseekV2TopkRouter ignores norm_topk_prob: the spec follows what it builds
+    moe = from_hf_config(raw("DeepSeek-V2-Lite") | {"norm_topk_prob": True,
+                                                     "topk_method": "group_limited_greedy"}).moe
+    assert (moe.norm_topk, moe.group_limited) == (False, True)
+
+
+def test_qwen2_moe_router_reads_norm_topk_prob_with_transformers_default_false():
+    assert (spec("tiny-qwen2-moe-sparse-step-2").moe.router,
+            spec("tiny-qwen2-moe-sparse-step-2").moe.norm_topk) == ("qwen", False)
+    cfg = raw("tiny-qwen2-moe-sparse-step-2") | {"norm_topk_prob": True}
+    assert from_hf_config(cfg).moe.norm_topk is True
+    with pytest.raises(SpecError) as e:
+        from_hf_config(raw("tiny-qwen2-moe-sparse-step-2") | {"norm_topk_prob": "yes"})
+    assert e.value.field == "norm_topk_prob"
+
+
+@pytest.mark.parametrize("stem", [s for s in ALL_FIXTURES
+                                  if raw(s)["model_type"] not in ("deepseek_v2", "qwen2_moe")])
+def test_other_moe_types_keep_the_inferred_router(stem):
+    moe = spec(stem).moe
+    assert moe is None or (moe.router, moe.norm_topk, moe.group_limited) == ("auto", True, False)
+
+
+def test_router_fields_are_validated():
+    from memledger.specs.model import MoESpec
+    with pytest.raises(SpecError) as e:
+        MoESpec(n_experts=4, top_k=2, expert_ffn=8, router="switch")
+    assert e.value.field == "router" and "deepseek_v2" in e.value.message
+    with pytest.raises(SpecError) as e:
+        MoESpec(n_experts=4, top_k=2, expert_ffn=8, group_limited=True)
+    assert e.value.field == "group_limited" and "'auto'" in e.value.message

@@ -48,6 +48,30 @@ def build(arch: str, d: dict):
                                           experts_implementation=d.get("experts"))
         return cfg, ModelSpec(**spec, qk_norm=True,
                               moe=MoESpec(n_experts=E, top_k=K, expert_ffn=fe, dense_layers=dense))
+    if arch == "qwen2moe":  # softmax router, weights cast back; a sigmoid-gated shared expert
+        norm, fs = d.get("norm", False), d.get("fs", 48)
+        cfg = transformers.Qwen2MoeConfig(**common, num_experts=E, num_experts_per_tok=K,
+                                          moe_intermediate_size=fe, norm_topk_prob=norm,
+                                          shared_expert_intermediate_size=fs,
+                                          experts_implementation=d.get("experts"))
+        moe = MoESpec(n_experts=E, top_k=K, expert_ffn=fe, n_shared=1, shared_ffn=fs,
+                      shared_gate=True, router="qwen", norm_topk=norm)
+        return cfg, ModelSpec(**spec, qkv_bias=True, moe=moe)
+    if arch == "dsv2":  # fp32 softmax router over an fp32 copy of its input, never renormalised
+        qr, kvr, dr, dn, dv = d["qr"], d["kvr"], d["dr"], d["dn"], d["dv"]
+        method = d.get("topk_method", "greedy")
+        del common["head_dim"]
+        cfg = transformers.DeepseekV2Config(
+            **{**common, "num_key_value_heads": a}, n_routed_experts=E, num_experts_per_tok=K,
+            moe_intermediate_size=fe, topk_method=method, n_group=2, topk_group=1,
+            first_k_dense_replace=1, n_shared_experts=2, q_lora_rank=qr or None, kv_lora_rank=kvr,
+            qk_rope_head_dim=dr, qk_nope_head_dim=dn, v_head_dim=dv,
+            experts_implementation=d.get("experts"))
+        mla = MLASpec(q_lora_rank=qr, kv_lora_rank=kvr, qk_rope_dim=dr, qk_nope_dim=dn, v_dim=dv)
+        moe = MoESpec(n_experts=E, top_k=K, expert_ffn=fe, n_shared=2, first_k_dense=1,
+                      router_fp32=True, router="deepseek_v2", norm_topk=False,
+                      group_limited=method == "group_limited_greedy")
+        return cfg, ModelSpec(**{**spec, "n_kv_heads": a}, mla=mla, moe=moe)
     assert arch == "dsv3"
     qr, kvr, dr, dn, dv = d["qr"], d["kvr"], d["dr"], d["dn"], d["dv"]
     del common["head_dim"]  # DeepSeek-V3 derives its rotary dim from qk_rope_head_dim
@@ -95,7 +119,8 @@ def predicted(prof, m, t):
     return layers, outside
 
 
-CASES = [(arch, size, att, prec) for arch in ("llama", "mixtral", "qwen3moe", "dsv3")
+ARCHS = ("llama", "mixtral", "qwen3moe", "dsv3", "dsv2", "qwen2moe")
+CASES = [(arch, size, att, prec) for arch in ARCHS
          for size in ("small", "large") for att in ("flash", "eager") for prec in ("bf16", "amp")]
 
 
@@ -112,6 +137,8 @@ def test_profile_matches_trace(arch, size, attention, precision):
     ("llama", {**SMALL, "s": 33}),  # fp32 weights and activations: norm keeps its input itself
     ("dsv3", {**LARGE, "qr": 0}),  # MLA without q compression (q_proj reads the layer input)
     ("qwen3moe", {**LARGE, "dense": (1,)}),  # mlp_only_layers: a dense layer inside a MoE model
+    ("dsv2", {**LARGE, "topk_method": "group_limited_greedy"}),  # keeps the E-byte group mask
+    ("qwen2moe", {**LARGE, "norm": True}),  # norm_topk_prob: the division keeps sum and weights
 ])
 def test_profile_variants(arch, d):
     prec = "fp32" if arch == "llama" else "bf16"
@@ -120,8 +147,18 @@ def test_profile_variants(arch, d):
         assert (tr.layer_bytes(), tr.outside_bytes) == predicted(prof, m, t)
 
 
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3moe", "dsv3", "dsv2", "qwen2moe"])
+def test_pure_fp32_moe_families(arch):
+    """fp32 weights and activations: norms keep their input itself. For MLA that input is a
+    split view of kv_a_proj's output, so the rope part (dr values) stays alive with it."""
+    for attention in ("flash", "eager"):
+        tr, m, t, prof = run(arch, {**SMALL, "b": 2}, attention, "fp32")
+        assert (tr.layer_bytes(), tr.outside_bytes) == predicted(prof, m, t)
+
+
 @pytest.mark.parametrize("arch,precision", [("mixtral", "bf16"), ("mixtral", "amp"),
-                                            ("qwen3moe", "bf16"), ("dsv3", "amp")])
+                                            ("qwen3moe", "bf16"), ("dsv3", "amp"),
+                                            ("dsv2", "amp"), ("qwen2moe", "bf16")])
 def test_eager_expert_loop(arch, precision):
     """experts_implementation="eager": rows per expert vary with routing, their sum is T·K."""
     tr, m, t, prof = run(arch, {**SMALL, "experts": "eager"}, "flash", precision, experts="eager")
@@ -173,3 +210,52 @@ def test_registered_as_hf():
     from memledger.ledger.activations import get_profile
     assert isinstance(get_profile("hf"), HFProfile)
     assert get_profile("hf").device == "cuda"
+
+
+def _fixture(stem: str, **shrink):
+    import json
+    from pathlib import Path
+    from memledger.model.hf_config import from_hf_config
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "hf" / f"{stem}.json").read_text()) | shrink
+    hf = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "auto_map"})
+    return hf, from_hf_config(cfg)
+
+
+@pytest.mark.parametrize("stem,shrink", [
+    ("tiny-qwen2-moe-sparse-step-2", {}),  # as shipped: dense and MoE layers alternate
+    ("DeepSeek-V2-Lite", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                              num_hidden_layers=2, vocab_size=128, intermediate_size=96,
+                              moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+                              kv_lora_rank=32,
+                              qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)),
+])
+@pytest.mark.parametrize("precision", ["bf16", "amp"])
+def test_imported_router_family_matches_trace(stem, shrink, precision):
+    """The importer's MoESpec.router / norm_topk (not a hand-built spec) make the profile exact:
+    Qwen2-MoE's shared_expert_gate and DeepSeek-V2's fp32 router input, end to end."""
+    cfg, m = _fixture(stem, **shrink)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    model.to(torch.bfloat16 if precision == "bf16" else torch.float32)  # V2-Lite says bf16
+    tr = trace_causal_lm(model, 1, 40, autocast_dtype=torch.bfloat16 if precision == "amp" else None)
+    t = TrainSpec(micro_batch=1, seq=40, precision=precision, profile="hf", attention="flash")
+    assert (tr.layer_bytes(), tr.outside_bytes) == predicted(HFProfile(device="cpu"), m, t)
+
+
+def test_shared_gate_and_v2_router_items_have_their_formulas():
+    """Per token, bf16, against the families' earlier fall-through rules: Qwen2-MoE adds the
+    gate's sigmoid (1 value) and the shared output (h) the product keeps, drops Qwen3's
+    renormalisation (sum + K fp32) when norm_topk_prob is false; DeepSeek-V2 keeps an fp32 copy
+    of the router input (h fp32) and, group-limited, an E-byte mask."""
+    prof, t = HFProfile(device="cpu"), TrainSpec(micro_batch=1, seq=1, precision="bf16", profile="hf")
+
+    def items(m):
+        return {x.name: tensor_bytes(x, m, t, P) for x in prof.layer(m, "moe", t, P)}
+    _, q2 = build("qwen2moe", SMALL)
+    got = items(q2)
+    assert (got["shared.gate_sigmoid"], got["shared.out"]) == (2, 2 * 64)
+    assert "moe.topk_sum" not in got and got["experts.weight"] == 2 * 2  # K bf16 weights
+    _, v2 = build("dsv2", {**SMALL, "topk_method": "group_limited_greedy"})
+    got = items(v2)
+    assert (got["moe.router_in_fp32"], got["moe.group_mask"], got["experts.weight"]) == (4 * 64, 4, 4 * 2)
+    assert "moe.topk_sum" not in got and "moe.topk_weights" not in got

@@ -7,6 +7,7 @@ profiles (whose inventory depends on the micro-batch), amp's autocast casts, non
 runtime knobs (buffer sizing rules, DeepSpeed ZeRO-3, NCCL protocols) and every training-loop
 preset (on-demand gradients: the walked timeline's peak, planner.lifetimes)."""
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,14 @@ from memledger import build_ledger, gpu, model
 from memledger.model.hf_config import load_hf_config
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.specs.runtime import RuntimeSpec
+
+
+
+def _v2_group_limited():
+    """DeepSeek-V2-Lite cut to 4 layers, with the full V2's group_limited_greedy routing."""
+    m = load_hf_config(Path(__file__).parent / "fixtures" / "hf" / "DeepSeek-V2-Lite.json")
+    return replace(m, n_layers=4, moe=replace(m.moe, group_limited=True))
+
 
 SCENARIOS = {
     "llama3-8b": dict(model="llama3-8b", worlds=(8,), seq=8192, global_batch=64),
@@ -99,6 +108,13 @@ SCENARIOS = {
                              "tiny-deepseek-v3-moe-layer-freq-2.json"),
         worlds=(4,), seq=256, global_batch=16, profile="hf-cpu",
         runtime=RuntimeSpec(loop="megatron")),
+    "hf profile, amp, DeepSeek-V2 router (fp32 input, group mask, no renormalisation)": dict(
+        model=_v2_group_limited(),
+        worlds=(8,), seq=1024, global_batch=16, precision="amp", profile="hf"),
+    "hf profile, Qwen2-MoE shared_expert_gate, alternating dense/MoE": dict(
+        model=load_hf_config(Path(__file__).parent / "fixtures" / "hf" /
+                             "tiny-qwen2-moe-sparse-step-2.json"),
+        worlds=(4,), seq=256, global_batch=16, profile="hf"),
 }
 SAMPLES = 300
 

@@ -9,7 +9,10 @@ transformers honours for the type (attention_bias, mlp_bias, qkv_bias), the MoE 
 count under any of num_experts / num_local_experts / n_routed_experts, num_experts_per_tok,
 moe_intermediate_size, n_shared_experts or shared_expert_intermediate_size, and which layers
 are MoE: mlp_only_layers + decoder_sparse_step for Qwen, first_k_dense_replace + moe_layer_freq
-for DeepSeek), the MLA ranks, topk_method and num_nextn_predict_layers.
+for DeepSeek), the MLA ranks, topk_method and num_nextn_predict_layers; for the routers that
+the `hf` activation profile tells apart, the family (MoESpec.router: qwen2_moe -> "qwen",
+deepseek_v2 -> "deepseek_v2"), norm_topk_prob (qwen2_moe) and group-limited top-K (deepseek_v2
+topk_method group_limited_greedy). Other types keep router "auto" (inferred as before).
 
 Ignores: RoPE settings, context length, sliding windows, dropout, norm epsilons, token ids,
 router coefficients and scoring functions, quantization_config (a storage format, not the
@@ -184,7 +187,8 @@ def _moe(cfg: dict, mt: str, n_layers: int) -> MoESpec | None:
         layers = _canonical_layers(lambda i: i not in skip and (i + 1) % step == 0, n_layers)
         shared = {}
         if mt == "qwen2_moe":  # one shared expert of its own size, scaled by a sigmoid gate h -> 1
-            shared = {"n_shared": 1, "shared_gate": True,
+            shared = {"n_shared": 1, "shared_gate": True, "router": "qwen",
+                      "norm_topk": _flag(cfg, "norm_topk_prob", False),  # Qwen2MoeConfig's default
                       "shared_ffn": _int(cfg, "shared_expert_intermediate_size")}
         return MoESpec(**common, expert_ffn=_int(cfg, "moe_intermediate_size"), **layers, **shared)
     first_k = _int(cfg, "first_k_dense_replace", minimum=0)
@@ -193,11 +197,15 @@ def _moe(cfg: dict, mt: str, n_layers: int) -> MoESpec | None:
     freq = _int(cfg, "moe_layer_freq", 1)
     layers = _canonical_layers(lambda i: i >= first_k and i % freq == 0, n_layers)
     topk_method = _raw(cfg, "topk_method", "greedy" if mt == "deepseek_v2" else "noaux_tc")
+    # transformers' DeepseekV2TopkRouter: softmax, greedy or group-limited top-K, and it never
+    # renormalises (it ignores norm_topk_prob; false in every released V2 config anyway).
+    v2 = {"router": "deepseek_v2", "norm_topk": False,
+          "group_limited": topk_method == "group_limited_greedy"} if mt == "deepseek_v2" else {}
     return MoESpec(**common, expert_ffn=_int(cfg, "moe_intermediate_size"),
                    n_shared=_int(cfg, "n_shared_experts", _null_or_missing(cfg, "n_shared_experts"),
                                  minimum=0),
                    router_bias=topk_method == "noaux_tc",
-                   router_fp32=mt in FP32_ROUTER_TYPES, **layers)
+                   router_fp32=mt in FP32_ROUTER_TYPES, **layers, **v2)
 
 
 def _n_mtp_layers(cfg: dict, mt: str) -> int:

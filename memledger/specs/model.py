@@ -17,6 +17,10 @@ from memledger.specs.hashing import cache_hash
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
+# The router as transformers implements it (what its top-k path saves, see the `hf` profile):
+# "auto" infers it as before this field existed (router_bias -> deepseek_v3, qk_norm -> qwen,
+# else mixtral); set explicitly by the HF importer for qwen2_moe and deepseek_v2.
+ROUTER_KINDS = ("auto", "mixtral", "qwen", "deepseek_v2", "deepseek_v3")
 
 
 @cache_hash
@@ -56,6 +60,9 @@ class MoESpec:
     router_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (E values)
     shared_gate: bool = False  # Qwen2-MoE shared_expert_gate: Linear(h, 1)
     router_fp32: bool = False  # router weight kept in fp32 (HF DeepSeek-V3 _keep_in_fp32_modules)
+    router: str = "auto"  # router family (ROUTER_KINDS): softmax/sigmoid, which dtype it yields
+    norm_topk: bool = True  # top-K weights renormalised to sum 1 (norm_topk_prob; Mixtral always)
+    group_limited: bool = False  # DeepSeek-V2 group_limited_greedy: scores masked before top-K
 
     def __post_init__(self):
         require_positive("n_experts", self.n_experts)
@@ -66,6 +73,13 @@ class MoESpec:
         require_non_negative("n_shared", self.n_shared)
         require_non_negative("shared_ffn", self.shared_ffn)
         require_non_negative("first_k_dense", self.first_k_dense)
+        require_choice("router", self.router, ROUTER_KINDS)
+        for f in ("norm_topk", "group_limited"):
+            require(isinstance(getattr(self, f), bool), f,
+                    f"must be true or false, got {getattr(self, f)!r}")
+        require(not self.group_limited or self.router == "deepseek_v2", "group_limited",
+                f"group-limited routing is DeepSeek-V2's (router='deepseek_v2'), got "
+                f"router={self.router!r}")
         check_bounds(self, ("n_experts", "expert_ffn", "n_shared", "shared_ffn"))
         check_bound("n_layers", self.first_k_dense, "first_k_dense")
         require(isinstance(self.dense_layers, tuple), "dense_layers",

@@ -1,6 +1,6 @@
-"""The `hf` profile: what Hugging Face transformers 5.x causal LMs (Llama, Mixtral, Qwen3-MoE,
-DeepSeek-V3 modules as written) save for backward, traced with memledger.trace and written
-down per token. Checked exactly against traces in tests/test_hf_profile.py (transformers 5.24,
+"""The `hf` profile: what Hugging Face transformers 5.x causal LMs (Llama, Mixtral, Qwen2-MoE,
+Qwen3-MoE, DeepSeek-V2, DeepSeek-V3 modules as written) save for backward, traced with
+memledger.trace and written down per token. Checked exactly against traces in tests/test_hf_profile.py (transformers 5.24,
 torch 2.13 CPU) and once against an H200 (torch 2.11 + cuDNN attention, transformers 5.17).
 
 Precision, from the recipe: weights in the activation format (`model.to(bf16)`, or fp32) =
@@ -21,21 +21,22 @@ eager when the micro-batch is one sequence (b > 1: the matmul keeps a copy of V 
 CPU vs CUDA (`HFProfile(device="cpu")`): CPU sdpa uses flash-for-CPU when q, k, v head dims
 match, which saves the same per-token tensors as CUDA; CUDA adds a philox seed and offset
 (16 bytes per layer). For MLA (dv != dqk) CPU has no fused kernel and falls back to the math
-path, which upcasts to fp32 and keeps q, k, v and the a·s probabilities in fp32. Under amp,
+path, which upcasts to fp32 and keeps q, k, v and the a·s probabilities in fp32.
+In pure fp32 the MLA kv norm keeps its input itself: a split view of kv_a_proj's output, so the
+rope part (kvr + dr values) stays alive with it. Under amp,
 CUDA autocast runs `sum` in fp32 and CPU autocast does not: DeepSeek's top-k denominator.
 
-MoE (default `experts="grouped_mm"`, transformers 5.x default): every token-expert row
-(T·K rows whatever the routing, so `per="routed"` is exact) keeps the gathered input, gate‖up
-output, activation, product, routed output, its routing weight and three int64 indices
-(gather, sort permutation, inverse permutation). `experts="eager"` is the per-expert loop:
-rows still sum to T·K; each keeps its input, fc1/act/product, output, weight, a cast of the
-weighted output, and two int64 indices (torch.where's row/position pair share one storage).
-Router by family, inferred from the spec: `router_bias` → DeepSeek-V3 (sigmoid, fp32 router
-reading an fp32 copy of its input), `qk_norm` → Qwen3-MoE (softmax, weights cast back to the
-activation format; norm_topk_prob=True as in the released configs), else Mixtral (fp32 weights).
+MoE block: the router and routed experts by family (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3,
+MoESpec.router) are in profiles/hf_moe.py. Here: the block's input, kept by the router's Linear
+(Mixtral, Qwen) or upcast to an fp32 copy for DeepSeek's fp32 router, by the shared experts and
+by Qwen2-MoE's shared_expert_gate (under amp one bf16 cast per reader), the shared experts as an
+MLP, and for Qwen2-MoE sigmoid(gate(x)) · shared(x), whose product keeps the sigmoid (1 value)
+and the shared output (h values).
 
 Outside the layers: input ids (int64) and RoPE cos/sin (shared by all layers and all sequences
-of the micro-batch, so s·d each, written as ⌈d/b⌉ per token) on the first stage; final norm,
+of the micro-batch, so s·d each, written as ⌈d/b⌉ per token; DeepSeek-V2 keeps one complex64
+freqs_cis instead, s·dr/2 complex values, 4·dr bytes per position in every precision) on the
+first stage; final norm,
 head input, fp32 log-probabilities (cross-entropy upcasts the logits) and the int64 targets on
 the last. Transient, one item: the fp32 gradients of the log-probabilities and
 of the logits, alive together in log_softmax's backward (8 bytes per logit above the saved
@@ -55,6 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memledger.ledger.activations.inventory import ActTensor as A
+from memledger.ledger.activations.profiles.hf_moe import experts, family, router
 from memledger.ledger.activations.profiles.megatron import _vocab
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
@@ -108,12 +110,6 @@ def _eager_core(a: int, s: int, d: int, t: TrainSpec) -> list[A]:
     return out
 
 
-def _family(m: ModelSpec) -> str:
-    if m.moe is not None and m.moe.router_bias:
-        return "deepseek"
-    return "qwen3" if m.qk_norm else "mixtral"
-
-
 @dataclass(frozen=True)
 class HFProfile:
     """device: "cuda" (default, fused sdpa kernels) or "cpu" (CPU sdpa kernels);
@@ -159,7 +155,12 @@ class HFProfile:
             out += _norm("attn.q_norm", x.q_lora_rank, 1, "act")
             out.append(A("attn.q_up_in", "norm_out", x.q_lora_rank, split="none",
                          flops=4 * x.q_lora_rank))
-        out += _norm("attn.kv_norm", x.kv_lora_rank, 1, "act")
+        kv_norm = _norm("attn.kv_norm", x.kv_lora_rank, 1, "act")
+        if t.recipe.act_fmt == "fp32":  # the norm keeps its fp32 input itself: a split view of
+            # kv_a_proj's output, whose storage also holds the rope part (kvr + dr values)
+            kv_norm[0] = A("attn.kv_norm.x_fp32", "norm_in", x.kv_lora_rank + x.qk_rope_dim, "fp32",
+                           flops=3 * x.kv_lora_rank)
+        out += kv_norm
         out.append(A("attn.kv_up_in", "norm_out", x.kv_lora_rank, split="none",
                      flops=4 * x.kv_lora_rank))
         q = A("attn.q", "qkv", a * dqk, split="tp", flops=2 * (x.q_lora_rank or h) * a * dqk)
@@ -196,56 +197,31 @@ class HFProfile:
                       A(f"{prefix}.down_in", "mlp_act", f, split="tp", flops=f)]
 
     def _moe(self, m: ModelSpec, md: _Mode, pure_fp32: bool) -> list[A]:
-        x, h, E, K = m.moe, m.hidden, m.moe.n_experts, m.moe.top_k
-        fam, fs = _family(m), x.n_shared * x.shared_ffn_size
+        x, h, fam = m.moe, m.hidden, family(m)
         shared = x.n_shared > 0
         out: list[A] = []
-        # Who keeps the norm output: the router's Linear (Mixtral/Qwen3; DeepSeek only when its
-        # fp32 upcast is a no-op) and the shared experts' gate/up; under amp one cast each.
-        router_reads_norm = fam != "deepseek" or pure_fp32
+        # Who keeps the norm output: the router's Linear (Mixtral/Qwen; DeepSeek only when its
+        # fp32 upcast is a no-op), the shared experts' gate/up and Qwen2's shared_expert_gate;
+        # under amp one cast each.
+        router_reads_norm = not fam.startswith("deepseek") or pure_fp32
         if md.amp:
             out += _linear_in("moe.router_in", h, 1, md, split="sp")
             if shared:
                 out += _linear_in("shared.in", h, 2, md, split="sp")
+            if x.shared_gate:
+                out += _linear_in("shared.gate_in", h, 1, md, split="sp")
         else:
             if router_reads_norm or shared:
                 out.append(A("moe.in", "norm_out", h, flops=4 * h))
             if not router_reads_norm:
                 out.append(A("moe.router_in_fp32", "router", h, "fp32", flops=h))
-        # Routing scores in fp32, except DeepSeek under amp (its autocast Linear yields bf16);
-        # CUDA autocast runs `sum` in fp32 (CPU autocast does not), hence the denominator.
-        rfmt = "act" if (fam == "deepseek" and md.amp) else "fp32"
-        sfmt = "fp32" if self.device == "cuda" else rfmt
-        out += [A("moe.router_probs", "router", E, rfmt, flops=2 * h * E),
-                A("moe.topk_idx", "router", K, "int64"),
-                A("moe.topk_sum", "router", 1, sfmt, flops=K),
-                A("moe.topk_weights", "router", K, rfmt, flops=E)]
-        wfmt = "fp32" if fam == "mixtral" or (fam == "deepseek" and not md.amp) else "act"
-        out += self._experts(m, md, wfmt)
+        out += router(m, md, fam, self.device) + experts(m, md, fam, self.experts)
         if shared:
-            out += self._mlp("shared", h, fs, md, with_input=False)
+            out += self._mlp("shared", h, x.n_shared * x.shared_ffn_size, md, with_input=False)
+        if x.shared_gate:  # sigmoid(shared_expert_gate(x)) * shared_expert(x): the mul keeps both
+            out += [A("shared.gate_sigmoid", "mlp_act", 1, flops=2 * h),
+                    A("shared.out", "mlp_fc1", h, flops=h)]
         return out
-
-    def _experts(self, m: ModelSpec, md: _Mode, wfmt: str) -> list[A]:
-        h, fe = m.hidden, m.moe.expert_ffn
-        # grouped_mm runs in the weights' dtype (fp32 under amp); the eager loop's Linears autocast.
-        X = md.stream if self.experts == "grouped_mm" else "act"
-
-        def r(name, cls, v, fmt, split="none", flops=0):
-            return A(f"experts.{name}", cls, v, fmt, split=split, per="routed", flops=flops)
-
-        body = [r("fc1_out", "expert_fc1", 2 * fe, X, "etp", 4 * h * fe),
-                r("act_out", "expert_act", fe, X, "etp", 4 * fe),
-                r("down_in", "expert_act", fe, X, "etp", fe),
-                r("weight", "router", 1, wfmt)]
-        if self.experts == "grouped_mm":
-            return body + [r("in", "expert_in", h, X), r("out", "expert_out", h, X, flops=2 * fe * h),
-                           r("idx", "expert_idx", 3, "int64")]
-        # Eager loop: Linear under autocast keeps a bf16 cast of the fp32 input; the weighted
-        # output is cast (or, when already in that format, kept) in the residual format.
-        return body + [r("in", "expert_in", h, X), r("out", "expert_out", h, X, flops=2 * fe * h),
-                       r("out_cast", "expert_out", h, md.stream, flops=h),
-                       r("idx", "expert_idx", 2, "int64")]
 
     # -- Profile protocol --------------------------------------------------------------------
     def layer(self, m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> tuple[A, ...]:
@@ -264,7 +240,12 @@ class HFProfile:
         # cos/sin are (1, s, d), shared by the micro-batch's sequences (position_ids default to
         # one arange): ⌈d/b⌉ per token, exact when b divides d. They take the embedding's dtype.
         rope, fmt = -(-rope // t.micro_batch), _mode(t).stream
-        return (A("embedding.ids", "embedding", 1, "int64", split="none"),
+        ids = A("embedding.ids", "embedding", 1, "int64", split="none")
+        if m.moe is not None and m.moe.router == "deepseek_v2":
+            # transformers' DeepSeek-V2 rotates with one complex64 freqs_cis (dr/2 complex values
+            # per position, whatever the precision) in place of cos and sin.
+            return ids, A("rope.freqs_cis", "rope", rope, "fp32", split="none")
+        return (ids,
                 A("rope.cos", "rope", rope, fmt, split="none"),
                 A("rope.sin", "rope", rope, fmt, split="none"))
 
