@@ -36,3 +36,12 @@ def require_non_negative(field: str, value: int) -> None:
 def require_choice(field: str, value: str, choices) -> None:
     if value not in choices:
         raise SpecError(field, f"unknown value {value!r}; valid: {', '.join(sorted(choices))}")
+
+
+def lookup(field: str, table, name: str, what: str = "preset", ordered: bool = True):
+    """`table[name]`, or a SpecError naming the valid keys (in table order, or sorted)."""
+    try:
+        return table[name]
+    except KeyError:
+        keys = table if ordered else sorted(table)
+        raise SpecError(field, f"unknown {what} {name!r}; valid: {', '.join(keys)}") from None

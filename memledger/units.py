@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memledger.errors import SpecError
+from memledger.errors import lookup
 
 GIB = 1024**3
 GB = 10**9
@@ -59,10 +59,7 @@ FORMATS: dict[str, NumberFormat] = {
 
 
 def fmt(name: str) -> NumberFormat:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise SpecError("dtype", f"unknown format {name!r}; valid: {', '.join(FORMATS)}") from None
+    return lookup("dtype", FORMATS, name, "format")
 
 
 def format_bytes(name: str, n_values: int) -> int:

@@ -66,7 +66,8 @@ def measure(scale: str, cases, timeout: float) -> dict:
 
 
 def report(doc: dict) -> int:
-    from memledger.engine.compare import rescore, worst_by_row
+    from memledger.engine.compare import rescore
+    from memledger.validation.report import worst_by_row
     records = rescore(doc)
     worst = worst_by_row(records)
     print(f"{doc['scale']}: worst |error| per row over {len(records)} records: "

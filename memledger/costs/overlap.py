@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memledger.errors import SpecError
+from memledger.errors import lookup
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +60,4 @@ FRAMEWORKS: dict[str, Framework] = {
 
 
 def framework(name: str) -> Framework:
-    try:
-        return FRAMEWORKS[name]
-    except KeyError:
-        raise SpecError("framework", f"unknown framework {name!r}; valid: "
-                                     f"{', '.join(FRAMEWORKS)}") from None
+    return lookup("framework", FRAMEWORKS, name, "framework")

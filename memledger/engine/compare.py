@@ -95,13 +95,6 @@ def rescore(doc: dict) -> list[dict]:
     return records
 
 
-def worst_by_row(records: list[dict]) -> dict[str, float]:
-    worst: dict[str, float] = {}
-    for r in records:
-        worst[r["row"]] = max(worst.get(r["row"], 0.0), abs(r["rel_error"]))
-    return worst
-
-
 def load_runs(folder) -> tuple[list[dict], list[str]]:
     """Every engine-*.json in `folder` (docs), and one problem line per file that cannot be read."""
     import json

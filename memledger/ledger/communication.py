@@ -160,10 +160,15 @@ def nccl_items(p, rt: RuntimeSpec) -> list[Item]:
                  "NCCL defaults: NCCL_BUFFSIZE 4 MiB, LL 512 KiB, LL128 4.69 MiB (src/init.cc)")]
 
 
+def boundary_bytes(m, p, t) -> int:
+    """One stage-boundary activation (or its gradient) of one micro-batch on this rank."""
+    return format_bytes(t.recipe.act_fmt, tokens_leaving(m, p, t) * m.hidden)
+
+
 def pp_items(m, p, t) -> list[Item]:
     if p.pp == 1:
         return []
-    one = format_bytes(t.recipe.act_fmt, tokens_leaving(m, p, t) * m.hidden)
+    one = boundary_bytes(m, p, t)
     return [Item("communication", "pipeline send/recv", 2 * one,
                  "2 × b·s/cp(/tp with SP) × h × act (one send, one recv)", "Megatron p2p")]
 

@@ -43,20 +43,14 @@ Ignores: DualPipeV's and zero-bubble schedules' send bookkeeping (not measured).
 from __future__ import annotations
 
 from memledger.ledger.activations.inventory import ActTensor, tensor_bytes
-from memledger.ledger.communication import tokens_leaving
+from memledger.ledger.communication import boundary_bytes
 from memledger.ledger.items import Item
-from memledger.units import format_bytes
 
 SRC_STAGE = "torch 2.13 torch/distributed/pipelining/stage.py (PipelineStage)"
 
 
 def applies(p, rt) -> bool:
     return p.pp > 1 and rt.pp_engine == "pytorch"
-
-
-def boundary_bytes(m, p, t) -> int:
-    """B: one stage-boundary activation (or its gradient) of one micro-batch on this rank."""
-    return format_bytes(t.recipe.act_fmt, tokens_leaving(m, p, t) * m.hidden)
 
 
 def logits_bytes(m, p, t) -> int:

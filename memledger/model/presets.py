@@ -6,7 +6,7 @@ paper's Figure 1 convention: vocabulary not counted (vocab = 0), GPT blocks with
 """
 from __future__ import annotations
 
-from memledger.errors import SpecError
+from memledger.errors import lookup
 from memledger.specs.model import MLASpec, ModelSpec, MoESpec
 
 
@@ -74,7 +74,4 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def model(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise SpecError("model", f"unknown preset {name!r}; valid: {', '.join(MODELS)}") from None
+    return lookup("model", MODELS, name)

@@ -5,7 +5,7 @@ per direction: NVLink per GPU, PCIe x16 per direction, one network NIC per GPU.
 """
 from __future__ import annotations
 
-from memledger.errors import SpecError
+from memledger.errors import lookup
 from memledger.specs.hardware import Hardware
 
 _MIB = 1024**2
@@ -32,7 +32,4 @@ GPUS: dict[str, Hardware] = {
 
 
 def gpu(name: str) -> Hardware:
-    try:
-        return GPUS[name]
-    except KeyError:
-        raise SpecError("gpu", f"unknown preset {name!r}; valid: {', '.join(GPUS)}") from None
+    return lookup("gpu", GPUS, name)

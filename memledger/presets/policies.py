@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memledger.errors import SpecError
+from memledger.errors import lookup
 from memledger.specs.policy import ActivationPolicy
 
 
@@ -64,11 +64,7 @@ POLICY_PRESETS: dict[str, PolicyPreset] = {
 
 
 def policy_preset(name: str) -> PolicyPreset:
-    try:
-        return POLICY_PRESETS[name]
-    except KeyError:
-        raise SpecError("policy_preset", f"unknown preset {name!r}; valid: "
-                                         f"{', '.join(POLICY_PRESETS)}") from None
+    return lookup("policy_preset", POLICY_PRESETS, name)
 
 
 def apply_policy(train, preset: str | None = None, rules: dict[str, str] | None = None):

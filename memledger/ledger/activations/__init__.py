@@ -7,7 +7,7 @@ run time from a trace JSON (see memledger.trace).
 """
 from __future__ import annotations
 
-from memledger.errors import SpecError
+from memledger.errors import lookup
 from memledger.ledger.activations.inventory import ActTensor, Profile, tensor_bytes
 
 _REGISTRY: dict[str, Profile] = {}
@@ -20,11 +20,7 @@ def register(name: str, profile: Profile) -> None:
 def get_profile(name: str) -> Profile:
     if "megatron" not in _REGISTRY:  # a traced profile may have been registered first
         _load_builtins()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise SpecError("profile", f"unknown activation profile {name!r}; valid: "
-                                   f"{', '.join(sorted(_REGISTRY))}") from None
+    return lookup("profile", _REGISTRY, name, "activation profile", ordered=False)
 
 
 def _load_builtins() -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from memledger.engine.compare import load_runs, rescore, tracker_rows, worst_by_row
+from memledger.engine.compare import load_runs, rescore, tracker_rows
+from memledger.validation.report import worst_by_row
 from memledger.views import ui
 from memledger.views.validation import engine_charts as charts
 
