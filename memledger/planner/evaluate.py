@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from memledger.planner.acts import act_arrays
+from memledger.planner.acts import act_arrays_by_cp
 from memledger.planner.bwdset import dense_only, layer_backward
 from memledger.planner.cells import GridPeaks, RankTerms, assemble
 from memledger.planner.coeffs import block_arrays, static_tables
@@ -248,9 +248,11 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             ms_b = spec.global_batch // (dp * bs)
             mi = np.searchsorted(ms, ms_b)
             ep, etp = g.ep[sel], g.etp[sel]
-            if (tp, cp) not in cache:
-                cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
-                                           cache["bs"], cache)
+            if (tp, cp) not in cache:  # every cp of this tp at once (planner.acts)
+                cps = [c for c in np.unique(g.cp[in_tp]).tolist() if (tp, c) not in cache]
+                for c, aa in act_arrays_by_cp(m, t, rt, tp, cps, cache["etps"], cache["eps"],
+                                              cache["bs"], cache).items():
+                    cache[tp, c] = aa
             ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
