@@ -4,6 +4,8 @@ item: `acts.act_arrays_by_cp` (every cp of a tp as one [cp, etp, b] array) equal
 fallback (hf profiles branch on the micro-batch)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memledger import gpu, model
 from memledger.planner import PlanSpec
@@ -47,3 +49,44 @@ def test_every_cp_at_once_equals_one_cp_at_a_time(name, profile, tp):
                 acts.VecTrain(t, micro_batch=int(b)), rt)) for b in BS]
             np.testing.assert_array_equal(got.a2a[e], scalar)
         assert (not m.moe) or set(got.a2a) == {2, 8, 16}
+
+
+def test_width_buffers_one_call_per_communicator_pattern_equal_one_call_per_width():
+    from memledger.planner.coeffs import width_buffers, width_buffers_each
+    from memledger.specs.runtime import RuntimeSpec
+    rng = np.random.default_rng(13)
+    runtimes = [RuntimeSpec(), RuntimeSpec(grad_buckets="deepspeed"),
+                RuntimeSpec(grad_buckets="deepspeed", overlap_comm=False)]
+    t = PlanSpec(model=model("deepseek-v3"), hardware=gpu("h100"), worlds=(64,), seq=4096,
+                 global_batch=96).base_train()
+    n_patterns = set()
+    for _ in range(60):
+        tp, pp, cp, dp = (int(x) for x in 2 ** rng.integers(0, 4, 4))
+        dense = tp * cp * dp
+        folds = [(e, x) for e in (1, 2, 4, 8, 16, 64) for x in (1, 2, 4)
+                 if dense % (e * x) == 0]
+        ep, etp = (np.array(c) for c in zip(*folds))
+        for rt in runtimes:
+            got = width_buffers(t, rt, tp, pp, cp, dp, ep, etp)
+            np.testing.assert_array_equal(got, width_buffers_each(t, rt, tp, pp, cp, dp, ep,
+                                                                  etp))
+            n_patterns.add(len(np.unique(got)))
+    assert max(n_patterns) >= 3  # the widths do differ: the test compares real variety
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 5000), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_top_k_from_a_sampled_cut_is_the_prefix_of_the_full_order(k, n, distinct, seed):
+    """Plan.top partitions an even sample for its cut: the same k configurations, in the same
+    order (ties of time broken by peak, then by position), as sorting everything."""
+    from memledger.planner.evaluate import Evaluated
+    from memledger.planner.result import Plan
+    rng = np.random.default_rng(seed)
+    secs = rng.integers(1, distinct + 1, n) / 7.0  # few distinct times: many ties
+    peak = rng.integers(0, 3, n).astype(np.int64)
+    spec = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(8,), seq=4096,
+                    global_batch=8)
+
+    def fresh():
+        return Plan(spec, Evaluated(seconds=secs, peak_bytes=peak, n_fits=n), 0, 0)
+    assert fresh().top(k).tolist() == fresh().order[:k].tolist()

@@ -158,12 +158,28 @@ def _root_bytes(held, widths, t, rt) -> np.ndarray:
 
 
 def width_buffers(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
-    """Gradient buckets + NCCL channel buffers per width (scalar calls: they branch on sizes)."""
-    out = np.empty(len(ep), np.int64)
-    for i, (e, x) in enumerate(zip(ep.tolist(), etp.tolist())):
-        p = _vp(tp, pp, cp, dp, e, x)
-        out[i] = sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
-    return out
+    """Gradient buckets + NCCL channel buffers per width. The core's functions branch on sizes
+    (scalar calls), and their bytes read a width only through which communicators have more
+    than one rank (`comm.communicators`: NCCL buffers per communicator; gradient buckets: dp·cp
+    > 1): one scalar call per distinct pattern, on its first width, stands for the widths that
+    share it (tests/test_planner_fixed_costs.py compares every width with its own call)."""
+    v = _vp(tp, pp, cp, dp, np.asarray(ep), np.asarray(etp))
+    pattern = np.stack(np.broadcast_arrays(
+        v.tp > 1, v.cp > 1, v.dense_dp > 1, v.pp > 1, v.ep > 1, v.etp > 1,
+        (v.ep * v.etp > 1) & (v.expert_dp > 1)), -1).reshape(len(ep), -1)
+    _, first, inverse = np.unique(pattern, axis=0, return_index=True, return_inverse=True)
+    per = [sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
+           for p in (_vp(tp, pp, cp, dp, int(ep[i]), int(etp[i])) for i in first.tolist())]
+    return np.array(per, np.int64)[inverse.reshape(-1)]
+
+
+def width_buffers_each(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
+    """`width_buffers` with one scalar call per width (the reference the test compares with)."""
+    return np.array([sum(it.bytes for it in comm.grad_bucket_items(p, t, rt)
+                         + comm.nccl_items(p, rt))
+                     for p in (_vp(tp, pp, cp, dp, e, x)
+                               for e, x in zip(np.asarray(ep).tolist(), np.asarray(etp).tolist()))],
+                    np.int64)
 
 
 @dataclass
