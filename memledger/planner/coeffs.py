@@ -164,10 +164,11 @@ def width_buffers(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
     > 1): one scalar call per distinct pattern, on its first width, stands for the widths that
     share it (tests/test_planner_fixed_costs.py compares every width with its own call)."""
     v = _vp(tp, pp, cp, dp, np.asarray(ep), np.asarray(etp))
-    pattern = np.stack(np.broadcast_arrays(
-        v.tp > 1, v.cp > 1, v.dense_dp > 1, v.pp > 1, v.ep > 1, v.etp > 1,
-        (v.ep * v.etp > 1) & (v.expert_dp > 1)), -1).reshape(len(ep), -1)
-    _, first, inverse = np.unique(pattern, axis=0, return_index=True, return_inverse=True)
+    flags = (v.tp > 1, v.cp > 1, v.dense_dp > 1, v.pp > 1, v.ep > 1, v.etp > 1,
+             (v.ep * v.etp > 1) & (v.expert_dp > 1))
+    pattern = sum(np.asarray(f, np.int64) << i for i, f in enumerate(flags))  # one int each
+    pattern = np.broadcast_to(pattern, (len(ep),))
+    _, first, inverse = np.unique(pattern, return_index=True, return_inverse=True)
     per = [sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
            for p in (_vp(tp, pp, cp, dp, int(ep[i]), int(etp[i])) for i in first.tolist())]
     return np.array(per, np.int64)[inverse.reshape(-1)]
