@@ -90,3 +90,29 @@ def test_top_k_from_a_sampled_cut_is_the_prefix_of_the_full_order(k, n, distinct
     def fresh():
         return Plan(spec, Evaluated(seconds=secs, peak_bytes=peak, n_fits=n), 0, 0)
     assert fresh().top(k).tolist() == fresh().order[:k].tolist()
+
+
+def test_a_sink_smaller_than_the_answer_grows_and_keeps_every_row_in_order(monkeypatch):
+    """The kept rows are written in place into preallocated columns (planner/sink.py); when a
+    search keeps more than were reserved, the columns grow and the answer is unchanged."""
+    from memledger.planner import plan, sink
+    spec = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(16,), seq=4096,
+                    global_batch=64)
+    whole = plan(spec)
+    monkeypatch.setattr(sink, "CAP", 7)  # grows 7 → 14 → ... over many blocks
+    grown = plan(spec)
+    assert grown.n_fits == whole.n_fits > 100
+    for k in ("block_id", "flat", "peak_bytes", "seconds"):
+        np.testing.assert_array_equal(getattr(grown.evaluated, k), getattr(whole.evaluated, k))
+    np.testing.assert_array_equal(grown.order, whole.order)
+
+
+def test_sink_rows_are_views_written_in_place_and_survive_growth():
+    from memledger.planner.sink import Sink
+    s = Sink(3)
+    a = s.rows(2)
+    a["flat"][...] = [5, 6]
+    b = s.rows(4)  # beyond the 3 reserved: grows, keeps 5, 6
+    b["flat"][...] = [7, 8, 9, 10]
+    assert s.result()["flat"].tolist() == [5, 6, 7, 8, 9, 10]
+    assert len(s.result()["seconds"]) == 6

@@ -150,12 +150,10 @@ class GridPeaks:
 
 @dataclass
 class Kept:
-    """What one block writes out: the kept configurations (flat index into the block's grid,
-    peak, seconds, step-time terms) and its counts."""
+    """What one block keeps: its rows of the search's `sink.Sink` (flat index into the block's
+    grid, peak, seconds), its step-time terms (parts=True) and its counts."""
 
-    flat: list
-    peak: list
-    seconds: list
+    n_rows: int
     parts: dict
     n_evaluated: int = 0
     n_fits: int = 0
@@ -170,26 +168,22 @@ class Kept:
         if self.best is not None and (out.best is None or self.best[0] < out.best["peak_bytes"]):
             row = {k: v[0].item() for k, v in block.decode(np.array([self.best[1]])).items()}
             out.best = {**row, "peak_bytes": self.best[0], "seconds": self.best[2]}
-        if not self.flat:
+        if not self.n_rows:
             return
-        out.blocks.append(block)
-        out.block_id.append(np.full(sum(map(len, self.flat)), len(out.blocks) - 1, np.int32))
-        out.flat += self.flat
-        out.peak_bytes += self.peak
-        out.seconds += self.seconds
+        out.blocks.append(block)  # its rows in the sink carry this index (assemble's block_id)
         for k, v in self.parts.items():
             out.parts.setdefault(k, []).extend(v)
 
 
 def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
-             prune: bool, parts: dict | None = None) -> Kept:
-    """Evaluate one block. terms: `RankTerms` or `GridPeaks`; secs: (pipeline [P, W, B, RC],
-    per-step [P, W, Z, B]); valid [P, B]: the micro-batch counts the engine runs; seg,
-    n_ranks: each pipe's first candidate rank and count; parts: step-time terms, each
-    [P, W, Z, B, RC]."""
+             prune: bool, sink, block_id: int, parts: dict | None = None) -> Kept:
+    """Evaluate one block; its kept rows go to `sink` (`sink.Sink`) as block `block_id`.
+    terms: `RankTerms` or `GridPeaks`; secs: (pipeline [P, W, B, RC], per-step [P, W, Z, B]);
+    valid [P, B]: the micro-batch counts the engine runs; seg, n_ranks: each pipe's first
+    candidate rank and count; parts: step-time terms, each [P, W, Z, B, RC]."""
     n_p, n_w, n_z, n_b, n_rc = shape
     n_brc = n_b * n_rc
-    out = Kept([], [], [], {k: [] for k in parts or {}})
+    out = Kept(0, {k: [] for k in parts or {}})
     out.n_evaluated = int(np.count_nonzero(valid)) * n_w * n_z * n_rc
     slack, ctx = rt.allocator_slack_pct, rt.cuda_context_bytes
     ranked = isinstance(terms, RankTerms)  # else the grid holds peak_total already
@@ -225,9 +219,14 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         row, col = np.divmod(local, n_brc)
         s = pipeline.take(pw, axis=0)
         s.reshape(len(cell), n_b, n_rc)[...] += per_step.take(cell, axis=0)[:, :, None]
-        out.flat.append(cell.take(row) * n_brc + col)
-        out.peak.append(total(alloc.reshape(-1).take(local)))
-        out.seconds.append(s.reshape(-1).take(local))
+        to = sink.rows(len(local))  # written in place: no per-chunk arrays to join later
+        to["block_id"][...] = block_id
+        np.multiply(cell.take(row), n_brc, out=to["flat"])
+        to["flat"] += col
+        np.take(alloc.reshape(-1), local, out=to["peak_bytes"], mode="wrap")  # in range
+        to["peak_bytes"][...] = total(to["peak_bytes"])
+        np.take(s.reshape(-1), local, out=to["seconds"], mode="wrap")
+        out.n_rows += len(local)
         for k, v in (parts or {}).items():
             out.parts[k].append(np.asarray(v[p, w, z]).reshape(len(cell), -1)[row, col])
     return out

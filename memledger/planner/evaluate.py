@@ -26,6 +26,7 @@ from memledger.planner.cells import GridPeaks, RankTerms, assemble
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
+from memledger.planner.sink import Sink, n_configurations
 from memledger.planner.space import Group, Space, divisors
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
@@ -197,9 +198,11 @@ def _evaluate(spec, space, keep_all, parts, tick, prune) -> Evaluated:
              "bs": np.unique(np.concatenate([np.zeros(0, np.int64)] + [
                  micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
                                                         for d in g.dp.tolist()}]))}
+    cache["sink"] = Sink(n_configurations(space.groups, zs, rcs,
+                                          lambda dp: micro_batch_sizes(spec, dp)))
     for g in space.groups:
         _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick, prune)
-    return _finish(out)
+    return _finish(out, cache["sink"])
 
 
 def _group_ms(spec, g: Group):
@@ -269,7 +272,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
                           np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
                           (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))
             kept = assemble(peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
-                            spec.limit_bytes, rt, keep_all, prune, terms)
+                            spec.limit_bytes, rt, keep_all, prune, cache["sink"],
+                            len(out.blocks), terms)
             out.seconds_eval += time.perf_counter() - t0
             kept.add_to(out, block)
             tick(n_block)
@@ -281,11 +285,9 @@ def _pipe_columns(pipes):
             "balanced": np.array([p.layout is not None for p in pipes])}
 
 
-def _finish(out: Evaluated) -> Evaluated:
-    for k, dtype in (("block_id", np.int32), ("flat", np.int64), ("peak_bytes", np.int64),
-                     ("seconds", np.float64)):
-        parts = getattr(out, k)
-        setattr(out, k, np.concatenate(parts) if parts else np.zeros(0, dtype))
+def _finish(out: Evaluated, sink: Sink | None = None) -> Evaluated:
+    for k, v in (sink or Sink(0)).result().items():
+        setattr(out, k, v)
     if out.parts is not None:
         out.parts = {k: np.concatenate(v) for k, v in out.parts.items()}
     return out
