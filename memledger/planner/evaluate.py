@@ -157,11 +157,12 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
             worst = np.maximum(in_layer, at_loss)
         phases.append((in_layer, at_loss))
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
-        parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
-    # stacked per etp (small), spread to the widths in one take, the per-width buffers added
-    # in place: [R, W, B, RC]
+        parts.append(act + worst + (base + lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
+    # stacked per etp (small), spread to the widths in one take, the per-width all-to-all
+    # buffers added in place (integers: the same sums in any order): [R, W, B, RC]
     fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1).take(spread, axis=1)
-    fwd_bwd += (base[:, None] + a2a)[..., None]
+    if a2a.any():
+        fwd_bwd += a2a[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
     # runtime.transient_at_peak: loss-side transients run while no FSDP unit is gathered
     # (cells.RankTerms applies the discount where a unit is held)
