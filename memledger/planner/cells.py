@@ -49,9 +49,16 @@ CHUNK = 1 << 18  # configurations per chunk: bounds the temporaries of the large
 NEVER = np.iinfo(np.int64).max
 
 
-def peak_total(alloc, slack_pct: int, context: int):
-    """alloc + ⌈alloc · slack / 100⌉ + context (`ledger.runtime`); strictly increasing."""
-    return alloc - (-alloc * slack_pct) // 100 + context
+def peak_total(alloc, slack_pct: int, context: int, out=None):
+    """alloc + ⌈alloc · slack / 100⌉ + context (`ledger.runtime`); strictly increasing.
+    out: written there (an int64 array of alloc's shape), with one temporary."""
+    if out is None:
+        return alloc - (-alloc * slack_pct) // 100 + context
+    up = np.multiply(alloc, -slack_pct)
+    np.floor_divide(up, 100, out=up)
+    np.subtract(alloc, up, out=out)
+    out += context
+    return out
 
 
 def alloc_ceiling(limit: int, slack_pct: int, context: int) -> int:
@@ -194,7 +201,8 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         dead = np.ones(n_p * n_w * n_z, bool)
         dead[cells] = False
         out.n_pruned = int(np.count_nonzero(valid[np.flatnonzero(dead) // (n_w * n_z)])) * n_rc
-    total = (lambda a: peak_total(a, slack, ctx)) if ranked else (lambda a: a)
+    total = (lambda a, out=None: peak_total(a, slack, ctx, out)) if ranked else \
+        (lambda a, out=None: a if out is None else np.copyto(out, a))  # the grid: peak_total
     pipeline = secs[0].reshape(n_p * n_w, n_brc)
     per_step = np.broadcast_to(secs[1], (n_p, n_w, n_z, n_b)).reshape(-1, n_b)
     valid_rc = None if valid.all() else np.repeat(valid, n_rc, axis=1)  # [P, B·RC]
@@ -223,8 +231,7 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         to["block_id"][...] = block_id
         np.multiply(cell.take(row), n_brc, out=to["flat"])
         to["flat"] += col
-        np.take(alloc.reshape(-1), local, out=to["peak_bytes"], mode="wrap")  # in range
-        to["peak_bytes"][...] = total(to["peak_bytes"])
+        total(alloc.reshape(-1).take(local), out=to["peak_bytes"])
         np.take(s.reshape(-1), local, out=to["seconds"], mode="wrap")
         out.n_rows += len(local)
         for k, v in (parts or {}).items():
