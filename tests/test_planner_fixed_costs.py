@@ -116,3 +116,47 @@ def test_sink_rows_are_views_written_in_place_and_survive_growth():
     b["flat"][...] = [7, 8, 9, 10]
     assert s.result()["flat"].tolist() == [5, 6, 7, 8, 9, 10]
     assert len(s.result()["seconds"]) == 6
+
+
+def _rows_group_by_group(index, widths, t, zs):
+    """The static row tables with one call of each row function per parameter group."""
+    from memledger.ledger.static.rows import ROW_FUNCS, Held
+    from memledger.planner.coeffs import _vp
+    tp, pp, cp, dp, ep, etp = widths
+    out = {}
+    for row, fn in ROW_FUNCS.items():
+        for z in zs:
+            table = np.zeros((len(cp), len(index)), np.int64)
+            for (g, inst), col in index.items():
+                table[:, col] = fn(Held("", g, np.array([[inst]])), _vp(tp, pp, cp, dp, ep, etp,
+                                                                          zero=z), t)[0][:, 0]
+            out[row, z] = table
+    return out
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "mixtral-8x7b", "llama3-8b"])
+@pytest.mark.parametrize("precision,optimizer", [("megatron", "adamw"), ("fp8", "adafactor"),
+                                                 ("amp", "muon"), ("bf16", "adam8bit")])
+def test_row_tables_by_group_kind_equal_one_call_per_group(name, precision, optimizer):
+    """coeffs._row_tables evaluates the groups of one kind (shard, matrix, fp32) as one
+    `VecGroup`; every (group, instances) column is the group's own call's bytes."""
+    from memledger.ledger.static.held import held_groups
+    from memledger.planner.coeffs import _pairs, _row_tables
+    from memledger.specs.parallel import ParallelSpec
+    spec = PlanSpec(model=model(name), hardware=gpu("h100"), worlds=(64,), seq=4096,
+                    global_batch=96, precision=precision, optimizer=optimizer)
+    t = spec.base_train()
+    loop = resolve_loop(spec.runtime, t.profile)
+    m = built_model(spec.model, loop)
+    p = ParallelSpec(tp=2, pp=2, sp=True, layout=(m.n_layers // 2, m.n_layers - m.n_layers // 2))
+    helds = [held_groups(m, p, t, r, loop) for r in range(2)]
+    index, _, _ = _pairs(helds)
+    cp, dp = np.array([[1], [2], [4], [1]]), np.array([[8], [4], [2], [4]])
+    ep, etp = np.array([[1], [4], [8], [2]]), np.array([[1], [2], [1], [2]])
+    widths = (2, 2, cp, dp, ep, etp)
+    got, want = _row_tables(index, widths, t, [0, 1, 2, 3]), _rows_group_by_group(
+        index, widths, t, [0, 1, 2, 3])
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=str(k))
+    assert len({g.shard for g, _ in index}) >= 2  # several kinds side by side

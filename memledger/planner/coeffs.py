@@ -23,7 +23,7 @@ from memledger.ledger.runtime import step_temporaries
 from memledger.ledger.static.rows import ROW_FUNCS, Held
 from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor
 from memledger.planner.lifetimes import section_grads
-from memledger.planner.vec import VecParallel, VecTrain, quiet
+from memledger.planner.vec import VecGroup, VecParallel, VecTrain, quiet
 from memledger.units import ceil_div
 
 
@@ -58,9 +58,14 @@ def _pairs(helds):
 def _row_tables(index, widths, t, zs):
     """{(row, zero): [W, pairs]} bytes of every (group, instances) pair."""
     tp, pp, cp, dp, ep, etp = widths
-    by_group: dict = {}
+    # groups of one kind (what the row functions branch on) side by side: one call per kind
+    # with their counts and shapes as arrays (`vec.VecGroup`), not one per group
+    by_kind: dict = {}
     for (g, inst), col in index.items():
-        by_group.setdefault(g, []).append((inst, col))
+        by_kind.setdefault(VecGroup.kind(g), []).append((g, inst, col))
+    kinds = [(VecGroup.of([g for g, _, _ in lst]),
+              np.array([i for _, i, _ in lst], dtype=np.int64)[None, :], [c for _, _, c in lst])
+             for lst in by_kind.values()]
     out = {}
     for row, fn in ROW_FUNCS.items():
         # the stages that shard this row share one table (zero_divisor is 1 or the zero group)
@@ -68,9 +73,8 @@ def _row_tables(index, widths, t, zs):
             z = next(z for z in zs if (row in ZERO_SHARDED[z]) == sharded)
             p = _vp(tp, pp, cp, dp, ep, etp, zero=z)
             table = np.zeros((len(cp), len(index)), dtype=np.int64)
-            for g, lst in by_group.items():
-                inst = np.array([i for i, _ in lst], dtype=np.int64)[None, :]
-                table[:, [c for _, c in lst]] = fn(Held("", g, inst), p, t)[0]
+            for g, inst, cols in kinds:
+                table[:, cols] = fn(Held("", g, inst), p, t)[0]
             for zz in zs:
                 if (row in ZERO_SHARDED[zz]) == sharded:
                     out[row, zz] = table
