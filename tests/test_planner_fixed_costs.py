@@ -160,3 +160,29 @@ def test_row_tables_by_group_kind_equal_one_call_per_group(name, precision, opti
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=str(k))
     assert len({g.shard for g, _ in index}) >= 2  # several kinds side by side
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(1, 3))
+def test_cell_rows_are_the_max_over_ranks_of_f_plus_sf_and_ss(seed, n_z, n_pipes):
+    """cells.RankTerms.rows applies SS only where it exceeds every rank's SF (F ≥ 0 makes it
+    moot elsewhere): the same as max over the pipe's ranks of max(F + SF, SS), with SS drawn
+    above SF on some cells."""
+    from memledger.planner.cells import RankTerms
+    rng = np.random.default_rng(seed)
+    n_ranks = rng.integers(1, 4, n_pipes)
+    seg = np.cumsum(n_ranks) - n_ranks
+    n_r, n_w, n_b, n_rc = int(n_ranks.sum()), 3, 4, 2
+    f = rng.integers(0, 1000, (n_r, n_w, n_b, n_rc))
+    sf = rng.integers(0, 5000, (n_r, n_w, n_z))
+    ss = sf + rng.integers(-3000, 3000, (n_r, n_w, n_z))  # above SF here and there
+    terms = RankTerms(f, sf, ss)
+    cells = np.arange(n_pipes * n_w * n_z)
+    pw, z = np.divmod(cells, n_z)
+    p, w = np.divmod(pw, n_w)
+    got = terms.rows(seg, n_ranks, p, w, z)
+    for k in range(len(cells)):
+        ranks = range(seg[p[k]], seg[p[k]] + n_ranks[p[k]])
+        want = np.maximum.reduce([np.maximum(f[r, w[k]].reshape(-1) + sf[r, w[k], z[k]],
+                                             ss[r, w[k], z[k]]) for r in ranks])
+        np.testing.assert_array_equal(got[k], want)

@@ -93,23 +93,31 @@ class RankTerms:
         f, base, variant = self._sources()
         sf, ss = self.with_fixed.reshape(-1), self.with_step.reshape(-1)
         need, v = n_ranks[p], variant.take(z)
-        out, floor = None, None
+        out, floor, low = None, None, None
         for j in range(int(need.max())):
             on = None if j == 0 or need.min() > j else np.flatnonzero(need > j)
             pj, wj, zj, vj = (p, w, z, v) if on is None else (p[on], w[on], z[on], v[on])
             r = seg[pj] + j
             rwz = (r * n_w + wj) * n_z + zj
             cand = f.take(base[vj, r] + wj, axis=0)
-            cand += sf.take(rwz)[:, None]
+            add = sf.take(rwz)
+            cand += add[:, None]
             if out is None:
-                out, floor = cand, ss.take(rwz)
+                out, floor, low = cand, ss.take(rwz), add
             elif on is None:
                 np.maximum(out, cand, out=out)
                 np.maximum(floor, ss.take(rwz), out=floor)
+                np.maximum(low, add, out=low)
             else:
                 out[on] = np.maximum(out[on], cand)
                 floor[on] = np.maximum(floor[on], ss.take(rwz))
-        return np.maximum(out, floor[:, None], out=out)
+                low[on] = np.maximum(low[on], add)
+        # every F is ≥ 0 (the pruning argument above), so out ≥ max over ranks of SF (`low`):
+        # SS changes only the cells whose SS exceeds that (none in most searches)
+        hi = np.flatnonzero(floor > low)
+        if len(hi):
+            out[hi] = np.maximum(out[hi], floor[hi, None])
+        return out
 
     def _sources(self):
         """(rows, base, variant): F as rows [(r, w), B·RC]; after them, for each ZeRO stage
