@@ -227,7 +227,11 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
             fit &= ok
         fits = np.flatnonzero(fit)
         out.n_fits += len(fits)
-        _best(out, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total)
+        # once a fitting best is known, the kept rows (the fitting ones, in flat order) are
+        # all that can beat it: read off what is written below
+        from_kept = not keep_all and out.best is not None and out.best[0] <= limit
+        if not from_kept:
+            _best(out, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total)
         local = fits if not keep_all else np.flatnonzero(ok) if ok is not None else \
             np.arange(alloc.size)
         if not len(local):
@@ -242,6 +246,11 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         total(alloc.reshape(-1).take(local), out=to["peak_bytes"])
         np.take(s.reshape(-1), local, out=to["seconds"], mode="wrap")
         out.n_rows += len(local)
+        if from_kept:
+            i = int(np.argmin(to["peak_bytes"]))  # the first of equal peaks: flat order
+            if to["peak_bytes"][i] < out.best[0]:
+                out.best = (int(to["peak_bytes"][i]), int(to["flat"][i]),
+                            float(to["seconds"][i]))
         for k, v in (parts or {}).items():
             out.parts[k].append(np.asarray(v[p, w, z]).reshape(len(cell), -1)[row, col])
     return out
