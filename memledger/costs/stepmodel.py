@@ -170,20 +170,19 @@ def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb)
     hide = window if overlap else 0.0
     hide3 = compute_mb if su.fw.prefetch else 0.0
     shape = np.broadcast_shapes(np.shape(rs), np.shape(hide), np.shape(hide3), m.shape)
-    zero = np.zeros(shape)
-    sync, z3 = [], []
-    for z in zs:
+    # each stage writes its own slice; the others stay 0 (the planner's arrays are large:
+    # no zero arrays stacked)
+    sync, z3 = np.zeros((len(zs),) + shape), np.zeros((len(zs),) + shape)
+    for k, z in enumerate(zs):
         if z == 0:
-            sync.append(np.maximum(co.all_reduce_seconds(grads, n, beta, alpha) - hide, 0))
+            sync[k] = np.maximum(co.all_reduce_seconds(grads, n, beta, alpha) - hide, 0)
         elif z == 1:
-            sync.append(np.maximum(rs + ag - hide, 0))
+            sync[k] = np.maximum(rs + ag - hide, 0)
         elif z == 2:
-            sync.append(m * np.maximum(rs - hide, 0) + np.maximum(ag - hide, 0))
+            sync[k] = m * np.maximum(rs - hide, 0) + np.maximum(ag - hide, 0)
         else:
-            sync.append(zero)
-        z3.append(m * np.maximum(rs + 2 * ag - hide3, 0) if z == 3 else zero)
-    return (np.stack(np.broadcast_arrays(*sync, zero)[:-1]),
-            np.stack(np.broadcast_arrays(*z3, zero)[:-1]))
+            z3[k] = m * np.maximum(rs + 2 * ag - hide3, 0)
+    return sync, z3
 
 
 def optimizer_bytes_per_param(t) -> int:

@@ -89,40 +89,68 @@ def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs,
                shared: dict | None = None) -> ActArrays:
     """`shared`: a dict kept across one search's calls, where the amp coefficients, which
     depend on tp alone, are computed once per tp instead of once per (tp, cp)."""
+    return act_arrays_by_cp(m, t, rt, tp, [cp], etps, eps, bs, shared)[cp]
+
+
+def act_arrays_by_cp(m, t, rt, tp: int, cps, etps, eps, bs,
+                     shared: dict | None = None) -> dict[int, ActArrays]:
+    """cp -> `act_arrays` of (tp, cp) for every cp in `cps`, evaluated as one [cp, etp, b]
+    array (cp is a plain factor of the core's formulas, like etp and b: the same numbers as
+    one call per cp — tests/test_planner_acts.py — with one call of the core's inventory
+    instead of one per cp); per cp where the inventory branches on it."""
     shared = {} if shared is None else shared
     if ("autocast", tp) not in shared:
         shared["autocast", tp] = (autocast_coefficients(m, t, tp),
                                   cast_cache_coefficients(m, t, tp))
     autocast, cast_cache = shared["autocast", tp]
+    cps = np.asarray(cps, np.int64)
     etps, bs = np.asarray(etps, np.int64), np.asarray(bs, np.int64)
-    shape = (len(etps), len(bs))
+    shape = (len(cps), len(etps), len(bs))
     from memledger.specs.loop import resolve_loop
     loss = resolve_loop(rt, t.profile).loss
     try:
+        cols = _columns(m, t, tp, cps[:, None, None], etps[None, :, None], bs[None, None, :],
+                        loss)
+    except (ValueError, TypeError):  # branches on cp (or etp, b): one cp at a time
+        per = [_one_cp(m, t, tp, cp, etps, bs, loss) for cp in cps.tolist()]
+        cols = {k: np.stack([c[k] for c in per]) for k in per[0]}
+    cols = {k: np.broadcast_to(v, shape) for k, v in cols.items()}
+    a2a = {e: _a2a(m, t, rt, tp, cps, e, bs) for e in sorted(set(eps) - {1}) if m.moe}
+    return {cp: ActArrays(
+        etps, bs, keep={(k, rc): cols["keep", k, rc][i] for k in KINDS
+                        for rc in ("none", "selective")},
+        full={k: cols["full", k][i] for k in KINDS}, layer_input=cols["layer_input"][i, 0],
+        first=cols["first"][i, 0], last=cols["last"][i, 0], logits=cols["logits"][i, 0],
+        logits_fwd=cols["logits_fwd"][i, 0], bwd=cols["bwd"][i, 0],
+        a2a={e: v[i] for e, v in a2a.items()}, autocast=autocast, cast_cache=cast_cache)
+        for i, cp in enumerate(cps.tolist())}
+
+
+def _one_cp(m, t, tp, cp, etps, bs, loss) -> dict:
+    """`_columns` of one cp as [etp, b] arrays; one (etp, b) pair at a time where the
+    inventory branches on b or etp (the hf profiles)."""
+    shape = (len(etps), len(bs))
+    try:
         cols = _columns(m, t, tp, cp, etps[:, None], bs[None, :], loss)
-        cols = {k: np.broadcast_to(v, shape) for k, v in cols.items()}
-    except (ValueError, TypeError):  # the inventory branches on b or etp: one pair at a time
+        return {k: np.broadcast_to(v, shape) for k, v in cols.items()}
+    except (ValueError, TypeError):
         cells = [[_columns(m, t, tp, cp, int(e), int(b), loss) for b in bs] for e in etps]
-        cols = {k: np.array([[c[k] for c in row] for row in cells], np.int64) for k in cells[0][0]}
-    return ActArrays(
-        etps, bs, keep={(k, rc): cols["keep", k, rc] for k in KINDS for rc in ("none", "selective")},
-        full={k: cols["full", k] for k in KINDS}, layer_input=cols["layer_input"][0],
-        first=cols["first"][0], last=cols["last"][0], logits=cols["logits"][0],
-        logits_fwd=np.asarray(cols["logits_fwd"])[0] if np.ndim(cols["logits_fwd"]) else cols["logits_fwd"],
-        bwd=np.broadcast_to(cols["bwd"], shape)[0],
-        a2a={e: _a2a(m, t, rt, tp, cp, e, bs) for e in sorted(set(eps) - {1}) if m.moe},
-        autocast=autocast, cast_cache=cast_cache)
+        return {k: np.array([[c[k] for c in row] for row in cells], np.int64)
+                for k in cells[0][0]}
 
 
-def _a2a(m, t, rt, tp, cp, ep, bs) -> np.ndarray:
-    p = VecParallel(tp=tp, cp=cp, ep=ep, sp=tp > 1)
+def _a2a(m, t, rt, tp, cps, ep, bs) -> np.ndarray:
+    """[cp, b] MoE dispatch + combine buffers (`comm.moe_items`)."""
+    shape = (len(cps), len(bs))
     try:  # moe_items prints the rows into its note: quiet arrays
+        p = VecParallel(tp=tp, cp=quiet(cps)[:, None], ep=ep, sp=tp > 1)
         tv = VecTrain(t, micro_batch=quiet(bs)[None, :])
         return np.broadcast_to(sum(i.bytes for i in comm.moe_items(m, p, tv, rt)),
-                               (1, len(bs)))[0].astype(np.int64)
+                               shape).astype(np.int64)
     except ValueError:  # a sizing rule that branches on the token count (DeepEP)
-        return np.array([sum(i.bytes for i in comm.moe_items(
-            m, p, VecTrain(t, micro_batch=int(b)), rt)) for b in bs], np.int64)
+        return np.array([[sum(i.bytes for i in comm.moe_items(
+            m, VecParallel(tp=tp, cp=c, ep=ep, sp=tp > 1), VecTrain(t, micro_batch=int(b)), rt))
+            for b in bs] for c in cps.tolist()], np.int64)
 
 
 def _one_layer(m, kind: str, tp: int) -> ParallelSpec | None:

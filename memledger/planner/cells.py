@@ -49,9 +49,16 @@ CHUNK = 1 << 18  # configurations per chunk: bounds the temporaries of the large
 NEVER = np.iinfo(np.int64).max
 
 
-def peak_total(alloc, slack_pct: int, context: int):
-    """alloc + ⌈alloc · slack / 100⌉ + context (`ledger.runtime`); strictly increasing."""
-    return alloc - (-alloc * slack_pct) // 100 + context
+def peak_total(alloc, slack_pct: int, context: int, out=None):
+    """alloc + ⌈alloc · slack / 100⌉ + context (`ledger.runtime`); strictly increasing.
+    out: written there (an int64 array of alloc's shape), with one temporary."""
+    if out is None:
+        return alloc - (-alloc * slack_pct) // 100 + context
+    up = np.multiply(alloc, -slack_pct)
+    np.floor_divide(up, 100, out=up)
+    np.subtract(alloc, up, out=out)
+    out += context
+    return out
 
 
 def alloc_ceiling(limit: int, slack_pct: int, context: int) -> int:
@@ -86,23 +93,31 @@ class RankTerms:
         f, base, variant = self._sources()
         sf, ss = self.with_fixed.reshape(-1), self.with_step.reshape(-1)
         need, v = n_ranks[p], variant.take(z)
-        out, floor = None, None
+        out, floor, low = None, None, None
         for j in range(int(need.max())):
             on = None if j == 0 or need.min() > j else np.flatnonzero(need > j)
             pj, wj, zj, vj = (p, w, z, v) if on is None else (p[on], w[on], z[on], v[on])
             r = seg[pj] + j
             rwz = (r * n_w + wj) * n_z + zj
             cand = f.take(base[vj, r] + wj, axis=0)
-            cand += sf.take(rwz)[:, None]
+            add = sf.take(rwz)
+            cand += add[:, None]
             if out is None:
-                out, floor = cand, ss.take(rwz)
+                out, floor, low = cand, ss.take(rwz), add
             elif on is None:
                 np.maximum(out, cand, out=out)
                 np.maximum(floor, ss.take(rwz), out=floor)
+                np.maximum(low, add, out=low)
             else:
                 out[on] = np.maximum(out[on], cand)
                 floor[on] = np.maximum(floor[on], ss.take(rwz))
-        return np.maximum(out, floor[:, None], out=out)
+                low[on] = np.maximum(low[on], add)
+        # every F is ≥ 0 (the pruning argument above), so out ≥ max over ranks of SF (`low`):
+        # SS changes only the cells whose SS exceeds that (none in most searches)
+        hi = np.flatnonzero(floor > low)
+        if len(hi):
+            out[hi] = np.maximum(out[hi], floor[hi, None])
+        return out
 
     def _sources(self):
         """(rows, base, variant): F as rows [(r, w), B·RC]; after them, for each ZeRO stage
@@ -150,12 +165,10 @@ class GridPeaks:
 
 @dataclass
 class Kept:
-    """What one block writes out: the kept configurations (flat index into the block's grid,
-    peak, seconds, step-time terms) and its counts."""
+    """What one block keeps: its rows of the search's `sink.Sink` (flat index into the block's
+    grid, peak, seconds), its step-time terms (parts=True) and its counts."""
 
-    flat: list
-    peak: list
-    seconds: list
+    n_rows: int
     parts: dict
     n_evaluated: int = 0
     n_fits: int = 0
@@ -170,26 +183,22 @@ class Kept:
         if self.best is not None and (out.best is None or self.best[0] < out.best["peak_bytes"]):
             row = {k: v[0].item() for k, v in block.decode(np.array([self.best[1]])).items()}
             out.best = {**row, "peak_bytes": self.best[0], "seconds": self.best[2]}
-        if not self.flat:
+        if not self.n_rows:
             return
-        out.blocks.append(block)
-        out.block_id.append(np.full(sum(map(len, self.flat)), len(out.blocks) - 1, np.int32))
-        out.flat += self.flat
-        out.peak_bytes += self.peak
-        out.seconds += self.seconds
+        out.blocks.append(block)  # its rows in the sink carry this index (assemble's block_id)
         for k, v in self.parts.items():
             out.parts.setdefault(k, []).extend(v)
 
 
 def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
-             prune: bool, parts: dict | None = None) -> Kept:
-    """Evaluate one block. terms: `RankTerms` or `GridPeaks`; secs: (pipeline [P, W, B, RC],
-    per-step [P, W, Z, B]); valid [P, B]: the micro-batch counts the engine runs; seg,
-    n_ranks: each pipe's first candidate rank and count; parts: step-time terms, each
-    [P, W, Z, B, RC]."""
+             prune: bool, sink, block_id: int, parts: dict | None = None) -> Kept:
+    """Evaluate one block; its kept rows go to `sink` (`sink.Sink`) as block `block_id`.
+    terms: `RankTerms` or `GridPeaks`; secs: (pipeline [P, W, B, RC], per-step [P, W, Z, B]);
+    valid [P, B]: the micro-batch counts the engine runs; seg, n_ranks: each pipe's first
+    candidate rank and count; parts: step-time terms, each [P, W, Z, B, RC]."""
     n_p, n_w, n_z, n_b, n_rc = shape
     n_brc = n_b * n_rc
-    out = Kept([], [], [], {k: [] for k in parts or {}})
+    out = Kept(0, {k: [] for k in parts or {}})
     out.n_evaluated = int(np.count_nonzero(valid)) * n_w * n_z * n_rc
     slack, ctx = rt.allocator_slack_pct, rt.cuda_context_bytes
     ranked = isinstance(terms, RankTerms)  # else the grid holds peak_total already
@@ -200,7 +209,8 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         dead = np.ones(n_p * n_w * n_z, bool)
         dead[cells] = False
         out.n_pruned = int(np.count_nonzero(valid[np.flatnonzero(dead) // (n_w * n_z)])) * n_rc
-    total = (lambda a: peak_total(a, slack, ctx)) if ranked else (lambda a: a)
+    total = (lambda a, out=None: peak_total(a, slack, ctx, out)) if ranked else \
+        (lambda a, out=None: a if out is None else np.copyto(out, a))  # the grid: peak_total
     pipeline = secs[0].reshape(n_p * n_w, n_brc)
     per_step = np.broadcast_to(secs[1], (n_p, n_w, n_z, n_b)).reshape(-1, n_b)
     valid_rc = None if valid.all() else np.repeat(valid, n_rc, axis=1)  # [P, B·RC]
@@ -217,7 +227,11 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
             fit &= ok
         fits = np.flatnonzero(fit)
         out.n_fits += len(fits)
-        _best(out, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total)
+        # once a fitting best is known, the kept rows (the fitting ones, in flat order) are
+        # all that can beat it: read off what is written below
+        from_kept = not keep_all and out.best is not None and out.best[0] <= limit
+        if not from_kept:
+            _best(out, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total)
         local = fits if not keep_all else np.flatnonzero(ok) if ok is not None else \
             np.arange(alloc.size)
         if not len(local):
@@ -225,9 +239,18 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         row, col = np.divmod(local, n_brc)
         s = pipeline.take(pw, axis=0)
         s.reshape(len(cell), n_b, n_rc)[...] += per_step.take(cell, axis=0)[:, :, None]
-        out.flat.append(cell.take(row) * n_brc + col)
-        out.peak.append(total(alloc.reshape(-1).take(local)))
-        out.seconds.append(s.reshape(-1).take(local))
+        to = sink.rows(len(local))  # written in place: no per-chunk arrays to join later
+        to["block_id"][...] = block_id
+        np.multiply(cell.take(row), n_brc, out=to["flat"])
+        to["flat"] += col
+        total(alloc.reshape(-1).take(local), out=to["peak_bytes"])
+        np.take(s.reshape(-1), local, out=to["seconds"], mode="wrap")
+        out.n_rows += len(local)
+        if from_kept:
+            i = int(np.argmin(to["peak_bytes"]))  # the first of equal peaks: flat order
+            if to["peak_bytes"][i] < out.best[0]:
+                out.best = (int(to["peak_bytes"][i]), int(to["flat"][i]),
+                            float(to["seconds"][i]))
         for k, v in (parts or {}).items():
             out.parts[k].append(np.asarray(v[p, w, z]).reshape(len(cell), -1)[row, col])
     return out

@@ -23,7 +23,7 @@ from memledger.ledger.runtime import step_temporaries
 from memledger.ledger.static.rows import ROW_FUNCS, Held
 from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor
 from memledger.planner.lifetimes import section_grads
-from memledger.planner.vec import VecParallel, VecTrain, quiet
+from memledger.planner.vec import VecGroup, VecParallel, VecTrain, quiet
 from memledger.units import ceil_div
 
 
@@ -58,9 +58,14 @@ def _pairs(helds):
 def _row_tables(index, widths, t, zs):
     """{(row, zero): [W, pairs]} bytes of every (group, instances) pair."""
     tp, pp, cp, dp, ep, etp = widths
-    by_group: dict = {}
+    # groups of one kind (what the row functions branch on) side by side: one call per kind
+    # with their counts and shapes as arrays (`vec.VecGroup`), not one per group
+    by_kind: dict = {}
     for (g, inst), col in index.items():
-        by_group.setdefault(g, []).append((inst, col))
+        by_kind.setdefault(VecGroup.kind(g), []).append((g, inst, col))
+    kinds = [(VecGroup.of([g for g, _, _ in lst]),
+              np.array([i for _, i, _ in lst], dtype=np.int64)[None, :], [c for _, _, c in lst])
+             for lst in by_kind.values()]
     out = {}
     for row, fn in ROW_FUNCS.items():
         # the stages that shard this row share one table (zero_divisor is 1 or the zero group)
@@ -68,9 +73,8 @@ def _row_tables(index, widths, t, zs):
             z = next(z for z in zs if (row in ZERO_SHARDED[z]) == sharded)
             p = _vp(tp, pp, cp, dp, ep, etp, zero=z)
             table = np.zeros((len(cp), len(index)), dtype=np.int64)
-            for g, lst in by_group.items():
-                inst = np.array([i for i, _ in lst], dtype=np.int64)[None, :]
-                table[:, [c for _, c in lst]] = fn(Held("", g, inst), p, t)[0]
+            for g, inst, cols in kinds:
+                table[:, cols] = fn(Held("", g, inst), p, t)[0]
             for zz in zs:
                 if (row in ZERO_SHARDED[zz]) == sharded:
                     out[row, zz] = table
@@ -158,12 +162,29 @@ def _root_bytes(held, widths, t, rt) -> np.ndarray:
 
 
 def width_buffers(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
-    """Gradient buckets + NCCL channel buffers per width (scalar calls: they branch on sizes)."""
-    out = np.empty(len(ep), np.int64)
-    for i, (e, x) in enumerate(zip(ep.tolist(), etp.tolist())):
-        p = _vp(tp, pp, cp, dp, e, x)
-        out[i] = sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
-    return out
+    """Gradient buckets + NCCL channel buffers per width. The core's functions branch on sizes
+    (scalar calls), and their bytes read a width only through which communicators have more
+    than one rank (`comm.communicators`: NCCL buffers per communicator; gradient buckets: dp·cp
+    > 1): one scalar call per distinct pattern, on its first width, stands for the widths that
+    share it (tests/test_planner_fixed_costs.py compares every width with its own call)."""
+    v = _vp(tp, pp, cp, dp, np.asarray(ep), np.asarray(etp))
+    flags = (v.tp > 1, v.cp > 1, v.dense_dp > 1, v.pp > 1, v.ep > 1, v.etp > 1,
+             (v.ep * v.etp > 1) & (v.expert_dp > 1))
+    pattern = sum(np.asarray(f, np.int64) << i for i, f in enumerate(flags))  # one int each
+    pattern = np.broadcast_to(pattern, (len(ep),))
+    _, first, inverse = np.unique(pattern, return_index=True, return_inverse=True)
+    per = [sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
+           for p in (_vp(tp, pp, cp, dp, int(ep[i]), int(etp[i])) for i in first.tolist())]
+    return np.array(per, np.int64)[inverse.reshape(-1)]
+
+
+def width_buffers_each(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
+    """`width_buffers` with one scalar call per width (the reference the test compares with)."""
+    return np.array([sum(it.bytes for it in comm.grad_bucket_items(p, t, rt)
+                         + comm.nccl_items(p, rt))
+                     for p in (_vp(tp, pp, cp, dp, e, x)
+                               for e, x in zip(np.asarray(ep).tolist(), np.asarray(etp).tolist()))],
+                    np.int64)
 
 
 @dataclass

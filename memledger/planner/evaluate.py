@@ -20,12 +20,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from memledger.planner.acts import act_arrays
+from memledger.planner.acts import act_arrays_by_cp
 from memledger.planner.bwdset import dense_only, layer_backward
 from memledger.planner.cells import GridPeaks, RankTerms, assemble
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
+from memledger.planner.sink import Sink, n_configurations
 from memledger.planner.space import Group, Space, divisors
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
@@ -156,11 +157,12 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
             worst = np.maximum(in_layer, at_loss)
         phases.append((in_layer, at_loss))
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
-        parts.append(act + worst + (lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
-    # stacked per etp (small), spread to the widths in one take, the per-width buffers added
-    # in place: [R, W, B, RC]
+        parts.append(act + worst + (base + lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
+    # stacked per etp (small), spread to the widths in one take, the per-width all-to-all
+    # buffers added in place (integers: the same sums in any order): [R, W, B, RC]
     fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1).take(spread, axis=1)
-    fwd_bwd += (base[:, None] + a2a)[..., None]
+    if a2a.any():
+        fwd_bwd += a2a[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
     # runtime.transient_at_peak: loss-side transients run while no FSDP unit is gathered
     # (cells.RankTerms applies the discount where a unit is held)
@@ -197,9 +199,11 @@ def _evaluate(spec, space, keep_all, parts, tick, prune) -> Evaluated:
              "bs": np.unique(np.concatenate([np.zeros(0, np.int64)] + [
                  micro_batch_sizes(spec, dp) for dp in {d for g in space.groups
                                                         for d in g.dp.tolist()}]))}
+    cache["sink"] = Sink(n_configurations(space.groups, zs, rcs,
+                                          lambda dp: micro_batch_sizes(spec, dp)))
     for g in space.groups:
         _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick, prune)
-    return _finish(out)
+    return _finish(out, cache["sink"])
 
 
 def _group_ms(spec, g: Group):
@@ -248,9 +252,11 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             ms_b = spec.global_batch // (dp * bs)
             mi = np.searchsorted(ms, ms_b)
             ep, etp = g.ep[sel], g.etp[sel]
-            if (tp, cp) not in cache:
-                cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
-                                           cache["bs"], cache)
+            if (tp, cp) not in cache:  # every cp of this tp at once (planner.acts)
+                cps = [c for c in np.unique(g.cp[in_tp]).tolist() if (tp, c) not in cache]
+                for c, aa in act_arrays_by_cp(m, t, rt, tp, cps, cache["etps"], cache["eps"],
+                                              cache["bs"], cache).items():
+                    cache[tp, c] = aa
             ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
@@ -267,7 +273,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
                           np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
                           (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))
             kept = assemble(peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
-                            spec.limit_bytes, rt, keep_all, prune, terms)
+                            spec.limit_bytes, rt, keep_all, prune, cache["sink"],
+                            len(out.blocks), terms)
             out.seconds_eval += time.perf_counter() - t0
             kept.add_to(out, block)
             tick(n_block)
@@ -279,11 +286,9 @@ def _pipe_columns(pipes):
             "balanced": np.array([p.layout is not None for p in pipes])}
 
 
-def _finish(out: Evaluated) -> Evaluated:
-    for k, dtype in (("block_id", np.int32), ("flat", np.int64), ("peak_bytes", np.int64),
-                     ("seconds", np.float64)):
-        parts = getattr(out, k)
-        setattr(out, k, np.concatenate(parts) if parts else np.zeros(0, dtype))
+def _finish(out: Evaluated, sink: Sink | None = None) -> Evaluated:
+    for k, v in (sink or Sink(0)).result().items():
+        setattr(out, k, v)
     if out.parts is not None:
         out.parts = {k: np.concatenate(v) for k, v in out.parts.items()}
     return out

@@ -60,7 +60,10 @@ class Plan:
         if not k or k >= n or "order" in self.__dict__:
             return self.order[:k or None]
         secs = self.evaluated.seconds
-        cut = np.partition(secs, k - 1)[k - 1]
+        # the k-th smallest of an even sample is ≥ the k-th smallest of all, so every one of
+        # the k fastest (and every tie of the k-th) is ≤ it: partition ~1/64 of the times
+        sample = secs[::max(1, min(64, n // (64 * k)))]
+        cut = np.partition(sample, k - 1)[k - 1]
         near = np.flatnonzero(secs <= cut)
         return near[np.lexsort((self.evaluated.peak_bytes[near], secs[near]))][:k]
 

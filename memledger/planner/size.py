@@ -8,17 +8,11 @@ search over its budget in milliseconds instead of discovering the cost by paying
 from __future__ import annotations
 
 from memledger.planner.evaluate import _axes, micro_batch_sizes
+from memledger.planner.sink import n_configurations as count
 from memledger.planner.space import Space
 from memledger.planner.spec import PlanSpec
 
 
 def n_configurations(spec: PlanSpec, space: Space) -> int:
     zs, rcs = _axes(spec)
-    per_dp: dict[int, int] = {}
-    total = 0
-    for g in space.groups:
-        for dp in g.dp.tolist():
-            if dp not in per_dp:
-                per_dp[dp] = len(micro_batch_sizes(spec, dp))
-            total += per_dp[dp] * len(g.pipes)
-    return total * len(zs) * len(rcs)
+    return count(space.groups, zs, rcs, lambda dp: micro_batch_sizes(spec, dp))

@@ -145,11 +145,11 @@ def _slowest(pf: PipeFlops, L, p2p, n_w: int):
         return segment_max(np.add(buf, fixed_rc, out=buf), pf.seg)
     comp = widths((moe3, moe3), own)
     ep = L["ep"], L["ep_dual"]
-    out = []
-    for rc in pf.rcs:
+    out = np.empty(comp.shape + (len(pf.rcs),))  # written per mode: no stack of copies
+    for i, rc in enumerate(pf.rcs):
         rec_d, rec_m = L["rec"][rc]
-        out.append(widths((moe3 + ep[0] + rec_m, moe3 + ep[1] + rec_m), fixed + d * rec_d))
-    return np.stack(out, -1), comp
+        out[..., i] = widths((moe3 + ep[0] + rec_m, moe3 + ep[1] + rec_m), fixed + d * rec_d)
+    return out, comp
 
 
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
@@ -172,7 +172,8 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     m_b = np.asarray(ms_b, np.float64)
     b = bubble[:, None, :, None]
     t_mb, comp = _slowest(pf, L, p2p, len(ep_c))
-    pipeline = t_mb * (m_b / (1.0 - bubble))[:, None, :, None]  # [P, W, B, RC]
+    pipeline = t_mb  # [P, W, B, RC], scaled in place (t_mb is not read again)
+    pipeline *= (m_b / (1.0 - bubble))[:, None, :, None]
     grads = segment_max(grads0.T, seg)[:, :, None]  # [P, W, 1]
     weights = segment_max(weights0.T, seg)[:, :, None]
     window = (2.0 / 3.0) * comp  # one micro-batch's backward [P, W, B]

@@ -16,6 +16,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from memledger.model.params import ParamGroup
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
 
@@ -34,6 +35,30 @@ class VecParallel:
         self.tp, self.pp, self.vpp, self.ep, self.etp = tp, pp, vpp, ep, etp
         self.cp, self.dp, self.sp, self.zero = cp, dp, sp, zero
         self.schedule, self.layout = schedule, layout
+
+
+class VecGroup:
+    """Parameter groups of one kind side by side: a `ParamGroup` whose numbers (count, rows,
+    cols) are [1, n] arrays, one column per group; the fields the core branches on (shard,
+    matrix, fp32: `kind`) are the kind's, shared by every group of it."""
+
+    expert = ParamGroup.expert
+
+    def __init__(self, name, count, shard, matrix, rows, cols, fp32):
+        self.name, self.count, self.shard, self.matrix = name, count, shard, matrix
+        self.rows, self.cols, self.fp32 = rows, cols, fp32
+
+    @staticmethod
+    def kind(g: ParamGroup) -> tuple:
+        return type(g), g.shard, g.matrix, g.fp32
+
+    @classmethod
+    def of(cls, groups: list) -> VecGroup:
+        if len({cls.kind(g) for g in groups}) != 1:
+            raise ValueError("VecGroup: groups of different kinds")
+        col = lambda k: np.array([getattr(g, k) for g in groups], np.int64)[None, :]  # noqa: E731
+        g = groups[0]
+        return cls(g.name, col("count"), g.shard, g.matrix, col("rows"), col("cols"), g.fp32)
 
 
 class VecTrain:
