@@ -232,11 +232,12 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
     held_cache: dict = {}
     for tp in np.unique(g.tp).tolist():
         in_tp = np.flatnonzero(g.tp == tp)
-        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop)]
+        sp = spec.sequence_parallel(tp)
+        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop, sp=sp)]
         cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
         stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
-                                              cols(g.etp)), zs, loop.on_demand)
-        pf = pipe_flops(m, t, tp, tables, rcs)
+                                              cols(g.etp)), zs, loop.on_demand, sp=sp)
+        pf = pipe_flops(m, t, tp, tables, rcs, sp=sp)
         for cp in np.unique(g.cp[in_tp]).tolist():
             sel = in_tp[g.cp[in_tp] == cp]
             rows = np.searchsorted(in_tp, sel)
@@ -250,8 +251,8 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             ep, etp = g.ep[sel], g.etp[sel]
             if (tp, cp) not in cache:
                 cache[tp, cp] = act_arrays(m, t, rt, tp, cp, cache["etps"], cache["eps"],
-                                           cache["bs"], cache)
-            ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
+                                           cache["bs"], cache, sp=sp)
+            ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs, sp=sp)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
                         m_b=ms_b, last=cat["last"], corners=corners) if loop.on_demand else None
