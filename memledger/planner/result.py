@@ -94,8 +94,8 @@ class Plan:
         for i in range(len(idx)):
             row = {k: v[i].item() for k, v in cols.items()}
             out.append(_named(row, self.spec) | {"peak_bytes": int(peak[i]),
-                                      "free_bytes": int(cap - peak[i]),
-                                      "seconds": float(secs[i])})
+                                                 "free_bytes": int(cap - peak[i]),
+                                                 "seconds": float(secs[i])})
         return out
 
     def specs(self, row: dict) -> tuple[ParallelSpec, TrainSpec]:
