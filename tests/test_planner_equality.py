@@ -123,9 +123,9 @@ SCENARIOS = {
         model="gpt3-175b", worlds=(32,), seq=2048, global_batch=64, precision="fp16",
         profile="paper", attention="eager", framework="megatron-2021",
         constraints=Constraints(max_vpp=2)),
-    "megatron-2021 (no SP), mixtral a2a, amp autocast casts": dict(
-        model="mixtral-8x7b", worlds=(16,), seq=2048, global_batch=32, precision="amp",
-        framework="megatron-2021", constraints=Constraints(max_vpp=2)),
+    "megatron-2021 (no SP), amp autocast casts": dict(
+        model="llama3.2-1b", worlds=(8,), seq=2048, global_batch=32, precision="amp",
+        framework="megatron-2021"),
 }
 SAMPLES = 300
 
