@@ -64,3 +64,19 @@ def test_impossible_request_prints_the_reason(capsys):
 def test_bad_input_exits_2_with_one_line(capsys, extra):
     code, out, err = run(capsys, *extra)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+
+
+def test_framework_megatron_2021_rows_run_without_sequence_parallelism(capsys):
+    """Sequence parallelism came with Korthikanti et al. 2022: megatron-2021 rows have sp False
+    at every tp, megatron-core rows sp True exactly where tp > 1; and at tp = 2 the peak without
+    SP is the larger (norm inputs and dropout masks are not split over tp)."""
+    _, a, _ = run(capsys, "--json", "--tp", "2", "--top", "0", "--framework", "megatron-2021")
+    _, b, _ = run(capsys, "--json", "--tp", "2", "--top", "0")
+    old, core = json.loads(a)["configurations"], json.loads(b)["configurations"]
+    assert old and core and {r["tp"] for r in old + core} == {2}
+    assert {r["sp"] for r in old} == {False} and {r["sp"] for r in core} == {True}
+    axes = ("pp", "vpp", "cp", "dp", "zero", "schedule", "layout", "micro_batch", "recompute")
+    key = lambda r: tuple(r[k] for k in axes)  # noqa: E731
+    peaks = {key(r): r["peak_bytes"] for r in core}
+    both = [(r["peak_bytes"], peaks[key(r)]) for r in old if key(r) in peaks]
+    assert both and all(o > c for o, c in both)

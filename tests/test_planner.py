@@ -148,6 +148,21 @@ def test_pareto_front_members_are_undominated_and_dominate_the_rest():
     assert covered.all()
 
 
+def test_sequence_parallel_is_on_for_tp_above_1_where_the_framework_has_it():
+    """Korthikanti et al. 2022 introduced it: Megatron-Core runs it, Megatron-LM 2021 did not."""
+    core, old = llama8b(), llama8b(framework="megatron-2021")
+    assert [core.sequence_parallel(tp) for tp in (1, 2, 8)] == [False, True, True]
+    assert [old.sequence_parallel(tp) for tp in (1, 2, 8)] == [False, False, False]
+
+
+def test_moe_with_tp_under_megatron_2021_is_refused_by_the_cores_sequence_parallel_rule():
+    spec = PlanSpec(model=model("mixtral-8x7b"), hardware=gpu("h100"), worlds=(16,), seq=2048,
+                    global_batch=32, framework="megatron-2021", constraints=Constraints(tp=2))
+    result = plan(spec)
+    assert result.n_evaluated == 0
+    assert "MoE with tp=2 needs sequence parallel" in result.reason
+
+
 def test_bad_plan_spec_names_the_field():
     with pytest.raises(SpecError, match="headroom"):
         llama8b(headroom=1.0)

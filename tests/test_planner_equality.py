@@ -4,8 +4,9 @@ every configuration the planner evaluated (fitting or not), across dense, MoE, M
 vocab-less models, every precision recipe family, optimizers with odd state shapes (8-bit
 blocks, factored, Muon with its step workspace), the megatron, paper and traced-HF activation
 profiles (whose inventory depends on the micro-batch), amp's autocast casts, non-default
-runtime knobs (buffer sizing rules, DeepSpeed ZeRO-3, NCCL protocols) and every training-loop
-preset (on-demand gradients: the walked timeline's peak, planner.lifetimes)."""
+runtime knobs (buffer sizing rules, DeepSpeed ZeRO-3, NCCL protocols), every training-loop
+preset (on-demand gradients: the walked timeline's peak, planner.lifetimes) and the
+megatron-2021 framework, whose tp > 1 rows run without sequence parallelism."""
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -115,6 +116,16 @@ SCENARIOS = {
         model=load_hf_config(Path(__file__).parent / "fixtures" / "hf" /
                              "tiny-qwen2-moe-sparse-step-2.json"),
         worlds=(4,), seq=256, global_batch=16, profile="hf"),
+    # megatron-2021 has no sequence parallelism: tp > 1 rows with sp False at every site
+    "megatron-2021 (no SP), llama3-8b": dict(
+        model="llama3-8b", worlds=(16,), seq=4096, global_batch=32, framework="megatron-2021"),
+    "megatron-2021 (no SP), paper profile, eager, fp16 (the 2021 reference runs)": dict(
+        model="gpt3-175b", worlds=(32,), seq=2048, global_batch=64, precision="fp16",
+        profile="paper", attention="eager", framework="megatron-2021",
+        constraints=Constraints(max_vpp=2)),
+    "megatron-2021 (no SP), amp autocast casts": dict(
+        model="llama3.2-1b", worlds=(8,), seq=2048, global_batch=32, precision="amp",
+        framework="megatron-2021"),
 }
 SAMPLES = 300
 

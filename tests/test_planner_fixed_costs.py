@@ -32,10 +32,10 @@ def _setup(name, profile="megatron"):
                                              ("llama3-8b", "hf", 1)])
 def test_every_cp_at_once_equals_one_cp_at_a_time(name, profile, tp):
     m, t, rt, loss = _setup(name, profile)
-    together = acts.act_arrays_by_cp(m, t, rt, tp, CPS, ETPS, EPS, BS)
+    together = acts.act_arrays_by_cp(m, t, rt, tp, CPS, ETPS, EPS, BS, sp=tp > 1)
     assert sorted(together) == CPS
     for cp in CPS:
-        one = acts._one_cp(m, t, tp, cp, ETPS, BS, loss)  # the per-cp evaluation
+        one = acts._one_cp(m, t, tp, cp, ETPS, BS, loss, tp > 1)  # the per-cp evaluation
         got = together[cp]
         for kind in acts.KINDS:
             for rc in ("none", "selective"):
@@ -67,9 +67,9 @@ def test_width_buffers_one_call_per_communicator_pattern_equal_one_call_per_widt
                  if dense % (e * x) == 0]
         ep, etp = (np.array(c) for c in zip(*folds))
         for rt in runtimes:
-            got = width_buffers(t, rt, tp, pp, cp, dp, ep, etp)
+            got = width_buffers(t, rt, tp, pp, cp, dp, ep, etp, tp > 1)
             np.testing.assert_array_equal(got, width_buffers_each(t, rt, tp, pp, cp, dp, ep,
-                                                                  etp))
+                                                                  etp, tp > 1))
             n_patterns.add(len(np.unique(got)))
     assert max(n_patterns) >= 3  # the widths do differ: the test compares real variety
 
@@ -118,7 +118,7 @@ def test_sink_rows_are_views_written_in_place_and_survive_growth():
     assert len(s.result()["seconds"]) == 6
 
 
-def _rows_group_by_group(index, widths, t, zs):
+def _rows_group_by_group(index, widths, t, zs, sp):
     """The static row tables with one call of each row function per parameter group."""
     from memledger.ledger.static.rows import ROW_FUNCS, Held
     from memledger.planner.coeffs import _vp
@@ -129,7 +129,7 @@ def _rows_group_by_group(index, widths, t, zs):
             table = np.zeros((len(cp), len(index)), np.int64)
             for (g, inst), col in index.items():
                 table[:, col] = fn(Held("", g, np.array([[inst]])), _vp(tp, pp, cp, dp, ep, etp,
-                                                                          zero=z), t)[0][:, 0]
+                                                                          zero=z, sp=sp), t)[0][:, 0]
             out[row, z] = table
     return out
 
@@ -154,8 +154,9 @@ def test_row_tables_by_group_kind_equal_one_call_per_group(name, precision, opti
     cp, dp = np.array([[1], [2], [4], [1]]), np.array([[8], [4], [2], [4]])
     ep, etp = np.array([[1], [4], [8], [2]]), np.array([[1], [2], [1], [2]])
     widths = (2, 2, cp, dp, ep, etp)
-    got, want = _row_tables(index, widths, t, [0, 1, 2, 3]), _rows_group_by_group(
-        index, widths, t, [0, 1, 2, 3])
+    sp = True
+    got, want = _row_tables(index, widths, t, [0, 1, 2, 3], sp), _rows_group_by_group(
+        index, widths, t, [0, 1, 2, 3], sp)
     assert got.keys() == want.keys()
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=str(k))

@@ -4,7 +4,13 @@ step-time model is checked against (docs/step-time.md, tests/test_reference_runs
 - Megatron-LM weak scaling, Narayanan et al. 2021 (arXiv 2104.04473) Table 1: GPT models of
   1.7B to 1T parameters on A100 80GB (DGX A100: 8 per node, 8 × 200 Gb/s HDR per node), seq
   2048, vocabulary 51,200, activation recomputation on, fp16 mixed precision with Adam, no
-  ZeRO. "Achieved TFLOP/s per GPU" there counts FLOPs with the paper's eq. 3,
+  ZeRO. Planned with the `paper` activation profile and eager attention: Megatron-LM's GPT of
+  2021 kept dropout (`--hidden-dropout` and `--attention-dropout` default to 0.1 in
+  megatron/arguments.py) and computed attention as batched GEMMs + fused softmax (flash
+  attention, Dao et al. 2022, came later) — the layer Korthikanti et al. 2022 (arXiv
+  2205.05198) §4 counts as sbh(34 + 5as/h); no sequence parallelism (introduced there, 2022:
+  `framework` megatron-2021 turns it off on the memory side too, `PlanSpec.sequence_parallel`).
+  "Achieved TFLOP/s per GPU" there counts FLOPs with the paper's eq. 3,
   96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) per step — recompute included, attention over the full
   s×s square — so the prediction is converted with the same formula.
 - Llama 3, Dubey et al. 2024 (arXiv 2407.21783) Table 4: Llama 3 405B on H100 80GB (700 W),
@@ -46,6 +52,8 @@ class PublishedRun:
     flops_convention: str  # "megatron-eq3" | "model"
     framework: str
     precision: str = "megatron"
+    profile: str = "megatron"  # activation profile the framework's layers match (TrainSpec)
+    attention: str = "flash"  # attention kernel the run used (TrainSpec)
     source: str = ""
     constraints: dict = field(default_factory=dict)  # search bounds beyond the layout
 
@@ -85,7 +93,8 @@ MEGATRON_2021 = tuple(
                              micro_batch=mb, vpp=vpp,
                              schedule="interleaved" if vpp > 1 else "1f1b"),
                  tflops_per_gpu=f, flops_convention="megatron-eq3", framework="megatron-2021",
-                 precision="fp16", source="Narayanan et al. 2021 (arXiv 2104.04473) Table 1",
+                 precision="fp16", profile="paper", attention="eager",
+                 source="Narayanan et al. 2021 (arXiv 2104.04473) Table 1",
                  constraints=MEGATRON_2021_FEATURES)
     for p, a, h, l, tp, pp, n, b, f, mb, vpp in _MEGATRON_TABLE1)
 

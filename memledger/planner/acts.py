@@ -49,8 +49,8 @@ class ActArrays:
     cast_cache: tuple  # (per dense, per MoE layer held): amp's cast cache under full recompute
 
 
-def _vp(tp, cp, etp) -> VecParallel:
-    return VecParallel(tp=tp, cp=cp, etp=etp, sp=tp > 1)
+def _vp(tp, cp, etp, sp: bool) -> VecParallel:
+    return VecParallel(tp=tp, cp=cp, etp=etp, sp=sp)
 
 
 def _gpu(x, m, tv, pv, in_layer: bool):
@@ -58,10 +58,10 @@ def _gpu(x, m, tv, pv, in_layer: bool):
     return decision(x, m, tv, pv, in_layer)[3]
 
 
-def _columns(m, t, tp, cp, etp, b, loss: str = "materialized") -> dict:
+def _columns(m, t, tp, cp, etp, b, loss: str = "materialized", *, sp: bool) -> dict:
     """Every quantity for one etp (column vector) and b (row vector) — or arrays of them."""
     prof = get_profile(t.profile)
-    pv = _vp(tp, cp, etp)
+    pv = _vp(tp, cp, etp, sp)
     out = {}
     for rc in ("none", "selective"):
         tv = VecTrain(t, micro_batch=b, recompute=rc)
@@ -86,22 +86,23 @@ def _columns(m, t, tp, cp, etp, b, loss: str = "materialized") -> dict:
 
 
 def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs,
-               shared: dict | None = None) -> ActArrays:
+               shared: dict | None = None, *, sp: bool) -> ActArrays:
     """`shared`: a dict kept across one search's calls, where the amp coefficients, which
-    depend on tp alone, are computed once per tp instead of once per (tp, cp)."""
-    return act_arrays_by_cp(m, t, rt, tp, [cp], etps, eps, bs, shared)[cp]
+    depend on tp alone, are computed once per tp instead of once per (tp, cp); `sp`: sequence
+    parallelism at this tp (`PlanSpec.sequence_parallel`)."""
+    return act_arrays_by_cp(m, t, rt, tp, [cp], etps, eps, bs, shared, sp=sp)[cp]
 
 
 def act_arrays_by_cp(m, t, rt, tp: int, cps, etps, eps, bs,
-                     shared: dict | None = None) -> dict[int, ActArrays]:
+                     shared: dict | None = None, *, sp: bool) -> dict[int, ActArrays]:
     """cp -> `act_arrays` of (tp, cp) for every cp in `cps`, evaluated as one [cp, etp, b]
     array (cp is a plain factor of the core's formulas, like etp and b: the same numbers as
     one call per cp — tests/test_planner_acts.py — with one call of the core's inventory
     instead of one per cp); per cp where the inventory branches on it."""
     shared = {} if shared is None else shared
     if ("autocast", tp) not in shared:
-        shared["autocast", tp] = (autocast_coefficients(m, t, tp),
-                                  cast_cache_coefficients(m, t, tp))
+        shared["autocast", tp] = (autocast_coefficients(m, t, tp, sp),
+                                  cast_cache_coefficients(m, t, tp, sp))
     autocast, cast_cache = shared["autocast", tp]
     cps = np.asarray(cps, np.int64)
     etps, bs = np.asarray(etps, np.int64), np.asarray(bs, np.int64)
@@ -110,12 +111,12 @@ def act_arrays_by_cp(m, t, rt, tp: int, cps, etps, eps, bs,
     loss = resolve_loop(rt, t.profile).loss
     try:
         cols = _columns(m, t, tp, cps[:, None, None], etps[None, :, None], bs[None, None, :],
-                        loss)
+                        loss, sp=sp)
     except (ValueError, TypeError):  # branches on cp (or etp, b): one cp at a time
-        per = [_one_cp(m, t, tp, cp, etps, bs, loss) for cp in cps.tolist()]
+        per = [_one_cp(m, t, tp, cp, etps, bs, loss, sp) for cp in cps.tolist()]
         cols = {k: np.stack([c[k] for c in per]) for k in per[0]}
     cols = {k: np.broadcast_to(v, shape) for k, v in cols.items()}
-    a2a = {e: _a2a(m, t, rt, tp, cps, e, bs) for e in sorted(set(eps) - {1}) if m.moe}
+    a2a = {e: _a2a(m, t, rt, tp, cps, e, bs, sp) for e in sorted(set(eps) - {1}) if m.moe}
     return {cp: ActArrays(
         etps, bs, keep={(k, rc): cols["keep", k, rc][i] for k in KINDS
                         for rc in ("none", "selective")},
@@ -126,42 +127,42 @@ def act_arrays_by_cp(m, t, rt, tp: int, cps, etps, eps, bs,
         for i, cp in enumerate(cps.tolist())}
 
 
-def _one_cp(m, t, tp, cp, etps, bs, loss) -> dict:
+def _one_cp(m, t, tp, cp, etps, bs, loss, sp) -> dict:
     """`_columns` of one cp as [etp, b] arrays; one (etp, b) pair at a time where the
     inventory branches on b or etp (the hf profiles)."""
     shape = (len(etps), len(bs))
     try:
-        cols = _columns(m, t, tp, cp, etps[:, None], bs[None, :], loss)
+        cols = _columns(m, t, tp, cp, etps[:, None], bs[None, :], loss, sp=sp)
         return {k: np.broadcast_to(v, shape) for k, v in cols.items()}
     except (ValueError, TypeError):
-        cells = [[_columns(m, t, tp, cp, int(e), int(b), loss) for b in bs] for e in etps]
+        cells = [[_columns(m, t, tp, cp, int(e), int(b), loss, sp=sp) for b in bs] for e in etps]
         return {k: np.array([[c[k] for c in row] for row in cells], np.int64)
                 for k in cells[0][0]}
 
 
-def _a2a(m, t, rt, tp, cps, ep, bs) -> np.ndarray:
+def _a2a(m, t, rt, tp, cps, ep, bs, sp: bool) -> np.ndarray:
     """[cp, b] MoE dispatch + combine buffers (`comm.moe_items`)."""
     shape = (len(cps), len(bs))
     try:  # moe_items prints the rows into its note: quiet arrays
-        p = VecParallel(tp=tp, cp=quiet(cps)[:, None], ep=ep, sp=tp > 1)
+        p = VecParallel(tp=tp, cp=quiet(cps)[:, None], ep=ep, sp=sp)
         tv = VecTrain(t, micro_batch=quiet(bs)[None, :])
         return np.broadcast_to(sum(i.bytes for i in comm.moe_items(m, p, tv, rt)),
                                shape).astype(np.int64)
     except ValueError:  # a sizing rule that branches on the token count (DeepEP)
         return np.array([[sum(i.bytes for i in comm.moe_items(
-            m, VecParallel(tp=tp, cp=c, ep=ep, sp=tp > 1), VecTrain(t, micro_batch=int(b)), rt))
+            m, VecParallel(tp=tp, cp=c, ep=ep, sp=sp), VecTrain(t, micro_batch=int(b)), rt))
             for b in bs] for c in cps.tolist()], np.int64)
 
 
-def _one_layer(m, kind: str, tp: int) -> ParallelSpec | None:
+def _one_layer(m, kind: str, tp: int, sp: bool) -> ParallelSpec | None:
     """A probe layout whose middle stage (stage 1) is a single layer of `kind`."""
     i = next((i for i in range(m.n_layers) if layer_kind(m, i) == kind), None)
     if i is None:
         return None
-    return ParallelSpec(tp=tp, sp=tp > 1, pp=3, layout=(i, 1, m.n_layers - i - 1))
+    return ParallelSpec(tp=tp, sp=sp, pp=3, layout=(i, 1, m.n_layers - i - 1))
 
 
-def autocast_coefficients(m, t, tp: int) -> dict:
+def autocast_coefficients(m, t, tp: int, sp: bool) -> dict:
     """recompute -> bytes of `autocast_copies` per dense layer-micro-batch, per MoE one and per
     last-stage micro-batch: the core's function on a layout whose middle stage is one layer of
     the kind, with one micro-batch in flight (and on the last stage alone)."""
@@ -170,7 +171,7 @@ def autocast_coefficients(m, t, tp: int) -> dict:
         tr = replace(t, recompute=rc)
         per = []
         for kind in KINDS:
-            p = _one_layer(m, kind, tp)
+            p = _one_layer(m, kind, tp, sp)
             one, two = (0, 0) if p is None else (
                 _bytes(autocast_copies(held_activations(m, p, tr, ((1, n),), 0, 0)))
                 for n in (1, 2))
@@ -178,17 +179,17 @@ def autocast_coefficients(m, t, tp: int) -> dict:
                 raise SpecError("precision", f"the planner assumes autocast casts scale with "
                                              f"the copies in flight ({one} vs {two})")
             per.append(one)
-        p = ParallelSpec(tp=tp, sp=tp > 1)
+        p = ParallelSpec(tp=tp, sp=sp)
         per.append(_bytes(autocast_copies(held_activations(m, p, tr, (), 0, 1))))
         out[rc] = tuple(per)
     return out
 
 
-def cast_cache_coefficients(m, t, tp: int) -> tuple:
+def cast_cache_coefficients(m, t, tp: int, sp: bool) -> tuple:
     """Bytes of `activations.transients.autocast_cache` per dense and per MoE layer held, under full
     recompute (the only recompute mode the planner searches that has one)."""
     tr = replace(t, recompute="full")
-    probes = ((kind, _one_layer(m, kind, tp)) for kind in KINDS)
+    probes = ((kind, _one_layer(m, kind, tp, sp)) for kind in KINDS)
     return tuple(0 if p is None else _bytes(autocast_cache(held_activations(m, p, tr, ((1, 1),), 0, 0)))
                  for _, p in probes)
 

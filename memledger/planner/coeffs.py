@@ -27,8 +27,8 @@ from memledger.planner.vec import VecGroup, VecParallel, VecTrain, quiet
 from memledger.units import ceil_div
 
 
-def _vp(tp, pp, cp, dp, ep, etp, zero=0) -> VecParallel:
-    return VecParallel(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, sp=tp > 1, zero=zero)
+def _vp(tp, pp, cp, dp, ep, etp, zero=0, *, sp: bool) -> VecParallel:
+    return VecParallel(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, sp=sp, zero=zero)
 
 
 def _col(a) -> np.ndarray:
@@ -55,7 +55,7 @@ def _pairs(helds):
     return index, np.array(entries, dtype=np.int64), np.array(starts, dtype=np.int64)
 
 
-def _row_tables(index, widths, t, zs):
+def _row_tables(index, widths, t, zs, sp: bool):
     """{(row, zero): [W, pairs]} bytes of every (group, instances) pair."""
     tp, pp, cp, dp, ep, etp = widths
     # groups of one kind (what the row functions branch on) side by side: one call per kind
@@ -71,7 +71,7 @@ def _row_tables(index, widths, t, zs):
         # the stages that shard this row share one table (zero_divisor is 1 or the zero group)
         for sharded in {row in ZERO_SHARDED[z] for z in zs}:
             z = next(z for z in zs if (row in ZERO_SHARDED[z]) == sharded)
-            p = _vp(tp, pp, cp, dp, ep, etp, zero=z)
+            p = _vp(tp, pp, cp, dp, ep, etp, zero=z, sp=sp)
             table = np.zeros((len(cp), len(index)), dtype=np.int64)
             for g, inst, cols in kinds:
                 table[:, cols] = fn(Held("", g, inst), p, t)[0]
@@ -92,10 +92,11 @@ def _largest_layer_params(held, p) -> np.ndarray:
                              or [np.zeros((len(p.cp), 1), np.int64)])[:, 0]
 
 
-def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticTables:
+def static_tables(m, t, rt, helds, widths, zs, sections: bool = True, *,
+                  sp: bool) -> StaticTables:
     """Tables for the held lists `helds` (one per candidate rank) over the widths;
     sections=False leaves out the gradient bytes by section (only on-demand gradients read
-    them)."""
+    them); `sp`: sequence parallelism at this tp (`PlanSpec.sequence_parallel`)."""
     tp, pp, cp, dp, ep, etp = widths
     by_id: dict = {}  # rank_held hands out one list per signature: key each list once
     of_id = np.array([by_id.setdefault(id(held), len(by_id)) for held in helds], np.int64)
@@ -108,7 +109,7 @@ def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticT
         at.setdefault(k, held)
     unique = [at[k] for k in first]
     index, entries, starts = _pairs(unique)
-    raw = _row_tables(index, widths, t, sorted({0, *zs}))  # z = 0: the time model's rows
+    raw = _row_tables(index, widths, t, sorted({0, *zs}), sp)  # z = 0: the time model's rows
     summed: dict = {}  # stages that share a table share its sums
     rows = {k: summed[id(v)] if id(v) in summed else summed.setdefault(
         id(v), np.add.reduceat(v[:, entries], starts, axis=1)) for k, v in raw.items()}
@@ -117,15 +118,15 @@ def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticT
     z0 = 0  # the time model's rows are unsharded, whichever stages are searched
     comm_z, step = np.zeros((n_w, n_u, n_z), np.int64), np.zeros((n_w, n_u, n_z), np.int64)
     units_z = np.zeros((n_w, n_u, n_z), np.int64)
-    p1 = _vp(tp, pp, cp, dp, ep, etp)
+    p1 = _vp(tp, pp, cp, dp, ep, etp, sp=sp)
     for j, held in enumerate(unique):
         largest = _largest_layer_params(held, p1)
         for k, z in enumerate(zs):
             step[:, j, k] = over_widths(lambda p: step_temporaries(held, p, t, rt).bytes,
-                                        widths, z)
+                                        widths, z, sp=sp)
             if z == 3:
                 units = _zero3_bytes(largest, t, rt)
-                comm_z[:, j, k] = units + _root_bytes(held, widths, t, rt)
+                comm_z[:, j, k] = units + _root_bytes(held, widths, t, rt, sp)
                 units_z[:, j, k] = units if rt.zero3_impl == "fsdp" else 0  # runtime.fsdp_unit_bytes
     grads = {k: v[:, inverse] for k, v in section_grads(raw, index, unique, zs).items()} \
         if sections else None
@@ -134,18 +135,19 @@ def static_tables(m, t, rt, helds, widths, zs, sections: bool = True) -> StaticT
                         units_z[:, inverse], grads)
 
 
-def over_widths(fn, widths, zero: int = 0) -> np.ndarray:
+def over_widths(fn, widths, zero: int = 0, *, sp: bool) -> np.ndarray:
     """fn(parallel) for every width at once on `VecParallel` arrays (quiet: the core prints
     numbers into its formulas); where the core branches on a per-width value (numpy's "truth
     value of an array is ambiguous"), one width at a time — slower, the same numbers."""
     tp, pp, cp, dp, ep, etp = widths
     n = len(cp)
     try:
-        out = fn(_vp(tp, pp, quiet(cp), quiet(dp), quiet(ep), quiet(etp), zero=zero))
+        out = fn(_vp(tp, pp, quiet(cp), quiet(dp), quiet(ep), quiet(etp), zero=zero, sp=sp))
         return np.broadcast_to(np.asarray(out, dtype=np.int64), (n, 1))[:, 0].copy()
     except ValueError:
         cols = [np.broadcast_to(a, (n, 1))[:, 0].tolist() for a in (cp, dp, ep, etp)]
-        return np.array([fn(_vp(tp, pp, c, d, e, x, zero=zero)) for c, d, e, x in zip(*cols)],
+        return np.array([fn(_vp(tp, pp, c, d, e, x, zero=zero, sp=sp))
+                         for c, d, e, x in zip(*cols)],
                         dtype=np.int64)
 
 
@@ -155,34 +157,35 @@ def _zero3_bytes(largest: np.ndarray, t, rt) -> np.ndarray:
     return np.array(per, dtype=np.int64)[inverse]
 
 
-def _root_bytes(held, widths, t, rt) -> np.ndarray:
+def _root_bytes(held, widths, t, rt, sp: bool) -> np.ndarray:
     """comm_items' FSDP root unit (embedding, final norm, head unsharded), per width."""
     return over_widths(lambda p: sum(i.bytes for i in comm.fsdp_root_items(
-        root_unit_params(held, p), t, rt)), widths, 3)
+        root_unit_params(held, p), t, rt)), widths, 3, sp=sp)
 
 
-def width_buffers(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
+def width_buffers(t, rt, tp, pp, cp, dp, ep, etp, sp: bool) -> np.ndarray:
     """Gradient buckets + NCCL channel buffers per width. The core's functions branch on sizes
     (scalar calls), and their bytes read a width only through which communicators have more
     than one rank (`comm.communicators`: NCCL buffers per communicator; gradient buckets: dp·cp
     > 1): one scalar call per distinct pattern, on its first width, stands for the widths that
     share it (tests/test_planner_fixed_costs.py compares every width with its own call)."""
-    v = _vp(tp, pp, cp, dp, np.asarray(ep), np.asarray(etp))
+    v = _vp(tp, pp, cp, dp, np.asarray(ep), np.asarray(etp), sp=sp)
     flags = (v.tp > 1, v.cp > 1, v.dense_dp > 1, v.pp > 1, v.ep > 1, v.etp > 1,
              (v.ep * v.etp > 1) & (v.expert_dp > 1))
     pattern = sum(np.asarray(f, np.int64) << i for i, f in enumerate(flags))  # one int each
     pattern = np.broadcast_to(pattern, (len(ep),))
     _, first, inverse = np.unique(pattern, return_index=True, return_inverse=True)
     per = [sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
-           for p in (_vp(tp, pp, cp, dp, int(ep[i]), int(etp[i])) for i in first.tolist())]
+           for p in (_vp(tp, pp, cp, dp, int(ep[i]), int(etp[i]), sp=sp)
+                     for i in first.tolist())]
     return np.array(per, np.int64)[inverse.reshape(-1)]
 
 
-def width_buffers_each(t, rt, tp, pp, cp, dp, ep, etp) -> np.ndarray:
+def width_buffers_each(t, rt, tp, pp, cp, dp, ep, etp, sp: bool) -> np.ndarray:
     """`width_buffers` with one scalar call per width (the reference the test compares with)."""
     return np.array([sum(it.bytes for it in comm.grad_bucket_items(p, t, rt)
                          + comm.nccl_items(p, rt))
-                     for p in (_vp(tp, pp, cp, dp, e, x)
+                     for p in (_vp(tp, pp, cp, dp, e, x, sp=sp)
                                for e, x in zip(np.asarray(ep).tolist(), np.asarray(etp).tolist()))],
                     np.int64)
 
@@ -205,7 +208,7 @@ class BlockArrays:
     etp_row: np.ndarray | None = None  # [W] the etp of each width: equal keep / full rows
 
 
-def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
+def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs, *, sp: bool) -> BlockArrays:
     """The block's slice of `aa` (its etp rows, its micro-batch sizes) plus what depends on
     pp and dp: pipeline send/recv buffers and the per-width NCCL / gradient buffers."""
     ie, ib = np.searchsorted(aa.etps, etp), np.searchsorted(aa.bs, bs)
@@ -214,11 +217,11 @@ def block_arrays(aa, m, t, rt, tp, pp, cp, dp, ep, etp, bs) -> BlockArrays:
     for e, row in aa.a2a.items():
         a2a[ep == e] = row[ib]
     tv = VecTrain(t, micro_batch=np.asarray(bs, np.int64)[None, :])
-    pp_buf = sum((i.bytes for i in comm.pp_items(m, _vp(tp, pp, cp, dp, 1, 1), tv)),
+    pp_buf = sum((i.bytes for i in comm.pp_items(m, _vp(tp, pp, cp, dp, 1, 1, sp=sp), tv)),
                  np.zeros((1, len(bs)), np.int64))[0]
     return BlockArrays(
         keep={k: pick(v) for k, v in aa.keep.items()}, full={k: pick(v) for k, v in aa.full.items()},
         layer_input=aa.layer_input[ib], first=aa.first[ib], last=aa.last[ib],
         logits=aa.logits[ib], logits_fwd=np.broadcast_to(aa.logits_fwd, aa.logits.shape)[ib],
         bwd=aa.bwd[ib], pp_buf=pp_buf, a2a=a2a, autocast=aa.autocast, cast_cache=aa.cast_cache,
-        const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp)), etp_row=ie)
+        const=width_buffers(t, rt, tp, pp, cp, dp, np.asarray(ep), np.asarray(etp), sp), etp_row=ie)

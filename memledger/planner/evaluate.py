@@ -236,11 +236,12 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
     held_cache: dict = {}
     for tp in np.unique(g.tp).tolist():
         in_tp = np.flatnonzero(g.tp == tp)
-        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop)]
+        sp = spec.sequence_parallel(tp)
+        helds = [h for tb in tables for h in rank_held(m, tb, tp, t, held_cache, loop, sp=sp)]
         cols = lambda a: np.asarray(a)[in_tp][:, None]  # noqa: E731
         stt = static_tables(m, t, rt, helds, (tp, g.pp, cols(g.cp), cols(g.dp), cols(g.ep),
-                                              cols(g.etp)), zs, loop.on_demand)
-        pf = pipe_flops(m, t, tp, tables, rcs)
+                                              cols(g.etp)), zs, loop.on_demand, sp=sp)
+        pf = pipe_flops(m, t, tp, tables, rcs, sp=sp)
         for cp in np.unique(g.cp[in_tp]).tolist():
             sel = in_tp[g.cp[in_tp] == cp]
             rows = np.searchsorted(in_tp, sel)
@@ -255,9 +256,9 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             if (tp, cp) not in cache:  # every cp of this tp at once (planner.acts)
                 cps = [c for c in np.unique(g.cp[in_tp]).tolist() if (tp, c) not in cache]
                 for c, aa in act_arrays_by_cp(m, t, rt, tp, cps, cache["etps"], cache["eps"],
-                                              cache["bs"], cache).items():
+                                              cache["bs"], cache, sp=sp).items():
                     cache[tp, c] = aa
-            ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs)
+            ba = block_arrays(cache[tp, cp], m, t, rt, tp, g.pp, cp, dp, ep, etp, bs, sp=sp)
             t0 = time.perf_counter()
             life = dict(grads={k: v[rows] for k, v in stt.grads.items()}, n_mb=cat["n_mb"][:, mi],
                         m_b=ms_b, last=cat["last"], corners=corners) if loop.on_demand else None

@@ -127,7 +127,8 @@ def _undominated(sig: np.ndarray, feat: np.ndarray) -> np.ndarray:
     return np.array(keep, dtype=np.int64)
 
 
-def rank_held(m: ModelSpec, tb: PipeTables, tp: int, t: TrainSpec, cache: dict, loop=None) -> list:
+def rank_held(m: ModelSpec, tb: PipeTables, tp: int, t: TrainSpec, cache: dict, loop=None, *,
+              sp: bool) -> list:
     """`held_groups` of each candidate rank at this tp (vocabulary padding depends on tp).
     The held list is a function of the signature (layers by kind, first, last), so it is
     computed once per signature and tp (`cache`, shared by the group's pipeline shapes)."""
@@ -136,7 +137,7 @@ def rank_held(m: ModelSpec, tb: PipeTables, tp: int, t: TrainSpec, cache: dict, 
     for j, r in enumerate(tb.ranks.tolist()):
         key = (tp, int(tb.n_dense[j]), int(tb.n_moe[j]), bool(tb.first[j]), bool(tb.last[j]))
         if key not in cache:
-            p = p or tb.pipe.parallel(tp=tp, sp=tp > 1)
+            p = p or tb.pipe.parallel(tp=tp, sp=sp)
             cache[key] = held_groups(m, p, t, r, loop)
         out.append(cache[key])
     return out

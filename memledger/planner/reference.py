@@ -44,7 +44,7 @@ class ReferenceCheck:
 def _spec(run: PublishedRun, **fixed) -> PlanSpec:
     return PlanSpec(model=run.model, hardware=gpu(run.gpu), worlds=(run.world,), seq=run.seq,
                     global_batch=run.global_batch, precision=run.precision,
-                    framework=run.framework,
+                    profile=run.profile, attention=run.attention, framework=run.framework,
                     constraints=Constraints(**{**run.constraints, **fixed}))
 
 

@@ -96,9 +96,9 @@ class Plan:
         out = []
         for i in range(len(idx)):
             row = {k: v[i].item() for k, v in cols.items()}
-            out.append(_named(row) | {"peak_bytes": int(peak[i]),
-                                      "free_bytes": int(cap - peak[i]),
-                                      "seconds": float(secs[i])})
+            out.append(_named(row, self.spec) | {"peak_bytes": int(peak[i]),
+                                                 "free_bytes": int(cap - peak[i]),
+                                                 "seconds": float(secs[i])})
         return out
 
     def specs(self, row: dict) -> tuple[ParallelSpec, TrainSpec]:
@@ -121,7 +121,7 @@ class Plan:
         if not self.n_evaluated:
             why = "; ".join(self.invalid_examples.values()) or "the constraints leave no candidate"
             return f"no valid layout for this request: {why}"
-        s, best = self.spec, _named(dict(self.evaluated.best))
+        s, best = self.spec, _named(dict(self.evaluated.best), self.spec)
         need = self.gpus_needed
         states = "" if need > max(s.worlds) else " (model states alone)"
         return (f"nothing fits under {s.limit_bytes / GIB:.2f} GiB per GPU "
@@ -144,7 +144,7 @@ class Plan:
                 "counts": self.counts(), "reason": self.reason,
                 "configurations": self.rows(self.top(top)),
                 "pareto": self.rows(self.pareto),
-                "smallest_peak": (_named(dict(self.evaluated.best))
+                "smallest_peak": (_named(dict(self.evaluated.best), s)
                                   if self.evaluated.best else None)}
 
 
@@ -159,14 +159,14 @@ def _front(idx: np.ndarray, peak: np.ndarray, secs: np.ndarray) -> np.ndarray:
     return idx[p < best_before]
 
 
-def _named(row: dict) -> dict:
+def _named(row: dict, spec: PlanSpec) -> dict:
     """Codes → names, and the ledger's spellings (sp, layout)."""
     out = dict(row)
     if isinstance(out.get("schedule"), int):
         out["schedule"] = SCHEDULE_CODES[out["schedule"]]
     if isinstance(out.get("recompute"), int):
         out["recompute"] = PLAN_RECOMPUTE[out["recompute"]]
-    out["sp"] = out["tp"] > 1
+    out["sp"] = spec.sequence_parallel(out["tp"])
     out["layout"] = "balanced" if out.pop("balanced", False) else None
     return out
 

@@ -8,8 +8,9 @@ itself checks that ep·etp divides tp·cp·dp — so each factor is checked once
 on a ParallelSpec whose other fields are 1, and a layout is valid when all its factors are
 (tests/test_planner_space.py pins this against `check_all` on full specs). Planner rules on
 top: dp divides the global batch, every pipeline stage holds at least one layer, sequence
-parallel is on whenever tp > 1 (it never costs memory), and when pp·vpp does not divide the
-layer count the stages get `balanced_layout` instead of the configuration being dropped.
+parallel is on whenever tp > 1 and the framework has it (`PlanSpec.sequence_parallel`), and
+when pp·vpp does not divide the layer count the stages get `balanced_layout` instead of the
+configuration being dropped.
 """
 from __future__ import annotations
 
@@ -112,14 +113,16 @@ class _Checks:
             self._batch(world // (tp * pp * cp))
         return (self._memo(("split", world, pp, tp, cp), split)
                 or self._memo(("train", tp, cp), lambda: check_train(
-                    self.m, ParallelSpec(tp=tp, cp=cp, sp=tp > 1), self.train)))
+                    self.m, ParallelSpec(tp=tp, cp=cp, sp=self.spec.sequence_parallel(tp)),
+                    self.train)))
 
     def experts(self, dense_ranks: int, tp: int, ep: int, etp: int) -> SpecError | None:
         """ep·etp folding over tp·cp·dp ranks, and the model's tp / ep / etp divisibility."""
         return (self._memo(("fold", dense_ranks, ep, etp),
                            lambda: ParallelSpec(dp=dense_ranks, ep=ep, etp=etp) and None)
                 or self._memo(("model", tp, ep, etp), lambda: check_model_parallel(
-                    self.m, ParallelSpec(tp=tp, ep=ep, etp=etp, sp=tp > 1, dp=ep * etp))))
+                    self.m, ParallelSpec(tp=tp, ep=ep, etp=etp, dp=ep * etp,
+                                         sp=self.spec.sequence_parallel(tp)))))
 
     def _batch(self, dp: int) -> None:
         b = self.spec.global_batch

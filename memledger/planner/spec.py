@@ -138,6 +138,12 @@ class PlanSpec:
         """Largest peak that fits: capacity × (1 − headroom), rounded down to a byte."""
         return int(self.hardware.hbm_bytes * (1 - self.headroom))
 
+    def sequence_parallel(self, tp: int) -> bool:
+        """Whether the ledger's rows at this tp run sequence parallelism: with tp > 1, where the
+        framework has it (Korthikanti et al. 2022, arXiv 2205.05198; Megatron-LM in 2021 did not,
+        `costs.overlap.FRAMEWORKS`). The one place the planner's memory side decides it."""
+        return tp > 1 and framework(self.framework).sp
+
     @property
     def max_tp(self) -> int:
         return self.constraints.max_tp or self.node_size

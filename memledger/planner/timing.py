@@ -45,9 +45,9 @@ class PipeFlops:
     pp: int  # pipeline stages of the group (every table shares it)
 
 
-def pipe_flops(m, t, tp: int, tables, rcs) -> PipeFlops:
+def pipe_flops(m, t, tp: int, tables, rcs, *, sp: bool) -> PipeFlops:
     prof = get_profile(t.profile)
-    p = VecParallel(tp=tp, sp=tp > 1)
+    p = VecParallel(tp=tp, sp=sp)
     sel = tuple(st.selective_flops_per_token(m, prof.layer(m, k, t, p), prof.selective)
                 if (k == "dense" or m.moe) else 0 for k in ("dense", "moe"))
     dense, moe, last, chunks, dual = [], [], [], [], []
