@@ -20,7 +20,7 @@ RANK_MISSES = {
     "Megatron-LM GPT 18.4B": "rank 165 / 661 (25.0 %): tp=2 pp=4 interleaved is faster",
     "Megatron-LM GPT 39.1B": "rank 374 / 704 (53.1 %): pp=2 cannot interleave; tp=4 pp=4 can",
     "Megatron-LM GPT 76.1B": "rank 39 / 275 (14.2 %): 36 of 38 faster use balanced stages",
-    "Megatron-LM GPT 145.6B": "rank 110 / 458 (24.0 %): fastest tp=3 pp=16 vpp=5, 22.23 vs "
+    "Megatron-LM GPT 145.6B": "rank 68 / 458 (14.8 %): fastest tp=4 pp=16 vpp=5, 22.43 vs "
                               "23.82 s",
     "Megatron-LM GPT 310.1B": "rank 23 / 155 (14.8 %): fastest tp=4 pp=24 vpp=4, 34.68 vs "
                               "36.10 s",

@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memledger import MODELS, ParallelSpec, TrainSpec, gpu, model
+from memledger.costs.collectives import inside_node, link
 from memledger.costs.steptime import link_bw, selective_flops_per_token, step_seconds
 from memledger.ledger.activations import get_profile
 from memledger.model.flops import layer_forward_flops_per_token
@@ -64,6 +65,17 @@ def test_groups_inside_a_node_use_nvlink_and_larger_ones_the_network():
     hw = gpu("h100")
     assert link_bw(hw, 8, 8) == hw.nvlink_bw and link_bw(hw, 16, 8) == hw.network_bw
     assert link_bw(gpu("mi300x"), 2, 8) == gpu("mi300x").pcie_bw  # no NVLink: PCIe
+
+
+def test_a_group_span_that_does_not_divide_the_node_crosses_it():
+    """tp 3 or 6 on 8-GPU nodes: groups tile the ranks in blocks of 3 (6), so ranks 6-8
+    (6-11) straddle the first node boundary and the collective waits for the network."""
+    hw = gpu("a100-80gb")
+    assert [bool(inside_node(s, 8)) for s in (1, 2, 3, 4, 6, 8, 16)] == [
+        True, True, False, True, False, True, False]
+    assert link_bw(hw, 3, 8) == hw.network_bw and link_bw(hw, 4, 8) == hw.nvlink_bw
+    beta3, alpha3 = link(hw, np.array([3, 4]), 8)
+    assert beta3[0] < beta3[1] and alpha3[0] > alpha3[1]
 
 
 def test_tensor_parallel_across_nodes_would_be_slower_than_inside():

@@ -1,8 +1,12 @@
 """Collective communication time: latency + size / bandwidth (the alpha–beta model) per link.
 
-A group whose consecutive ranks span ≤ GPUs per node runs on NVLink (PCIe without it), else on
-the per-GPU network NIC — Megatron's rank order puts tp innermost, then cp, dp (experts: etp,
-then ep), so a group of n ranks placed s apart spans n·s GPUs. Per collective of n ranks moving
+A group runs on NVLink (PCIe without it) when every group of its kind lies inside one node,
+else on the per-GPU network NIC — Megatron's rank order puts tp innermost, then cp, dp
+(experts: etp, then ep), so a group of n ranks placed s apart spans n·s consecutive GPUs, and
+the groups tile the ranks in blocks of that span: all of them stay inside a node exactly when
+the span divides the GPUs per node. A span that does not (tp 3 or 6 on 8-GPU nodes: ranks
+6–8 form a group) puts some groups across a node boundary, and every rank of the collective
+waits for the slowest group, so the network's bandwidth and latency apply. Per collective of n ranks moving
 a buffer of B bytes (the full, unsharded size):
   all-gather / reduce-scatter  (n − 1)·α + (n − 1)/n · B / β        (ring)
   all-reduce                   min(2(n − 1), 2⌈log2 n⌉)·α + 2(n − 1)/n · B / β
@@ -32,7 +36,9 @@ ALPHA_INTER_S = 10e-6
 
 
 def inside_node(span, gpus_per_node: int):
-    return np.asarray(span) <= gpus_per_node
+    """Whether every group of `span` consecutive ranks lies inside one node."""
+    span = np.asarray(span)
+    return (span <= gpus_per_node) & (np.mod(gpus_per_node, np.maximum(span, 1)) == 0)
 
 
 def link(hw, span, gpus_per_node: int):

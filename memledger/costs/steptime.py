@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from memledger.costs.collectives import inside_node
 from memledger.specs.hardware import Hardware
 from memledger.specs.model import ModelSpec
 
@@ -45,8 +46,9 @@ EP_ALL_TO_ALLS = 4  # dispatch + combine, forward and backward
 
 
 def link_bw(hw: Hardware, span, gpus_per_node: int):
-    """Bytes/s of a group whose consecutive ranks span `span` GPUs: NVLink inside a node."""
-    return np.where(np.asarray(span) <= gpus_per_node, hw.intra_node_bw, hw.network_bw)
+    """Bytes/s of a group whose consecutive ranks span `span` GPUs: NVLink when every such
+    group lies inside a node (`collectives.inside_node`)."""
+    return np.where(inside_node(span, gpus_per_node), hw.intra_node_bw, hw.network_bw)
 
 
 def ring_share(n):
