@@ -55,7 +55,8 @@ cfg, page = res.cfg, res.page
 share = ui.header(f"Planner: {safe_text.md(res.model.name)} on {pst.worlds_text(page['worlds'], cfg.world)} "
                   f"× {hardware(cfg).name}")
 st.caption("Every parallel layout that fits, ranked by an estimated step time. Peaks are the "
-           "ledger's, byte for byte; times are a simple model (memledger.costs.steptime). Model, GPU, "
+           "ledger's, byte for byte; times come from the step-time model (GEMM efficiency, "
+           "collectives, overlap per framework). Model, GPU, "
            "sequence length and precision come from the sidebar. "
            f"This server searches at most {budget.PLANNER_MAX_WORLDS} world sizes and "
            f"{budget.PLANNER_MAX_CONFIGURATIONS:,} configurations per request.")
@@ -66,11 +67,11 @@ c1.text_input(pst.LABEL["worlds"], key="pg_worlds", placeholder=f"{cfg.world} (s
 for key, col in (("gb", c2), ("gpn", c3), ("headroom", c4)):
     _number(col, key)
 with st.expander("Constraints and search bounds", icon=":material/filter_alt:"):
-    cols = st.columns(4)
-    for i, key in enumerate(("fix_zero", "fix_recompute", "fix_schedule")):
+    cols = st.columns(5)
+    for i, key in enumerate(("fix_zero", "fix_recompute", "fix_schedule", "framework")):
         cols[i].selectbox(pst.LABEL[key], next(s.choices for s in SPECS if s.key == key),
-                          key=f"pg_{key}")
-    _number(cols[3], "top")
+                          key=f"pg_{key}", help=pst.HELP.get(key))
+    _number(cols[4], "top")
     for col, key in ui.grid(pst.NUMBER_CONSTRAINTS, 5):
         _number(col, key)
 

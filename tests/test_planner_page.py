@@ -128,3 +128,23 @@ def test_deepseek_v3_table_shows_distinct_layouts_in_plain_words(app_test):
     assert "micro-batch size 1 × " in text and " micro-batches · " in text
     y = figures(at)[0]["layout"]["yaxis"]
     assert y["type"] == "log" and all(t.endswith(" s") for t in y["ticktext"])
+
+
+def test_the_framework_decides_sequence_parallelism_and_the_ledger_link_follows(app_test):
+    """megatron-2021 had no sequence parallelism: the plan's peaks are the ledger's without
+    it (higher at tp > 1) and the 'open it on the Ledger page' link carries sp=0."""
+    at = ok(app_test(PAGE, "fix_tp=4&fix_recompute=full&top=5").run())
+    core = at.dataframe[0].value
+    assert link(at)["tp"] == "4" and link(at).get("sp", "1") != "0"
+    at.selectbox(key="pg_framework").set_value("megatron-2021").run()
+    old = ok(at).dataframe[0].value
+    assert at.query_params["framework"] == "megatron-2021"
+    assert link(at)["sp"] == "0"
+    assert old["peak GiB"].min() > core["peak GiB"].min()
+    expected = plan(PlanSpec(model=model("llama3-70b"), hardware=gpu("h100"), worlds=(64,),
+                             seq=4096, global_batch=64, gpus_per_node=8,
+                             framework="megatron-2021",
+                             constraints=Constraints(tp=4, recompute="full")))
+    best = expected.rows([top_groups(expected, 1)[0][0]])[0]
+    assert best["sp"] is False
+    assert old["peak GiB"].iloc[0] == pytest.approx(best["peak_bytes"] / 2**30)

@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Mapping
 
+from memledger.costs.overlap import FRAMEWORKS
 from memledger.errors import SpecError
 from memledger.planner import Constraints, Plan, PlanSpec, plan
 from memledger.planner.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
@@ -51,12 +52,14 @@ SPECS = (
     PageParam("fix_zero", ANY, choices=(ANY, "0", "1", "2", "3")),
     PageParam("fix_recompute", ANY, choices=(ANY,) + PLAN_RECOMPUTE),
     PageParam("fix_schedule", ANY, choices=(ANY,) + PLAN_SCHEDULES),
+    PageParam("framework", "megatron-core", choices=tuple(FRAMEWORKS)),
     *(PageParam(k, 0, limits=(0, 4096 if k.endswith("mb") else 1024)) for k in FIXED),
 )
 LABEL = {"worlds": "World sizes", "gb": "Global batch (sequences)", "gpn": "GPUs per node",
          "headroom": "Headroom (% HBM)", "top": "Top K",
          "row": "Configuration #", "fix_zero": "ZeRO stage",
-         "fix_recompute": "Recompute", "fix_schedule": "Schedule", "fix_tp": "tp (0 = search)",
+         "fix_recompute": "Recompute", "fix_schedule": "Schedule", "framework": "Framework",
+         "fix_tp": "tp (0 = search)",
          "fix_pp": "pp (0 = search)", "fix_vpp": "vpp (0 = search)", "fix_ep": "ep (0 = search)",
          "fix_etp": "etp (0 = search)", "fix_cp": "cp (0 = search)",
          "fix_mb": "micro-batch (0 = search)", "max_vpp": "max vpp (0 = none)",
@@ -66,7 +69,11 @@ HELP = {"worlds": "Comma separated, e.g. 64,128,256. Empty: the sidebar's world 
               "micro-batch × micro-batches × dp.",
         "gpn": "GPUs per node: which groups cross the slower inter-node network.",
         "headroom": "Keep this share of each GPU's memory free (fragmentation, spikes).",
-        "row": "Marked with a star in the chart; the link opens it on the Ledger page."}
+        "row": "Marked with a star in the chart; the link opens it on the Ledger page.",
+        "framework": "What the step-time model overlaps, and whether layouts with tp > 1 run "
+                     "sequence parallelism: megatron-core (SP, flash attention, DP and CP "
+                     "communication overlapped) or megatron-2021 (Narayanan et al. 2021: no SP, "
+                     "no flash, DP reduce overlapped only without pipelining)."}
 
 
 def worlds(page: Mapping, cfg: Config) -> tuple[int, ...]:
@@ -95,7 +102,7 @@ def plan_settings(cfg: Config, page: Mapping) -> dict:
     return {"worlds": ",".join(map(str, worlds(page, cfg))), "seq": cfg.seq, "gb": page["gb"],
             "gpn": page["gpn"], "precision": cfg.precision, "optimizer": cfg.optimizer,
             "profile": cfg.profile, "attention": cfg.attention, "headroom": page["headroom"],
-            "loop": cfg.loop,
+            "loop": cfg.loop, "framework": page["framework"],
             **{k: page[k] for k in FIXED}, **{k: page[k] for k in CHOSEN}}
 
 
@@ -108,6 +115,7 @@ def plan_spec(m: ModelSpec, gpu_key: str, v: Mapping) -> PlanSpec:
                     seq=v["seq"], global_batch=v["gb"], gpus_per_node=v["gpn"],
                     precision=v["precision"], optimizer=v["optimizer"], profile=v["profile"],
                     attention=v["attention"], headroom=v["headroom"] / 100,
+                    framework=v.get("framework", "megatron-core"),
                     runtime=RuntimeSpec(loop=v.get("loop", "auto")),
                     constraints=Constraints(**fixed, **chosen))
 
