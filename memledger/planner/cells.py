@@ -236,14 +236,15 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
             np.arange(alloc.size)
         if not len(local):
             continue
-        row, col = np.divmod(local, n_brc)
+        row = local // n_brc  # division by a scalar (numpy's libdivide): ~4x np.divmod's time
         s = pipeline.take(pw, axis=0)
         s.reshape(len(cell), n_b, n_rc)[...] += per_step.take(cell, axis=0)[:, :, None]
         to = sink.rows(len(local))  # written in place: no per-chunk arrays to join later
         to["block_id"][...] = block_id
-        np.multiply(cell.take(row), n_brc, out=to["flat"])
-        to["flat"] += col
-        total(alloc.reshape(-1).take(local), out=to["peak_bytes"])
+        # flat = cell[row]·B·RC + col = local + (cell[row] − row)·B·RC: no column array
+        np.add(local, ((cell - np.arange(len(cell))) * n_brc).take(row), out=to["flat"])
+        np.take(alloc.reshape(-1), local, out=to["peak_bytes"])
+        total(to["peak_bytes"], out=to["peak_bytes"])
         np.take(s.reshape(-1), local, out=to["seconds"], mode="wrap")
         out.n_rows += len(local)
         if from_kept:
@@ -252,7 +253,7 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
                 out.best = (int(to["peak_bytes"][i]), int(to["flat"][i]),
                             float(to["seconds"][i]))
         for k, v in (parts or {}).items():
-            out.parts[k].append(np.asarray(v[p, w, z]).reshape(len(cell), -1)[row, col])
+            out.parts[k].append(np.asarray(v[p, w, z]).reshape(len(cell), -1)[row, local % n_brc])
     return out
 
 
