@@ -74,3 +74,45 @@ def test_segment_max_of_equal_segments_is_numpys_reduceat(k, n_seg, ragged, seed
     seg = np.cumsum(n) - n
     a = rng.normal(size=(int(n.sum()), 3, 2))
     np.testing.assert_array_equal(segment_max(a, seg), np.maximum.reduceat(a, seg, axis=0))
+
+
+def _max_over(keep, mo, fixed, g, dual, seg):
+    """The slowest rank per pipe of fixed + mo · g over the ranks `keep`, as `_slowest` sums."""
+    mo, fixed, dual = mo[keep], fixed[keep], dual[keep]
+    buf = mo[:, None, None] * np.where(dual[:, None, None], g[1][None], g[0][None])
+    return segment_max(buf + fixed, np.searchsorted(keep, seg))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=5), st.integers(0, 2**32 - 1),
+       st.booleans())
+def test_dominated_ranks_leave_the_slowest_rank_bit_for_bit_unchanged(sizes, seed, coarse):
+    """`timing.dominated` leaves out ranks another rank of their pipe beats on every term; the
+    per-pipe max over the others is the same to the last bit (monotone rounding), ties
+    (coarse values) keep one rank, and every pipe keeps at least one."""
+    rng = np.random.default_rng(seed)
+    n = np.array(sizes)
+    seg = np.cumsum(n) - n
+    n_r, n_w, n_b = int(n.sum()), 3, 4
+    draw = (lambda *s: rng.integers(0, 3, s) * 0.1) if coarse else (lambda *s: rng.random(s))
+    mo = draw(n_r)
+    fixeds = [draw(n_r, 1, n_b) for _ in range(3)]
+    gs = [(draw(n_w, n_b), draw(n_w, n_b)) for _ in fixeds]
+    dual = np.repeat(rng.random(len(n)) < 0.3, n)
+    pf = type("PF", (), {"seg": seg, "dualpipe": dual})
+    out = timing.dominated(pf, mo, fixeds, gs)
+    keep = np.flatnonzero(~out)
+    assert (np.add.reduceat(~out, seg) >= 1).all()
+    for f, g in zip(fixeds, gs):
+        np.testing.assert_array_equal(_max_over(keep, mo, f, g, dual, seg),
+                                      _max_over(np.arange(n_r), mo, f, g, dual, seg))
+
+
+def test_a_rank_with_fewer_moe_layers_and_less_fixed_time_is_dominated():
+    pf = type("PF", (), {"seg": np.array([0, 2]), "dualpipe": np.zeros(3, bool)})
+    fixed = np.array([1.0, 2.0, 1.0]).reshape(3, 1, 1)
+    g = (np.ones((1, 1)), np.ones((1, 1)))
+    mo = np.array([3.0, 4.0, 5.0])
+    assert timing.dominated(pf, mo, [fixed], [g]).tolist() == [True, False, False]
+    # a negative per-width term voids the argument: nothing is left out
+    assert not timing.dominated(pf, mo, [fixed], [(-g[0], g[1])]).any()

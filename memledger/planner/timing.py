@@ -8,7 +8,9 @@ micro-batch size and width of the search (`_layers_from`; element-wise, so bit f
 a rank's micro-batch is summed with the terms that do not depend on the width first
 (`_slowest`): equal to the term-by-term sum (`_rank_parts`, which the breakdown still reads)
 to rounding (≤ 1e-15 relative measured), with the same order of every configuration
-(tests/test_planner_timing_fast.py).
+(tests/test_planner_timing_fast.py). A rank that another rank of its pipe beats on every term
+(more MoE layers and at least its width-free time) is left out of the slowest-rank max
+(`dominated`: exact, monotone rounding; about half of the DeepSeek-V3 sweep's ranks).
 """
 from __future__ import annotations
 
@@ -129,27 +131,58 @@ def _slowest(pf: PipeFlops, L, p2p, n_w: int):
     (dense layers, head, TP, CP, send/recv) on [R, 1, B], then the MoE layers' (experts and
     all-to-all, per width) as one product — a few passes over [R, W, B] instead of one per
     term. Equal to `_rank_parts`' sum up to rounding, in the same order
-    (tests/test_planner_timing_fast.py; the scalar model: tests/test_step_equality.py)."""
+    (tests/test_planner_timing_fast.py; the scalar model: tests/test_step_equality.py).
+    Ranks another rank of their pipe dominates are left out of the max (`dominated`)."""
     d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
     own = 3 * (d * L["f_d"] + last * L["head"])  # [R, 1, B]
     fixed = own + (d + mo) * (L["tp"] + L["cp"]) + p2p[:, None, :]
     moe3 = 3 * np.asarray(L["f_m"], np.float64)
-    dual = np.flatnonzero(pf.dualpipe)
-    shape = (len(d), n_w, np.shape(fixed)[-1])
-    buf = np.empty(shape)
+    ep = L["ep"], L["ep_dual"]
+    calls = [((moe3, moe3), own)] + [
+        ((moe3 + ep[0] + L["rec"][rc][1], moe3 + ep[1] + L["rec"][rc][1]),
+         fixed + d * L["rec"][rc][0]) for rc in pf.rcs]
+    n_b = np.shape(fixed)[-1]
+    keep = np.flatnonzero(~dominated(pf, mo[:, 0, 0], [np.broadcast_to(f, (len(d), 1, n_b))
+                                                        for _, f in calls], [g for g, _ in calls]))
+    seg = np.searchsorted(keep, pf.seg)  # every pipe keeps at least its first undominated rank
+    mo = mo[keep]
+    dual = np.flatnonzero(pf.dualpipe[keep])
+    buf = np.empty((len(keep), n_w, n_b))
 
     def widths(g, fixed_rc):  # fixed_rc + mo · g (g per width; dual ranks: ep_dual)
         np.multiply(mo, g[0], out=buf)
         if len(dual):
             buf[dual] = mo[dual] * g[1]
-        return segment_max(np.add(buf, fixed_rc, out=buf), pf.seg)
-    comp = widths((moe3, moe3), own)
-    ep = L["ep"], L["ep_dual"]
+        fixed_rc = np.broadcast_to(fixed_rc, (len(pf.dense),) + np.shape(fixed_rc)[1:])[keep]
+        return segment_max(np.add(buf, fixed_rc, out=buf), seg)
+    comp = widths(*calls[0])
     out = np.empty(comp.shape + (len(pf.rcs),))  # written per mode: no stack of copies
-    for i, rc in enumerate(pf.rcs):
-        rec_d, rec_m = L["rec"][rc]
-        out[..., i] = widths((moe3 + ep[0] + rec_m, moe3 + ep[1] + rec_m), fixed + d * rec_d)
+    for i, (g, fixed_rc) in enumerate(calls[1:]):
+        out[..., i] = widths(g, fixed_rc)
     return out, comp
+
+
+def dominated(pf: PipeFlops, mo, fixeds, gs) -> np.ndarray:
+    """[R] ranks whose every value `fixed + mo · g` (each pair of `fixeds` [R, 1, B] and
+    `gs` (per width [W, B], dual ranks' [W, B])) is ≤ another rank's of the same pipe, for
+    every width: rank r dominates k when mo_r ≥ mo_k and fixed_r ≥ fixed_k everywhere (with
+    g ≥ 0 and finite). Leaving k out of the max changes no bit: rounding is monotone, so
+    fl(fl(mo_r·g) + fixed_r) ≥ fl(fl(mo_k·g) + fixed_k). Of equal ranks the first is kept, so
+    every pipe keeps at least one rank. With a negative or non-finite g nothing is left out."""
+    n_r = len(mo)
+    out = np.zeros(n_r, bool)
+    if not all(np.all(np.isfinite(x) & (np.asarray(x) >= 0)) for g in gs for x in g):
+        return out
+    f = np.concatenate([np.asarray(x).reshape(n_r, -1) for x in fixeds], axis=1)  # [R, C·B]
+    n = np.diff(np.append(pf.seg, n_r))
+    pipe = np.repeat(np.arange(len(n)), n)
+    r = np.repeat(np.arange(n_r), n[pipe])  # every (r, k) pair of one pipe
+    first = np.cumsum(n[pipe]) - n[pipe]
+    k = pf.seg[pipe[r]] + np.arange(len(r)) - first[r]
+    ge = (f[r] >= f[k]).all(1) & (mo[r] >= mo[k]) & (pf.dualpipe[r] == pf.dualpipe[k])
+    strict = (r < k) | (mo[r] > mo[k]) | (f[r] > f[k]).any(1)
+    out[k[ge & strict & (r != k)]] = True
+    return out
 
 
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
