@@ -187,3 +187,31 @@ def test_cell_rows_are_the_max_over_ranks_of_f_plus_sf_and_ss(seed, n_z, n_pipes
         want = np.maximum.reduce([np.maximum(f[r, w[k]].reshape(-1) + sf[r, w[k], z[k]],
                                              ss[r, w[k], z[k]]) for r in ranks])
         np.testing.assert_array_equal(got[k], want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.booleans())
+def test_discounted_rows_written_into_combines_table_equal_a_fresh_table(seed, n_z, negative):
+    """RankTerms' FSDP-discounted rows go into the room evaluate.combine leaves after F (one
+    copy per ZeRO stage with units; no concatenation): every row a (stage, rank, width) reads
+    is the one a table built from scratch gives — also when a negative at-loss makes every
+    stage take the rule and the room is too small (a fresh table then)."""
+    from memledger.planner.cells import RankTerms
+    rng = np.random.default_rng(seed)
+    n_r, n_w, n_b, n_rc = 4, 3, 2, 2
+    f = rng.integers(0, 1000, (n_r, n_w, n_b, n_rc))
+    sf = rng.integers(0, 5000, (n_r, n_w, n_z))
+    units = rng.integers(0, 300, (n_r, n_w, n_z)) * (rng.random((1, 1, n_z)) < 0.6)
+    low = -50 if negative else 0
+    phases = [(rng.integers(0, 400, (n_r, 1, n_b)), rng.integers(low, 600, (n_r, n_w, n_b)))
+              for _ in range(n_rc)]
+    room = 1 + int(units.any(axis=(0, 1)).sum())
+    table = np.empty((room * n_r * n_w, n_b * n_rc), np.int64)
+    table[:n_r * n_w] = f.reshape(n_r * n_w, -1)
+    fv = table[:n_r * n_w].reshape(f.shape)
+    a = RankTerms(fv, sf, sf, units, phases, table=table)._sources()
+    b = RankTerms(f.copy(), sf, sf, units, phases)._sources()
+    for z in range(n_z):
+        for r in range(n_r):
+            rows = [x[1][x[2][z], r] + np.arange(n_w) for x in (a, b)]
+            np.testing.assert_array_equal(a[0][rows[0]], b[0][rows[1]])

@@ -81,6 +81,8 @@ class RankTerms:
     units: np.ndarray | None = None  # [R, W, Z] FSDP unit bytes (None: no ZeRO-3 FSDP units)
     phases: list | None = None  # per recompute mode (in-layer, at-loss), broadcastable [R, W, B]
     src: tuple | None = field(default=None, repr=False)  # _sources(), built on first use
+    # fwd_bwd's rows first, then room for one copy per ZeRO stage with units (evaluate.combine)
+    table: np.ndarray | None = field(default=None, repr=False)
 
     def bound(self, seg) -> np.ndarray:
         """[P, W, Z] a lower bound of every configuration's alloc (static rows, see above)."""
@@ -135,14 +137,22 @@ class RankTerms:
         hit = np.zeros(n_r, bool)  # ranks with a loss-side transient
         for _, sp in self.phases or ():
             hit |= (sp != 0).any(axis=(1, 2))
-        copies, n_rows = [self.fwd_bwd.reshape(n_r * n_w, n_b * n_rc)], n_r * n_w
+        n_rows = n_r * n_w
+        table = self.table
+        copies = 0 if self.units is None else n_z if not exact else sum(
+            bool(self.units[:, :, k].any()) for k in range(n_z))
+        if table is None or table.shape[0] < n_rows * (1 + copies):
+            table = np.empty((n_rows * (1 + (n_z if self.units is not None else 0)), n_b * n_rc),
+                             self.fwd_bwd.dtype)
+            table[:n_rows] = self.fwd_bwd.reshape(n_rows, -1)
         for k in range(n_z) if self.units is not None else ():
             ranks = np.flatnonzero(hit & (self.units[:, :, k] > 0).any(1)) if exact \
                 else np.arange(n_r)
             if not len(ranks):
                 continue
             u = self.units[ranks, :, k, None]  # [n, W, 1]
-            d = self.fwd_bwd[ranks]
+            d = table[n_rows:n_rows + len(ranks) * n_w].reshape(len(ranks), n_w, n_b, n_rc)
+            np.take(self.fwd_bwd, ranks, axis=0, out=d, mode="clip")
             for i, (lp, sp) in enumerate(self.phases):  # [R, 1 or W, B]: index, then broadcast
                 lp, sp = lp[ranks], sp[ranks]
                 d[..., i] += np.maximum(np.maximum(lp, sp - u), 0) - np.maximum(lp, sp)
@@ -150,9 +160,7 @@ class RankTerms:
             row[ranks] = n_rows + np.arange(len(ranks)) * n_w
             variant[k], n_rows = len(base), n_rows + len(ranks) * n_w
             base.append(row)
-            copies.append(d.reshape(len(ranks) * n_w, n_b * n_rc))
-        self.src = (np.concatenate(copies) if len(copies) > 1 else copies[0], np.stack(base),
-                    variant)
+        self.src = table[:n_rows], np.stack(base), variant
         return self.src
 
 

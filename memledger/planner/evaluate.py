@@ -159,18 +159,23 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
         parts.append(act + worst + (base + lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
     # stacked per etp (small), spread to the widths in one take, the per-width all-to-all
-    # buffers added in place (integers: the same sums in any order): [R, W, B, RC]
-    fwd_bwd = np.stack(np.broadcast_arrays(*parts), -1).take(spread, axis=1)
+    # added in place (integers: any order): [R, W, B, RC], the first rows of a table with room
+    # for RankTerms' FSDP-discounted copies (no concatenation there; unwritten pages are free)
+    u = units is not None and units.any()
+    stacked = np.stack(np.broadcast_arrays(*parts), -1)
+    rw, n_u = len(stacked) * len(spread), int(units.any(axis=(0, 1)).sum()) if u else 0
+    table = np.empty(((1 + n_u) * rw, stacked[0, 0].size), stacked.dtype)
+    fwd_bwd = table[:rw].reshape(len(stacked), len(spread), *stacked.shape[2:])
+    np.take(stacked, spread, axis=1, out=fwd_bwd, mode="clip")  # unbuffered (indices valid)
     if a2a.any():
         fwd_bwd += a2a[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
     # runtime.transient_at_peak: loss-side transients run while no FSDP unit is gathered
     # (cells.RankTerms applies the discount where a unit is held)
-    u = units is not None and units.any()
     phases = [tuple(a[:, spread] if a.shape[1] == len(first) else a for a in ph)
               for ph in phases] if u else None
     return RankTerms(fwd_bwd, static + fixed, static + step,
-                     units.transpose(1, 0, 2) if u else None, phases)
+                     units.transpose(1, 0, 2) if u else None, phases, table=table)
 
 
 def evaluate(spec: PlanSpec, space: Space, keep_all: bool = False,
