@@ -99,7 +99,8 @@ def test_dominated_ranks_leave_the_slowest_rank_bit_for_bit_unchanged(sizes, see
     fixeds = [draw(n_r, 1, n_b) for _ in range(3)]
     gs = [(draw(n_w, n_b), draw(n_w, n_b)) for _ in fixeds]
     dual = np.repeat(rng.random(len(n)) < 0.3, n)
-    pf = type("PF", (), {"seg": seg, "dualpipe": dual})
+    zero = np.zeros(n_r)  # every pair a candidate (`_pairs` filters on the layer counts)
+    pf = type("PF", (), {"seg": seg, "dualpipe": dual, "dense": zero, "moe": zero, "last": zero})
     out = timing.dominated(pf, mo, fixeds, gs)
     keep = np.flatnonzero(~out)
     assert (np.add.reduceat(~out, seg) >= 1).all()
@@ -109,10 +110,11 @@ def test_dominated_ranks_leave_the_slowest_rank_bit_for_bit_unchanged(sizes, see
 
 
 def test_a_rank_with_fewer_moe_layers_and_less_fixed_time_is_dominated():
-    pf = type("PF", (), {"seg": np.array([0, 2]), "dualpipe": np.zeros(3, bool)})
+    mo = np.array([3.0, 4.0, 5.0])
+    pf = type("PF", (), {"seg": np.array([0, 2]), "dualpipe": np.zeros(3, bool),
+                         "dense": np.zeros(3), "moe": mo, "last": np.zeros(3)})
     fixed = np.array([1.0, 2.0, 1.0]).reshape(3, 1, 1)
     g = (np.ones((1, 1)), np.ones((1, 1)))
-    mo = np.array([3.0, 4.0, 5.0])
     assert timing.dominated(pf, mo, [fixed], [g]).tolist() == [True, False, False]
     # a negative per-width term voids the argument: nothing is left out
     assert not timing.dominated(pf, mo, [fixed], [(-g[0], g[1])]).any()
