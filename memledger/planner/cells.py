@@ -164,6 +164,17 @@ class RankTerms:
         return self.src
 
 
+def spread_table(stacked, spread, n_copies: int):
+    """(table, F): F = stacked [R, E, B, RC] spread to the widths (`spread`, one etp per
+    width) as the first R·W rows of a table with room for `n_copies` more (RankTerms'
+    FSDP-discounted rows: no concatenation later; pages never written cost nothing)."""
+    n_rw = len(stacked) * len(spread)
+    table = np.empty(((1 + n_copies) * n_rw, stacked[0, 0].size), stacked.dtype)
+    fwd_bwd = table[:n_rw].reshape(len(stacked), len(spread), *stacked.shape[2:])
+    np.take(stacked, spread, axis=1, out=fwd_bwd, mode="clip")  # unbuffered (indices valid)
+    return table, fwd_bwd
+
+
 @dataclass
 class GridPeaks:
     """Every configuration's peak_total already computed (on-demand gradients): no pruning."""
@@ -193,14 +204,15 @@ class Kept:
             out.best = {**row, "peak_bytes": self.best[0], "seconds": self.best[2]}
         if not self.n_rows:
             return
-        out.blocks.append(block)  # its rows in the sink carry this index (assemble's block_id)
+        out.blocks.append(block)  # its rows follow the previous block's in the sink
+        out.block_rows.append(self.n_rows)
         for k, v in self.parts.items():
             out.parts.setdefault(k, []).extend(v)
 
 
 def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
-             prune: bool, sink, block_id: int, parts: dict | None = None) -> Kept:
-    """Evaluate one block; its kept rows go to `sink` (`sink.Sink`) as block `block_id`.
+             prune: bool, sink, parts: dict | None = None) -> Kept:
+    """Evaluate one block; its kept rows go to `sink` (`sink.Sink`), after the previous block's.
     terms: `RankTerms` or `GridPeaks`; secs: (pipeline [P, W, B, RC], per-step [P, W, Z, B]);
     valid [P, B]: the micro-batch counts the engine runs; seg, n_ranks: each pipe's first
     candidate rank and count; parts: step-time terms, each [P, W, Z, B, RC]."""
@@ -248,10 +260,9 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         s = pipeline.take(pw, axis=0)
         s.reshape(len(cell), n_b, n_rc)[...] += per_step.take(cell, axis=0)[:, :, None]
         to = sink.rows(len(local))  # written in place: no per-chunk arrays to join later
-        to["block_id"][...] = block_id
         # flat = cell[row]·B·RC + col = local + (cell[row] − row)·B·RC: no column array
         np.add(local, ((cell - np.arange(len(cell))) * n_brc).take(row), out=to["flat"])
-        np.take(alloc.reshape(-1), local, out=to["peak_bytes"])
+        np.take(alloc.reshape(-1), local, out=to["peak_bytes"], mode="wrap")  # unbuffered
         total(to["peak_bytes"], out=to["peak_bytes"])
         np.take(s.reshape(-1), local, out=to["seconds"], mode="wrap")
         out.n_rows += len(local)

@@ -22,7 +22,7 @@ import numpy as np
 
 from memledger.planner.acts import act_arrays_by_cp
 from memledger.planner.bwdset import dense_only, layer_backward
-from memledger.planner.cells import GridPeaks, RankTerms, assemble
+from memledger.planner.cells import GridPeaks, RankTerms, assemble, spread_table
 from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
@@ -70,7 +70,7 @@ class Block:
 @dataclass
 class Evaluated:
     blocks: list[Block] = field(default_factory=list)
-    block_id: np.ndarray | list = field(default_factory=list)  # per kept configuration
+    block_rows: list[int] = field(default_factory=list)  # kept rows per block, in sink order
     flat: np.ndarray | list = field(default_factory=list)
     peak_bytes: np.ndarray | list = field(default_factory=list)
     seconds: np.ndarray | list = field(default_factory=list)
@@ -81,11 +81,16 @@ class Evaluated:
     seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
     parts: dict | None = None  # step-time terms per kept configuration (evaluate(parts=True))
 
+    @property
+    def block_id(self) -> np.ndarray:
+        """Each kept row's block (run lengths `block_rows`: no per-row column is written)."""
+        return np.repeat(np.arange(len(self.blocks), dtype=np.int32), self.block_rows)
+
     def columns(self, rows=None) -> dict[str, np.ndarray]:
         """Decoded axes of the kept configurations `rows` (default: all), in that order."""
         rows = np.arange(len(self.flat)) if rows is None else np.asarray(rows, dtype=np.int64)
         out = {c: np.zeros(len(rows), bool if c == "balanced" else np.int64) for c in COLUMNS}
-        ids = self.block_id[rows]
+        ids = np.searchsorted(np.cumsum(self.block_rows), rows, side="right")
         for b in np.unique(ids).tolist():
             at = np.flatnonzero(ids == b)
             for k, v in self.blocks[b].decode(self.flat[rows[at]]).items():
@@ -159,14 +164,10 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
         cast_d, cast_m, cast_last = ba.autocast[rc]  # recipe amp's weight casts (else 0)
         parts.append(act + worst + (base + lD * cast_d + lM * cast_m + lml * cast_last)[:, None])
     # stacked per etp (small), spread to the widths in one take, the per-width all-to-all
-    # added in place (integers: any order): [R, W, B, RC], the first rows of a table with room
-    # for RankTerms' FSDP-discounted copies (no concatenation there; unwritten pages are free)
+    # added in place (integers: any order): [R, W, B, RC] (cells.spread_table)
     u = units is not None and units.any()
-    stacked = np.stack(np.broadcast_arrays(*parts), -1)
-    rw, n_u = len(stacked) * len(spread), int(units.any(axis=(0, 1)).sum()) if u else 0
-    table = np.empty(((1 + n_u) * rw, stacked[0, 0].size), stacked.dtype)
-    fwd_bwd = table[:rw].reshape(len(stacked), len(spread), *stacked.shape[2:])
-    np.take(stacked, spread, axis=1, out=fwd_bwd, mode="clip")  # unbuffered (indices valid)
+    table, fwd_bwd = spread_table(np.stack(np.broadcast_arrays(*parts), -1), spread,
+                                  int(units.any(axis=(0, 1)).sum()) if u else 0)
     if a2a.any():
         fwd_bwd += a2a[..., None]
     # peak_alloc = static + max(fwd_bwd + fixed, step) = max(fwd_bwd + static+fixed, static+step)
@@ -279,8 +280,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
                           np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
                           (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))
             kept = assemble(peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
-                            spec.limit_bytes, rt, keep_all, prune, cache["sink"],
-                            len(out.blocks), terms)
+                            spec.limit_bytes, rt, keep_all, prune, cache["sink"], terms)
             out.seconds_eval += time.perf_counter() - t0
             kept.add_to(out, block)
             tick(n_block)

@@ -1,5 +1,6 @@
-"""Where a search writes its kept configurations: four preallocated columns (block id, flat
-index into the block's grid, peak, step time) that `cells.assemble` fills chunk by chunk with
+"""Where a search writes its kept configurations: three preallocated columns (flat index
+into the block's grid, peak, step time; the block of a row follows from each block's count,
+`evaluate.Evaluated.block_rows`) that `cells.assemble` fills chunk by chunk with
 numpy's `out=`, in the order it keeps them.
 
 Why: keeping one array per chunk and concatenating them at the end copies every kept row once
@@ -14,9 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-CAP = 1 << 24  # rows reserved at most up front (4 columns: 448 MiB of address space)
-COLUMNS = (("block_id", np.int32), ("flat", np.int64), ("peak_bytes", np.int64),
-           ("seconds", np.float64))
+CAP = 1 << 24  # rows reserved at most up front (3 columns: 384 MiB of address space)
+COLUMNS = (("flat", np.int64), ("peak_bytes", np.int64), ("seconds", np.float64))
 
 
 class Sink:
