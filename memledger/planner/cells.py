@@ -250,8 +250,8 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         # once a fitting best is known, the kept rows (the fitting ones, in flat order) are
         # all that can beat it: read off what is written below
         from_kept = not keep_all and out.best is not None and out.best[0] <= limit
-        if not from_kept:
-            _best(out, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total)
+        if not from_kept:  # pruned: only a fitting best counts (evaluate reruns if none fits)
+            _best(out, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total, prune)
         local = fits if not keep_all else np.flatnonzero(ok) if ok is not None else \
             np.arange(alloc.size)
         if not len(local):
@@ -276,10 +276,12 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
     return out
 
 
-def _best(out: Kept, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total):
+def _best(out: Kept, alloc, ok, fits, cell, pw, pipeline, per_step, n_rc, limit, total,
+          fitting_only: bool = False):
     """Track the smallest valid peak and its step time; on ties the first in flat order.
-    Once a fitting one is known, only fitting ones can beat it."""
-    if out.best is not None and out.best[0] <= limit:
+    Once a fitting one is known, only fitting ones can beat it. fitting_only: over-capacity
+    peaks are not tracked (a pruned search: `evaluate` searches again unpruned if none fits)."""
+    if fitting_only or (out.best is not None and out.best[0] <= limit):
         if not len(fits):
             return
         i = int(fits[np.argmin(alloc.reshape(-1).take(fits))])
