@@ -98,6 +98,8 @@ class RankTerms:
         out, floor, low = None, None, None
         for j in range(int(need.max())):
             on = None if j == 0 or need.min() > j else np.flatnonzero(need > j)
+            if on is not None and 2 * len(on) >= len(p):  # most cells: all of them, those
+                on, j = None, np.minimum(j, need - 1)  # without a rank j repeat their last
             pj, wj, zj, vj = (p, w, z, v) if on is None else (p[on], w[on], z[on], v[on])
             r = seg[pj] + j
             rwz = (r * n_w + wj) * n_z + zj
