@@ -8,9 +8,7 @@ micro-batch size and width of the search (`_layers_from`; element-wise, so bit f
 a rank's micro-batch is summed with the terms that do not depend on the width first
 (`_slowest`): equal to the term-by-term sum (`_rank_parts`, which the breakdown still reads)
 to rounding (≤ 1e-15 relative measured), with the same order of every configuration
-(tests/test_planner_timing_fast.py). A rank that another rank of its pipe beats on every term
-(more MoE layers and at least its width-free time) is left out of the slowest-rank max
-(`dominated`: exact, monotone rounding; about half of the DeepSeek-V3 sweep's ranks).
+(tests/test_planner_timing_fast.py).
 """
 from __future__ import annotations
 
@@ -45,7 +43,6 @@ class PipeFlops:
     rcs: tuple
     vocab: int
     pp: int  # pipeline stages of the group (every table shares it)
-    pairs: tuple | None = None  # `_pairs`, built on first use
 
 
 def pipe_flops(m, t, tp: int, tables, rcs, *, sp: bool) -> PipeFlops:
@@ -132,80 +129,27 @@ def _slowest(pf: PipeFlops, L, p2p, n_w: int):
     (dense layers, head, TP, CP, send/recv) on [R, 1, B], then the MoE layers' (experts and
     all-to-all, per width) as one product — a few passes over [R, W, B] instead of one per
     term. Equal to `_rank_parts`' sum up to rounding, in the same order
-    (tests/test_planner_timing_fast.py; the scalar model: tests/test_step_equality.py).
-    Ranks another rank of their pipe dominates are left out of the max (`dominated`)."""
+    (tests/test_planner_timing_fast.py; the scalar model: tests/test_step_equality.py)."""
     d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
     own = 3 * (d * L["f_d"] + last * L["head"])  # [R, 1, B]
     fixed = own + (d + mo) * (L["tp"] + L["cp"]) + p2p[:, None, :]
     moe3 = 3 * np.asarray(L["f_m"], np.float64)
-    ep = L["ep"], L["ep_dual"]
-    calls = [((moe3, moe3), own)] + [
-        ((moe3 + ep[0] + L["rec"][rc][1], moe3 + ep[1] + L["rec"][rc][1]),
-         fixed + d * L["rec"][rc][0]) for rc in pf.rcs]
-    n_b = np.shape(fixed)[-1]
-    keep = np.flatnonzero(~dominated(pf, mo[:, 0, 0], [np.broadcast_to(f, (len(d), 1, n_b))
-                                                        for _, f in calls], [g for g, _ in calls]))
-    seg = np.searchsorted(keep, pf.seg)  # every pipe keeps at least its first undominated rank
-    mo = mo[keep]
-    dual = np.flatnonzero(pf.dualpipe[keep])
-    buf = np.empty((len(keep), n_w, n_b))
+    dual = np.flatnonzero(pf.dualpipe)
+    shape = (len(d), n_w, np.shape(fixed)[-1])
+    buf = np.empty(shape)
 
     def widths(g, fixed_rc):  # fixed_rc + mo · g (g per width; dual ranks: ep_dual)
         np.multiply(mo, g[0], out=buf)
         if len(dual):
             buf[dual] = mo[dual] * g[1]
-        fixed_rc = np.broadcast_to(fixed_rc, (len(pf.dense),) + np.shape(fixed_rc)[1:])[keep]
-        return segment_max(np.add(buf, fixed_rc, out=buf), seg)
-    comp = widths(*calls[0])
+        return segment_max(np.add(buf, fixed_rc, out=buf), pf.seg)
+    comp = widths((moe3, moe3), own)
+    ep = L["ep"], L["ep_dual"]
     out = np.empty(comp.shape + (len(pf.rcs),))  # written per mode: no stack of copies
-    for i, (g, fixed_rc) in enumerate(calls[1:]):
-        out[..., i] = widths(g, fixed_rc)
+    for i, rc in enumerate(pf.rcs):
+        rec_d, rec_m = L["rec"][rc]
+        out[..., i] = widths((moe3 + ep[0] + rec_m, moe3 + ep[1] + rec_m), fixed + d * rec_d)
     return out, comp
-
-
-def dominated(pf: PipeFlops, mo, fixeds, gs) -> np.ndarray:
-    """[R] ranks whose every value `fixed + mo · g` (each pair of `fixeds` [R, 1, B] and
-    `gs` (per width [W, B], dual ranks' [W, B])) is ≤ another rank's of the same pipe, for
-    every width: rank r dominates k when mo_r ≥ mo_k and fixed_r ≥ fixed_k everywhere (with
-    g ≥ 0 and finite). Leaving k out of the max changes no bit: rounding is monotone, so
-    fl(fl(mo_r·g) + fixed_r) ≥ fl(fl(mo_k·g) + fixed_k). Of equal ranks the first is kept, so
-    every pipe keeps at least one rank. With a negative or non-finite g nothing is left out.
-    Only pairs that hold at least as many dense, MoE and last-stage layers are tried (once per
-    `pf`): the others almost never dominate (70 of 2,132 in the DeepSeek-V3 sweep)."""
-    out = np.zeros(len(mo), bool)
-    if not all(_finite_nonneg(x) for g in gs for x in g):
-        return out
-    r, k = _pairs(pf)
-    ge, strict = mo[r] >= mo[k], (r < k) | (mo[r] > mo[k])
-    for x in fixeds:
-        x = np.asarray(x).reshape(len(mo), -1)
-        a, b = x[r], x[k]
-        ge &= (a >= b).all(1)
-        strict |= (a > b).any(1)
-    out[k[ge & strict]] = True
-    return out
-
-
-def _finite_nonneg(x) -> bool:
-    x = np.asarray(x)
-    return not x.size or bool(x.min() >= 0 and x.max() < np.inf)  # NaN: False
-
-
-def _pairs(pf: PipeFlops):
-    """(r, k): the rank pairs of one pipe, r ≠ k, same schedule, r with at least k's dense,
-    MoE and last-stage layers — cached on `pf` (the blocks of one tp share it)."""
-    if getattr(pf, "pairs", None) is None:
-        n_r = len(pf.dualpipe)
-        n = np.diff(np.append(pf.seg, n_r))
-        pipe = np.repeat(np.arange(len(n)), n)
-        r = np.repeat(np.arange(n_r), n[pipe])  # every (r, k) pair of one pipe
-        first = np.cumsum(n[pipe]) - n[pipe]
-        k = pf.seg[pipe[r]] + np.arange(len(r)) - first[r]
-        ok = (r != k) & (pf.dualpipe[r] == pf.dualpipe[k])
-        for x in (pf.dense, pf.moe, pf.last):
-            ok &= x[r] >= x[k]
-        pf.pairs = r[ok], k[ok]
-    return pf.pairs
 
 
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
