@@ -215,3 +215,23 @@ def test_discounted_rows_written_into_combines_table_equal_a_fresh_table(seed, n
         for r in range(n_r):
             rows = [x[1][x[2][z], r] + np.arange(n_w) for x in (a, b)]
             np.testing.assert_array_equal(a[0][rows[0]], b[0][rows[1]])
+
+
+def test_block_of_each_kept_row_follows_from_the_per_block_counts():
+    """No per-row block id is written (planner/sink.py): `Evaluated.block_id` is rebuilt from
+    each block's kept-row count, and `columns(rows)` finds a row's block by search — the same
+    decoded rows as decoding every row and picking."""
+    from memledger.planner import plan
+    spec = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(16,), seq=4096,
+                    global_batch=64)
+    ev = plan(spec).evaluated
+    ids = ev.block_id
+    assert len(ids) == len(ev.flat) > 100 and len(ev.blocks) > 3
+    assert (np.diff(ids) >= 0).all() and np.bincount(ids).tolist() == ev.block_rows
+    ends = np.cumsum(ev.block_rows)  # every block's first and last row, and some between
+    rows = np.unique(np.concatenate([ends - 1, ends[:-1], [0],
+                                     np.random.default_rng(0).choice(len(ev.flat), 50)]))
+    some = ev.columns(rows)
+    for i, row in enumerate(rows.tolist()):
+        want = ev.blocks[ids[row]].decode(np.array([ev.flat[row]]))
+        assert {k: some[k][i] for k in want} == {k: v[0] for k, v in want.items()}
