@@ -52,7 +52,7 @@ def test_every_cp_at_once_equals_one_cp_at_a_time(name, profile, tp):
 
 
 def test_width_buffers_one_call_per_communicator_pattern_equal_one_call_per_width():
-    from memledger.planner.coeffs import width_buffers, width_buffers_each
+    from memledger.planner.coeffs import _vp, buffer_bytes, width_buffers
     from memledger.specs.runtime import RuntimeSpec
     rng = np.random.default_rng(13)
     runtimes = [RuntimeSpec(), RuntimeSpec(grad_buckets="deepspeed"),
@@ -68,8 +68,9 @@ def test_width_buffers_one_call_per_communicator_pattern_equal_one_call_per_widt
         ep, etp = (np.array(c) for c in zip(*folds))
         for rt in runtimes:
             got = width_buffers(t, rt, tp, pp, cp, dp, ep, etp, tp > 1)
-            np.testing.assert_array_equal(got, width_buffers_each(t, rt, tp, pp, cp, dp, ep,
-                                                                  etp, tp > 1))
+            each = [buffer_bytes(_vp(tp, pp, cp, dp, e, x, sp=tp > 1), t, rt)
+                    for e, x in zip(ep.tolist(), etp.tolist())]  # one scalar call per width
+            np.testing.assert_array_equal(got, each)
             n_patterns.add(len(np.unique(got)))
     assert max(n_patterns) >= 3  # the widths do differ: the test compares real variety
 

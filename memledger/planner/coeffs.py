@@ -175,19 +175,14 @@ def width_buffers(t, rt, tp, pp, cp, dp, ep, etp, sp: bool) -> np.ndarray:
     pattern = sum(np.asarray(f, np.int64) << i for i, f in enumerate(flags))  # one int each
     pattern = np.broadcast_to(pattern, (len(ep),))
     _, first, inverse = np.unique(pattern, return_index=True, return_inverse=True)
-    per = [sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
-           for p in (_vp(tp, pp, cp, dp, int(ep[i]), int(etp[i]), sp=sp)
-                     for i in first.tolist())]
+    per = [buffer_bytes(_vp(tp, pp, cp, dp, int(ep[i]), int(etp[i]), sp=sp), t, rt)
+           for i in first.tolist()]
     return np.array(per, np.int64)[inverse.reshape(-1)]
 
 
-def width_buffers_each(t, rt, tp, pp, cp, dp, ep, etp, sp: bool) -> np.ndarray:
-    """`width_buffers` with one scalar call per width (the reference the test compares with)."""
-    return np.array([sum(it.bytes for it in comm.grad_bucket_items(p, t, rt)
-                         + comm.nccl_items(p, rt))
-                     for p in (_vp(tp, pp, cp, dp, e, x, sp=sp)
-                               for e, x in zip(np.asarray(ep).tolist(), np.asarray(etp).tolist()))],
-                    np.int64)
+def buffer_bytes(p, t, rt) -> int:
+    """Gradient buckets + NCCL channel buffers of one width (the core's scalar functions)."""
+    return sum(it.bytes for it in comm.grad_bucket_items(p, t, rt) + comm.nccl_items(p, rt))
 
 
 @dataclass
