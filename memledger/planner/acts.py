@@ -85,20 +85,15 @@ def _columns(m, t, tp, cp, etp, b, loss: str = "materialized", *, sp: bool) -> d
     return out
 
 
-def act_arrays(m, t, rt, tp: int, cp: int, etps, eps, bs,
-               shared: dict | None = None, *, sp: bool) -> ActArrays:
-    """`shared`: a dict kept across one search's calls, where the amp coefficients, which
-    depend on tp alone, are computed once per tp instead of once per (tp, cp); `sp`: sequence
-    parallelism at this tp (`PlanSpec.sequence_parallel`)."""
-    return act_arrays_by_cp(m, t, rt, tp, [cp], etps, eps, bs, shared, sp=sp)[cp]
-
-
 def act_arrays_by_cp(m, t, rt, tp: int, cps, etps, eps, bs,
                      shared: dict | None = None, *, sp: bool) -> dict[int, ActArrays]:
-    """cp -> `act_arrays` of (tp, cp) for every cp in `cps`, evaluated as one [cp, etp, b]
+    """cp -> `ActArrays` of (tp, cp) for every cp in `cps`, evaluated as one [cp, etp, b]
     array (cp is a plain factor of the core's formulas, like etp and b: the same numbers as
-    one call per cp — tests/test_planner_acts.py — with one call of the core's inventory
-    instead of one per cp); per cp where the inventory branches on it."""
+    one call per cp — tests/test_planner_fixed_costs.py — with one call of the core's
+    inventory instead of one per cp); per cp where the inventory branches on it. `shared`: a
+    dict kept across one search's calls, where the amp coefficients, which depend on tp alone,
+    are computed once per tp; `sp`: sequence parallelism at this tp
+    (`PlanSpec.sequence_parallel`)."""
     shared = {} if shared is None else shared
     if ("autocast", tp) not in shared:
         shared["autocast", tp] = (autocast_coefficients(m, t, tp, sp),
