@@ -9,8 +9,9 @@ process (its own `memledger`); the answers are decoded column by column and comp
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
@@ -32,22 +33,38 @@ CASES = {
 
 
 def dump(out: str) -> None:
-    """Run in the tree under test: every case's answer, pickled."""
+    """Run in the tree under test: every case's answer, as `out`.npz (arrays, no pickles) and
+    `out`.json (counts, smallest peak, top and front rows)."""
     from memledger import gpu, model
     from memledger.planner import Constraints, PlanSpec, plan
-    res = {}
+    arrays, meta = {}, {}
     for name, kw in CASES.items():
         kw = dict(kw)
         spec = PlanSpec(model=model(kw.pop("model")), hardware=gpu("h100"),
                         constraints=Constraints(**kw.pop("bounds", {})), **kw)
         r = plan(spec)
         ev = r.evaluated
-        res[name] = dict(counts=r.counts(), pruned=ev.n_pruned, best=ev.best,
-                         cols={k: np.asarray(v) for k, v in ev.columns().items()},
-                         peak=ev.peak_bytes, secs=ev.seconds, order=r.order, pareto=r.pareto,
-                         top=r.rows(r.top(20)), front=r.rows(r.pareto))
-    with open(out, "wb") as f:
-        pickle.dump(res, f, protocol=4)
+        meta[name] = dict(counts=r.counts(), pruned=ev.n_pruned, best=ev.best,
+                          cols=list(ev.columns()), top=r.rows(r.top(20)),
+                          front=r.rows(r.pareto))
+        arrays.update({f"{name}|col|{k}": np.asarray(v) for k, v in ev.columns().items()})
+        arrays.update({f"{name}|{k}": np.asarray(v) for k, v in (
+            ("peak", ev.peak_bytes), ("secs", ev.seconds), ("order", r.order),
+            ("pareto", r.pareto))})
+    np.savez(out + ".npz", **arrays)
+    with open(out + ".json", "w") as f:
+        json.dump(meta, f)
+
+
+def load(out: str) -> dict:
+    """`dump`'s answer back, arrays read without pickles."""
+    with open(out + ".json") as f:
+        meta = json.load(f)
+    with np.load(out + ".npz", allow_pickle=False) as z:
+        for name, m in meta.items():
+            m["cols"] = {k: z[f"{name}|col|{k}"] for k in m["cols"]}
+            m.update({k: z[f"{name}|{k}"] for k in ("peak", "secs", "order", "pareto")})
+    return meta
 
 
 def _rows_equal(a: list, b: list) -> bool:
@@ -81,15 +98,22 @@ def compare(a: dict, b: dict) -> bool:
 
 
 def main() -> None:
-    if sys.argv[1] == "--dump":
-        return dump(sys.argv[2])
+    ap = argparse.ArgumentParser(description="Compare the planner's answer on another tree "
+                                             "with this one.")
+    ap.add_argument("other", nargs="?", help="the other tree's root (e.g. git archive output)")
+    ap.add_argument("--dump", metavar="OUT", help=argparse.SUPPRESS)  # the per-tree child run
+    args = ap.parse_args()
+    if args.dump:
+        return dump(args.dump)
+    if not args.other or not (Path(args.other) / "memledger").is_dir():
+        ap.error(f"other: expected a tree with a memledger/ package, got {args.other!r}")
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
-        for i, tree in enumerate((Path(sys.argv[1]).resolve(), HERE)):
-            paths.append(f"{tmp}/{i}.pkl")
+        for i, tree in enumerate((Path(args.other).resolve(), HERE)):
+            paths.append(f"{tmp}/{i}")
             subprocess.run([sys.executable, str(Path(__file__).resolve()), "--dump", paths[-1]],
                            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
-        a, b = (pickle.load(open(p, "rb")) for p in paths)
+        a, b = (load(p) for p in paths)
     ok = compare(a, b)
     print("ALL IDENTICAL" if ok else "DIFFERENCES")
     sys.exit(0 if ok else 1)
