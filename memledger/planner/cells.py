@@ -1,4 +1,5 @@
-"""The planner's hot loop: a block's peaks, fit test and step times, one chunk of cells at a time.
+"""The planner's hot loop: a block's peaks, fit test and step times, one chunk of cells at a time
+(numpy; once loaded, `fused` does the common case — pruned, keeping what fits — in one pass).
 
 A block (one world, pp, tp, cp, dp) is the grid [pipe P, width W, ZeRO stage Z, micro-batch
 size B, recompute RC] (`evaluate.Block`). A *cell* is one (pipe, width, ZeRO stage): its B·RC
@@ -43,10 +44,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from memledger.planner import fused
 from memledger.planner.segmax import segment_max
+from memledger.planner.sink import Kept
 
 CHUNK = 1 << 18  # configurations per chunk: bounds the temporaries of the largest blocks
 NEVER = np.iinfo(np.int64).max
+FUSED = True  # False: numpy even where `fused` is loaded (tests, the benchmark)
 
 
 def peak_total(alloc, slack_pct: int, context: int, out=None):
@@ -184,34 +188,6 @@ class GridPeaks:
     grid: np.ndarray  # [P, W, Z, B, RC]
 
 
-@dataclass
-class Kept:
-    """What one block keeps: its rows of the search's `sink.Sink` (flat index into the block's
-    grid, peak, seconds), its step-time terms (parts=True) and its counts."""
-
-    n_rows: int
-    parts: dict
-    n_evaluated: int = 0
-    n_fits: int = 0
-    n_pruned: int = 0  # configurations of cells the static bound ruled out
-    best: tuple | None = None  # (peak_total, flat, seconds) of the smallest valid peak
-
-    def add_to(self, out, block) -> None:
-        """Add this block's counts and kept configurations to `out` (`evaluate.Evaluated`)."""
-        out.n_evaluated += self.n_evaluated
-        out.n_fits += self.n_fits
-        out.n_pruned += self.n_pruned
-        if self.best is not None and (out.best is None or self.best[0] < out.best["peak_bytes"]):
-            row = {k: v[0].item() for k, v in block.decode(np.array([self.best[1]])).items()}
-            out.best = {**row, "peak_bytes": self.best[0], "seconds": self.best[2]}
-        if not self.n_rows:
-            return
-        out.blocks.append(block)  # its rows follow the previous block's in the sink
-        out.block_rows.append(self.n_rows)
-        for k, v in self.parts.items():
-            out.parts.setdefault(k, []).extend(v)
-
-
 def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
              prune: bool, sink, parts: dict | None = None) -> Kept:
     """Evaluate one block; its kept rows go to `sink` (`sink.Sink`), after the previous block's.
@@ -231,6 +207,9 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         dead = np.ones(n_p * n_w * n_z, bool)
         dead[cells] = False
         out.n_pruned = int(np.count_nonzero(valid[np.flatnonzero(dead) // (n_w * n_z)])) * n_rc
+    if FUSED and fused.loaded() and ranked and prune and not keep_all and parts is None:
+        return fused.assemble(out, terms, secs, valid, seg, n_ranks, shape, cells,
+                              ceiling, (slack, ctx, peak_total), sink, CHUNK)
     total = (lambda a, out=None: peak_total(a, slack, ctx, out)) if ranked else \
         (lambda a, out=None: a if out is None else np.copyto(out, a))  # the grid: peak_total
     pipeline = secs[0].reshape(n_p * n_w, n_brc)

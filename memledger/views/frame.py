@@ -1,5 +1,7 @@
 """The frame every page draws first (Streamlit glue): page config, the app menu, the house CSS,
-and kaleido's browser started once per server process for fast exports.
+and, once per server process, kaleido's browser (fast exports) and the planner's compiled pass
+loaded in the background (memledger/planner/fused.py: its ~0.6 s load then never falls on a
+search).
 
 Each page calls `page_frame("<url path>")` before anything else. Pages do this themselves rather
 than through `st.navigation` in app.py, because Streamlit runs a `pages/` file directly when a
@@ -14,6 +16,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from memledger.planner import fused
 from memledger.views import export
 from memledger.views.navigation import available, page
 
@@ -29,6 +32,13 @@ def _start_exports() -> bool:
     return os.environ.get("MEMLEDGER_EXPORT_WARMUP", "1") != "0" and export.warm_up()
 
 
+@st.cache_resource
+def _start_planner_pass() -> bool:
+    """Load the planner's compiled pass on a daemon thread, once per server process."""
+    fused.warm()
+    return True
+
+
 def page_frame(url_path: str, menu_later: bool = False):
     """Page config, menu and CSS for the page served at `/<url_path>`. With `menu_later` the
     menu's place is kept and the page fills it (`fill_menu`) once its chart is sent: the
@@ -41,6 +51,7 @@ def page_frame(url_path: str, menu_later: bool = False):
     if not menu_later:
         fill_menu(box, url_path)
     _start_exports()
+    _start_planner_pass()
     return box
 
 

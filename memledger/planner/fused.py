@@ -1,0 +1,135 @@
+"""The planner's hot loop in one compiled pass: a pruned block's peaks, fit test, step times
+and kept rows, cell by cell (numba).
+
+`cells.assemble` computes, for every configuration of the cells it keeps after pruning,
+    alloc      = max(max over the pipe's ranks r of F[r, w, b, rc] + SF[r, w, z],
+                     max over r of SS[r, w, z])          (RankTerms.rows, with the FSDP-unit
+                                                          rows already in F's table)
+    fits       = alloc ≤ alloc_ceiling and the engine runs that micro-batch count
+    peak_total = alloc − ⌊−alloc · slack / 100⌋ + CUDA context
+    seconds    = pipeline[p, w, b, rc] + per-step[p, w, z, b]
+with numpy as a chain of gathers, adds and maxima, each a pass over every configuration of a
+chunk (~15 M configurations of live cells in DeepSeek-V3 on 2,048 H100). Here each
+configuration is read and written once: the same integers, the same float additions in the
+same order, so the kept rows, their order, the counts and the smallest fitting peak are
+identical to the numpy path (tests/test_planner_fused.py runs both on every kind of block;
+docs/planner-speed.md, Round 5, has the figures).
+
+Used only where it is the whole answer: a ranked block (persistent gradients), pruned, keeping
+only what fits, without per-term step-time parts. keep_all (tests), on-demand gradients
+(`cells.GridPeaks`), the unpruned rerun and `parts=True` stay on the numpy path.
+
+Loading costs ~0.6 s once per process (numba's import ~0.2 s, the dispatcher ~0.2 s, the
+cached machine code ~0.2 s; compiling it the first time on a machine ~1 s more), more than the
+pass saves on one search (~0.15 s on the full DeepSeek-V3 sweep). So a search uses the pass
+only once it is loaded (`loaded()`): the app loads it in the background when it starts
+(`warm()`), the benchmark before it measures; a one-shot `memledger plan` stays on numpy and
+pays nothing. Either way the answer is the same.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+_KERNEL = None
+_LOCK = threading.Lock()
+
+
+def kernel():
+    """The compiled kernel, loaded (compiled the first time, then from numba's on-disk cache)
+    and run once on a one-cell block, so that the first real call pays nothing more."""
+    global _KERNEL
+    with _LOCK:
+        if _KERNEL is None:
+            from numba import njit  # here: ~0.2 s of import that only the planner needs
+            compiled = njit(cache=True, nogil=True)(_assemble_cells)
+            compiled(*_one_cell())
+            _KERNEL = compiled
+    return _KERNEL
+
+
+def loaded() -> bool:
+    """Whether the kernel is ready (searches then use it)."""
+    return _KERNEL is not None
+
+
+def warm() -> threading.Thread:
+    """Load the kernel on a daemon thread (the app, at start: its first large search then
+    does not pay the load)."""
+    thread = threading.Thread(target=kernel, name="memledger-fused-warm", daemon=True)
+    thread.start()
+    return thread
+
+
+def assemble(out, terms, secs, valid, seg, n_ranks, shape, cells, ceiling, runtime, sink,
+             chunk: int):
+    """`cells.assemble` of a pruned block that keeps only what fits: the same rows, order,
+    counts and smallest fitting peak in `out` (`sink.Kept`), one call per `chunk`
+    configurations (the sink rows reserved at a time). runtime: (allocator slack %, CUDA
+    context bytes, `cells.peak_total`)."""
+    n_p, n_w, n_z, n_b, n_rc = shape
+    n_brc = n_b * n_rc
+    slack, ctx, peak_total = runtime
+    f, base, variant = terms._sources()
+    args = (seg, n_ranks, f, base, variant, terms.with_fixed.reshape(-1),
+            terms.with_step.reshape(-1), np.repeat(valid, n_rc, axis=1), ceiling, slack, ctx,
+            secs[0].reshape(n_p * n_w, n_brc), np.broadcast_to(secs[1], (n_p, n_w, n_z, n_b)))
+    step, run = max(1, chunk // n_brc), kernel()
+    for c0 in range(0, len(cells), step):
+        cell = cells[c0:c0 + step]
+        to = sink.rows(len(cell) * n_brc)  # room for all; what does not fit is given back
+        k, a, i, s = run(cell, n_w, n_z, n_rc, *args, to["flat"], to["peak_bytes"], to["seconds"])
+        sink.give_back(len(cell) * n_brc - k)
+        out.n_fits += k
+        out.n_rows += k
+        low = int(peak_total(a, slack, ctx))
+        if a >= 0 and (out.best is None or low < out.best[0]):  # strict: the first stays
+            out.best = (low, int(i), float(s))
+    return out
+
+
+def _one_cell():
+    """Arguments of a one-cell, one-configuration block, typed as the planner's."""
+    i, one = np.zeros(1, np.int64), np.ones(1, np.int64)
+    table = np.zeros((1, 1), np.int64)
+    return (i, 1, 1, 1, i, one, table, table, i, i, i, np.ones((1, 1), bool), 0, 0, 0,
+            np.zeros((1, 1)), np.broadcast_to(np.zeros(1), (1, 1, 1, 1)), i.copy(), i.copy(),
+            np.zeros(1))
+
+
+def _assemble_cells(cells, n_w, n_z, n_rc, seg, n_ranks, f, base, variant, sf, ss, valid_rc,
+                    ceiling, slack, ctx, pipeline, per_step, o_flat, o_peak, o_sec):
+    """Write the fitting configurations of `cells` (ascending) to o_*; return (rows written,
+    smallest fitting alloc or -1, its flat index, its seconds). Arguments as in
+    `cells.assemble` / `RankTerms._sources`; per_step is [P, W, Z, B] (broadcast views work)."""
+    n_brc = f.shape[1]
+    k = 0
+    best_a, best_i, best_s = -1, -1, 0.0
+    alloc = np.empty(n_brc, np.int64)
+    for ci in range(cells.shape[0]):
+        cell = cells[ci]
+        pw, z = cell // n_z, cell % n_z
+        p, w = pw // n_w, pw % n_w
+        floor = ss[(seg[p] * n_w + w) * n_z + z]
+        for j in range(n_ranks[p]):
+            r = seg[p] + j
+            rwz = (r * n_w + w) * n_z + z
+            row, add = base[variant[z], r] + w, sf[rwz]
+            floor = max(floor, ss[rwz])
+            for c in range(n_brc):
+                x = f[row, c] + add
+                if j == 0 or x > alloc[c]:
+                    alloc[c] = x
+        for c in range(n_brc):
+            a = max(alloc[c], floor)
+            if a > ceiling or not valid_rc[p, c]:
+                continue
+            s = pipeline[pw, c] + per_step[p, w, z, c // n_rc]
+            o_flat[k] = cell * n_brc + c
+            o_peak[k] = a - (-a * slack) // 100 + ctx
+            o_sec[k] = s
+            if best_a < 0 or a < best_a:  # strict: the first of equal peaks in flat order
+                best_a, best_i, best_s = a, cell * n_brc + c, s
+            k += 1
+    return k, best_a, best_i, best_s
