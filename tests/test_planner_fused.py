@@ -78,7 +78,7 @@ def test_deepseek_v3_on_256_gpus_is_the_same_with_many_kept_rows(kernel_calls, m
     assert_same_answer(got, want)
 
 
-def random_block(rng, n_z: int, units: bool):
+def random_block(rng, n_z: int, units: bool, negative: bool = False):
     """A block's RankTerms and step-time addends with small integer ranges (ties in peaks)."""
     n_p, n_w, n_b, n_rc = int(rng.integers(1, 4)), int(rng.integers(1, 4)), 3, 2
     n_ranks = rng.integers(1, 4, n_p)
@@ -91,7 +91,8 @@ def random_block(rng, n_z: int, units: bool):
     if units:
         u = rng.integers(0, 30, (n_r, n_w, n_z)) * 1000 * (rng.random((1, 1, n_z)) < 0.6)
         phases = [(rng.integers(0, 20, (n_r, 1, n_b)) * 1000,
-                   rng.integers(0, 30, (n_r, n_w, n_b)) * 1000) for _ in range(n_rc)]
+                   rng.integers(-5 if negative else 0, 30, (n_r, n_w, n_b)) * 1000)
+                  for _ in range(n_rc)]  # a negative at-loss: every stage takes the rule
         for i, (lp, sp) in enumerate(phases):  # F holds its transient (combine): F ≥ 0 after
             f[..., i] += np.maximum(lp, sp)  # the discount, which pruning and SS rely on
     secs = (rng.random((n_p, n_w, n_b, n_rc)).round(2),
@@ -104,13 +105,13 @@ def random_block(rng, n_z: int, units: bool):
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), n_z=st.integers(1, 4), units=st.booleans(),
-       quantile=st.floats(0.0, 1.0))
-def test_fused_block_equals_numpy_block(seed, n_z, units, quantile, kernel_calls,
+       negative=st.booleans(), quantile=st.floats(0.0, 1.0))
+def test_fused_block_equals_numpy_block(seed, n_z, units, negative, quantile, kernel_calls,
                                         monkeypatch):
     """One block, both paths, a limit anywhere from nothing fits to everything fits; blocks
     carried over from a previous one (rows already in the sink, a best to beat)."""
     rng = np.random.default_rng(seed)
-    terms, secs, valid, seg, n_ranks, shape = random_block(rng, n_z, units)
+    terms, secs, valid, seg, n_ranks, shape = random_block(rng, n_z, units, negative)
     rt = RuntimeSpec()
     allocs = terms().rows(seg, n_ranks, *np.unravel_index(
         np.arange(np.prod(shape[:3])), shape[:3]))
