@@ -166,3 +166,23 @@ def test_a_one_shot_search_never_loads_numba():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_failed_load_leaves_searches_on_numpy(monkeypatch):
+    """numba missing (or unable to compile here): the background load records why, nothing is
+    raised into the app, and searches run on numpy with the same answer."""
+    import builtins
+    real_import = builtins.__import__
+
+    def no_numba(name, *args, **kwargs):
+        if name == "numba":
+            raise ImportError("No module named 'numba'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_numba)
+    monkeypatch.setattr(fused, "_KERNEL", None)
+    monkeypatch.setattr(fused, "failure", None)
+    fused.warm().join()
+    assert not fused.loaded() and fused.failure == "ImportError: No module named 'numba'"
+    spec = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(16,), seq=2048,
+                    global_batch=32)
+    assert evaluate(spec, enumerate_space(spec)).n_fits > 0

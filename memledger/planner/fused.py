@@ -34,6 +34,7 @@ import numpy as np
 
 _KERNEL = None
 _LOCK = threading.Lock()
+failure: str | None = None  # why a background load failed (searches then stay on numpy)
 
 
 def kernel():
@@ -56,10 +57,19 @@ def loaded() -> bool:
 
 def warm() -> threading.Thread:
     """Load the kernel on a daemon thread (the app, at start: its first large search then
-    does not pay the load)."""
-    thread = threading.Thread(target=kernel, name="memledger-fused-warm", daemon=True)
+    does not pay the load). Should numba be missing or unable to compile on this machine, the
+    reason goes to `failure` and every search stays on numpy, which gives the same answer."""
+    thread = threading.Thread(target=_load, name="memledger-fused-warm", daemon=True)
     thread.start()
     return thread
+
+
+def _load() -> None:
+    global failure
+    try:
+        kernel()
+    except Exception as exc:  # noqa: BLE001 — any failure leaves the numpy path, same answer
+        failure = f"{type(exc).__name__}: {exc}"
 
 
 def assemble(out, terms, secs, valid, seg, n_ranks, shape, cells, ceiling, runtime, sink,
