@@ -36,7 +36,8 @@ def build_model(case: Case, device):
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=impl, dtype=dtype)
     if case.recompute == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(  # transformers 5.x; the old name is deprecated
+            activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     return model
 
