@@ -4,6 +4,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memledger import build_ledger, gpu, model, n_params
 from memledger.errors import SpecError
@@ -183,3 +185,26 @@ def test_probe_pareto_equals_the_sort_everything_front_on_a_large_random_cloud()
     fast.evaluated = ev
     ref = _front(np.arange(n), peak, secs)
     assert sorted(zip(peak[fast.pareto], secs[fast.pareto])) == sorted(zip(peak[ref], secs[ref]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 3000), chunk=st.integers(1, 700),
+       probe=st.integers(1, 300), levels=st.sampled_from((3, 50, 10**6)))
+def test_chunked_sampled_pareto_equals_the_sort_everything_front(seed, n, chunk, probe, levels):
+    """Any chunk size (points split across chunks), any probe size (probes cut from samples,
+    so the probe set is not the exact k smallest) and heavy ties give the exact front."""
+    import memledger.planner.result as res
+    rng = np.random.default_rng(seed)
+    secs, peak = rng.integers(0, levels, n) / 7, rng.integers(0, levels, n)
+    ev = type("E", (), {"peak_bytes": peak, "seconds": secs})()
+    old = res.CHUNK, res.PROBE
+    res.CHUNK, res.PROBE = chunk, probe
+    try:
+        fast = Plan.__new__(Plan)
+        fast.evaluated = ev
+        got = fast.pareto
+    finally:
+        res.CHUNK, res.PROBE = old
+    ref = res._front(np.arange(n), peak, secs)
+    assert sorted(zip(peak[got], secs[got])) == sorted(zip(peak[ref], secs[ref]))
+    assert (np.diff(secs[got]) >= 0).all()  # fastest first

@@ -71,21 +71,28 @@ class Plan:
     def pareto(self) -> np.ndarray:
         """Fitting configurations no other beats on both peak and time, fastest first.
 
-        Exact without sorting everything: the front of a probe set (the fastest, the smallest
-        and an even sample) dominates most points; only the points it does not dominate are
-        sorted with it."""
+        Exact without sorting everything: the front of a probe set (about PROBE of the fastest,
+        of the smallest peaks, and an even sample) dominates most points; only the points it
+        does not dominate are sorted with it. Any probe set gives the same front (a point the
+        probe front dominates is dominated), so the probes are cut from even samples (as `top`)
+        rather than partitioned out of all points, and the dominance test runs in chunks whose
+        temporaries stay small: no array the size of the answer is allocated (a fresh 56 MB
+        index array costs 0.05–0.4 s in page faults here; docs/planner-speed.md, Round 5)."""
         peak, secs = self.evaluated.peak_bytes, self.evaluated.seconds
         n = len(secs)
         if n <= PROBE:
             return _front(np.arange(n), peak, secs)
-        probe = np.unique(np.concatenate([np.argpartition(secs, PROBE)[:PROBE],
-                                          np.argpartition(peak, PROBE)[:PROBE],
-                                          np.arange(0, n, n // PROBE)]))
-        f0 = _front(probe, peak, secs)
+        f0 = _front(np.unique(np.concatenate([_smallest(secs, PROBE), _smallest(peak, PROBE),
+                                              np.arange(0, n, n // PROBE)])), peak, secs)
         by_peak = f0[np.argsort(peak[f0])]  # along a front, seconds fall as peak rises
-        j = np.searchsorted(peak[by_peak], peak, side="right") - 1
-        dominated = (j >= 0) & (secs[by_peak[np.maximum(j, 0)]] <= secs)
-        return _front(np.union1d(f0, np.flatnonzero(~dominated)), peak, secs)
+        fp, fs = peak[by_peak], secs[by_peak]
+        rest = [f0]
+        for c0 in range(0, n, CHUNK):
+            p, t = peak[c0:c0 + CHUNK], secs[c0:c0 + CHUNK]
+            j = np.searchsorted(fp, p, side="right") - 1
+            dominated = (j >= 0) & (fs.take(np.maximum(j, 0)) <= t)
+            rest.append(np.flatnonzero(~dominated) + c0)
+        return _front(np.unique(np.concatenate(rest)), peak, secs)
 
     # -- rows ---------------------------------------------------------------------------------
     def rows(self, idx) -> list[dict]:
@@ -149,6 +156,15 @@ class Plan:
 
 
 PROBE = 20000
+CHUNK = 1 << 18  # points per step of the Pareto dominance test (temporaries of ~2 MB)
+
+
+def _smallest(a: np.ndarray, k: int) -> np.ndarray:
+    """Indices of about k of the smallest values of a: those ≤ the sample's (k / step)-th
+    smallest, for an even sample of every step-th value (~4k of them)."""
+    step = max(1, len(a) // (4 * k))
+    sample = a[::step]
+    return np.flatnonzero(a <= np.partition(sample, max(1, k // step) - 1)[max(1, k // step) - 1])
 
 
 def _front(idx: np.ndarray, peak: np.ndarray, secs: np.ndarray) -> np.ndarray:
