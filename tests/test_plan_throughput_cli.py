@@ -38,8 +38,9 @@ def test_table_has_throughput_columns_and_the_fastest_rows_breakdown(capsys):
 
 def test_megatron_2021_exposes_what_megatron_core_overlaps(capsys):
     """Without flash, SP and DP overlap, the same fastest configuration can only be slower.
-    A dense model: MoE with tp > 1 needs sequence parallelism, which megatron-2021 lacks."""
-    fixed = ["--model", "llama3-8b", "--tp", "2", "--pp", "2", "--zero", "1", "--micro-batch",
+    A dense model (MoE with tp > 1 needs sequence parallelism, which megatron-2021 lacks) at
+    ZeRO-0 (Megatron-LM 2021 had no distributed optimizer)."""
+    fixed = ["--model", "llama3-8b", "--tp", "2", "--pp", "2", "--zero", "0", "--micro-batch",
              "1", "--recompute", "full", "--schedule", "1f1b", "--json", "--top", "1"]
     core = json.loads(run(capsys, *fixed)[1])["configurations"][0]
     old = json.loads(run(capsys, *fixed, "--framework", "megatron-2021")[1])["configurations"][0]

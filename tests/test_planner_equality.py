@@ -116,15 +116,16 @@ SCENARIOS = {
         model=load_hf_config(Path(__file__).parent / "fixtures" / "hf" /
                              "tiny-qwen2-moe-sparse-step-2.json"),
         worlds=(4,), seq=256, global_batch=16, profile="hf"),
-    # megatron-2021 has no sequence parallelism: tp > 1 rows with sp False at every site
+    # megatron-2021 has no sequence parallelism: tp > 1 rows with sp False at every site (its
+    # search is small — no ZeRO, CP or selective recompute — so the spaces here are larger)
     "megatron-2021 (no SP), llama3-8b": dict(
-        model="llama3-8b", worlds=(16,), seq=4096, global_batch=32, framework="megatron-2021"),
+        model="llama3-8b", worlds=(32,), seq=4096, global_batch=128, framework="megatron-2021"),
     "megatron-2021 (no SP), paper profile, eager, fp16 (the 2021 reference runs)": dict(
-        model="gpt3-175b", worlds=(32,), seq=2048, global_batch=64, precision="fp16",
+        model="gpt3-175b", worlds=(64,), seq=2048, global_batch=256, precision="fp16",
         profile="paper", attention="eager", framework="megatron-2021",
         constraints=Constraints(max_vpp=2)),
     "megatron-2021 (no SP), amp autocast casts": dict(
-        model="llama3.2-1b", worlds=(8,), seq=2048, global_batch=32, precision="amp",
+        model="llama3.2-1b", worlds=(32,), seq=2048, global_batch=256, precision="amp",
         framework="megatron-2021"),
 }
 SAMPLES = 300

@@ -20,6 +20,18 @@ that is a property of the software, not of the layout.
   Under DualPipe the MoE all-to-all of one micro-batch hides behind the other's compute
   (DeepSeek-V3 report, arXiv 2412.19437 §3.2.1), up to that compute's length.
 Used by `memledger.costs.stepmodel`; the planner runs `megatron-core` unless told otherwise.
+
+Each framework also bounds the planner's search to what it can run (`planner.space`,
+`planner.evaluate`). Megatron-LM as of the 2021 paper (its sc21 scripts): pipeline schedules
+1F1B and interleaved only (zero-bubble and DualPipe came in 2023–24); interleaving refused at
+pp ≤ 2 (`parallel_state`: "pipeline-model-parallel size should be greater than 2 with
+interleaved schedule") and for micro-batch counts pp does not divide (its interleaved schedule:
+"number of microbatches is not divisible by pipeline-parallel size"); stages of equal layer
+counts only (`ParallelTransformer` asserts n_layers divisible by pp); no context parallelism
+(2023), no distributed optimizer (ZeRO-1 in Megatron came in 2022), and full activation
+recomputation (`--checkpoint-activations`) or none — selective recomputation came with
+Korthikanti et al. 2022. `megatron-core` keeps the planner's whole space (uneven stages via its
+first/last-stage layer counts; interleaving at pp ≥ 2 with m ≥ pp, `ledger.pipeline.engines`).
 """
 from __future__ import annotations
 
@@ -41,6 +53,14 @@ class Framework:
     dualpipe_hides_ep: bool  # DualPipe: all-to-all hidden behind the paired compute
     prefetch: bool  # ZeRO-3 gathers prefetched behind compute
     description: str = ""
+    # what it can run (the planner's search bounds)
+    schedules: tuple[str, ...] = ("1f1b", "interleaved", "dualpipe")
+    uneven_stages: bool = True  # stages of unequal layer counts
+    interleave_min_pp: int = 2  # interleaving needs pp ≥ this
+    interleave_m_multiple: bool = False  # interleaving needs micro-batches divisible by pp
+    context_parallel: bool = True
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -49,7 +69,10 @@ FRAMEWORKS: dict[str, Framework] = {
                   dp_overlap_no_pipeline=True, pp_scatter_gather=True, cp_overlap=False,
                   dualpipe_hides_ep=False, prefetch=False,
                   description="Megatron-LM as in Narayanan et al. 2021: no flash, no SP, "
-                              "DP reduce overlapped only without pipelining"),
+                              "DP reduce overlapped only without pipelining",
+                  schedules=("1f1b", "interleaved"), uneven_stages=False, interleave_min_pp=3,
+                  interleave_m_multiple=True, context_parallel=False, zero_stages=(0,),
+                  recompute=("none", "full")),
         Framework(name="megatron-core", flash=True, sp=True, tp_hidden=0.0, dp_overlap=True,
                   dp_overlap_no_pipeline=True, pp_scatter_gather=False, cp_overlap=True,
                   dualpipe_hides_ep=True, prefetch=True,

@@ -27,7 +27,7 @@ from memledger.planner.coeffs import block_arrays, static_tables
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
 from memledger.planner.sink import Sink, n_configurations
-from memledger.planner.space import Group, Space, divisors
+from memledger.planner.space import Group, Space, divisors, framework_runs
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.planner.timing import block_seconds, pipe_flops
 from memledger.specs.loop import built_model, resolve_loop
@@ -107,9 +107,9 @@ def micro_batch_sizes(spec: PlanSpec, dp: int) -> np.ndarray:
 
 
 def _axes(spec: PlanSpec):
-    c = spec.constraints
-    zs = [z for z in range(4) if c.allows("zero", z)]
-    rcs = [r for r in PLAN_RECOMPUTE if c.allows("recompute", r)]
+    c, fw = spec.constraints, spec.fw
+    zs = [z for z in range(4) if c.allows("zero", z) and z in fw.zero_stages]
+    rcs = [r for r in PLAN_RECOMPUTE if c.allows("recompute", r) and r in fw.recompute]
     return zs, rcs
 
 
@@ -231,7 +231,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
         return
     tables = [pipe_tables(m, pipe, ms, rt.pp_engine, rt.zb_w_holds, prune=not loop.on_demand)
               for pipe in g.pipes]
-    runs = np.stack([tb.runs for tb in tables])  # [P, M] micro-batch counts the engine runs
+    runs = np.stack([tb.runs for tb in tables]) & framework_runs(spec, g.pipes, g.pp, ms)  # [P, M]
     n_ranks = np.array([len(tb.ranks) for tb in tables])
     seg = np.cumsum(n_ranks) - n_ranks
     cat = {k: np.concatenate([getattr(tb, k) for tb in tables])

@@ -101,6 +101,10 @@ class _Checks:
             if n > layers:
                 raise SpecError("pp", f"{n} pipeline stages (pp={pp}, vpp={vpp}) exceed "
                                       f"n_layers={layers}; every stage needs a layer")
+            if layers % n and not self.spec.fw.uneven_stages:
+                raise SpecError("pp", f"n_layers={layers} does not split into {n} equal stages "
+                                      f"(pp={pp}, vpp={vpp}); {self.spec.fw.name} runs equal "
+                                      "stages only")
             pipe = Pipe(pp, vpp, schedule, None if layers % n == 0 else balanced_layout(layers, n))
             check_model_parallel(self.m, pipe.parallel())
             return pipe
@@ -137,16 +141,17 @@ def _candidates(spec: PlanSpec, axis: str, natural: list[int], bound: int | None
 
 
 def pipes_for(spec: PlanSpec, pp: int) -> list[tuple[int, int, str]]:
-    c, m = spec.constraints, spec.model
+    c, m, fw = spec.constraints, spec.model, spec.fw
     out = []
     for schedule in PLAN_SCHEDULES:
-        if not c.allows("schedule", schedule) or (schedule == "dualpipe" and m.moe is None):
+        if not c.allows("schedule", schedule) or (schedule == "dualpipe" and m.moe is None) \
+                or schedule not in fw.schedules:
             continue
         if schedule != "interleaved":
             if c.vpp in (None, 1):
                 out.append((pp, 1, schedule))
             continue
-        if pp < 2:
+        if pp < fw.interleave_min_pp:
             continue
         top = max(m.n_layers // pp, 1)
         vpps = [c.vpp] if c.vpp is not None else range(2, top + 1)
@@ -162,10 +167,21 @@ def widths_for(spec: PlanSpec, world: int, pp: int):
     etps = _candidates(spec, "etp", divisors(rest), spec.max_etp) if moe else [c.etp or 1]
     for tp in _candidates(spec, "tp", divisors(rest), spec.max_tp):
         left = rest // tp if rest % tp == 0 else 1
-        for cp in _candidates(spec, "cp", divisors(left), c.max_cp):
+        cps = _candidates(spec, "cp", divisors(left), c.max_cp) if spec.fw.context_parallel \
+            else [1]
+        for cp in cps:
             if c.dp is not None and left % cp == 0 and left // cp != c.dp:
                 continue
             yield tp, cp, eps, etps
+
+
+def framework_runs(spec: PlanSpec, pipes, pp: int, ms: np.ndarray):
+    """[P, M] whether the framework runs each pipe with each micro-batch count (Megatron-LM
+    2021 interleaves only counts pp divides, `costs.overlap`); True where it sets no rule."""
+    if not spec.fw.interleave_m_multiple:
+        return True
+    interleaved = np.array([p.schedule == "interleaved" for p in pipes])[:, None]
+    return ~interleaved | (np.asarray(ms)[None] % pp == 0)
 
 
 def enumerate_space(spec: PlanSpec) -> Space:

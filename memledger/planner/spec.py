@@ -118,12 +118,28 @@ class PlanSpec:
         require(self.runtime.pp_engine != "pytorch", "pp_engine",
                 "the planner sweeps Megatron's pipeline buffers (pp_engine auto, megatron or "
                 "deepseek), got 'pytorch'; check a layout with `memledger ledger`")
-        framework(self.framework)
+        self._check_framework()
         self.base_train()  # validates precision, optimizer, profile, attention
         for knob in ("optimizer_offload", "grad_offload"):
             require(not getattr(self.runtime, knob), knob,
                     "the planner does not model ZeRO-Offload; check such a layout with "
                     "`memledger ledger`")
+
+    def _check_framework(self) -> None:
+        """A fixed value the framework cannot run is refused here, with what it can run."""
+        fw, c = framework(self.framework), self.constraints
+        for axis, can in (("schedule", fw.schedules), ("zero", fw.zero_stages),
+                          ("recompute", fw.recompute),
+                          ("cp", None if fw.context_parallel else (1,))):
+            value = getattr(c, axis)
+            require(value is None or can is None or value in can, axis,
+                    f"{fw.name} does not run {axis}={value!r}; it runs "
+                    f"{', '.join(map(str, can or ()))}")
+
+    @property
+    def fw(self):
+        """The framework's overlap and what it can run (`costs.overlap.Framework`)."""
+        return framework(self.framework)
 
     @property
     def node_size(self) -> int:
@@ -142,7 +158,7 @@ class PlanSpec:
         """Whether the ledger's rows at this tp run sequence parallelism: with tp > 1, where the
         framework has it (Korthikanti et al. 2022, arXiv 2205.05198; Megatron-LM in 2021 did not,
         `costs.overlap.FRAMEWORKS`). The one place the planner's memory side decides it."""
-        return tp > 1 and framework(self.framework).sp
+        return tp > 1 and self.fw.sp
 
     @property
     def max_tp(self) -> int:
