@@ -13,7 +13,8 @@ RUN apt-get update \
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    NUMBA_CACHE_DIR=/home/memledger/.cache/numba
 
 RUN useradd --create-home --uid 10001 memledger
 WORKDIR /app
@@ -21,6 +22,8 @@ COPY . /app
 RUN pip install ".[export]" && chown -R memledger:memledger /app
 
 USER memledger
+# Compile the planner's numba pass once, into the user's cache (the app loads it at start)
+RUN python -c "from memledger.planner import fused; fused.kernel()"
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=40s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"]
