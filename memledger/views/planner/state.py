@@ -73,7 +73,10 @@ HELP = {"worlds": "Comma separated, e.g. 64,128,256. Empty: the sidebar's world 
         "framework": "What the step-time model overlaps, and whether layouts with tp > 1 run "
                      "sequence parallelism: megatron-core (SP, flash attention, DP and CP "
                      "communication overlapped) or megatron-2021 (Narayanan et al. 2021: no SP, "
-                     "no flash, DP reduce overlapped only without pipelining)."}
+                     "no flash, DP reduce overlapped only without pipelining). It also bounds "
+                     "the search to what the framework runs: megatron-2021 has 1F1B and "
+                     "interleaved pipelines only (interleaving at pp > 2 with a micro-batch "
+                     "count pp divides), equal stages, no CP, ZeRO-0, full or no recompute."}
 
 
 def worlds(page: Mapping, cfg: Config) -> tuple[int, ...]:
