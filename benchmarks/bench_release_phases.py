@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_release_ab import server  # noqa: E402
-from bench_slider import EP_LABEL, FLOOR_APP, PROBE, QUERY, TP_LABEL, p90  # noqa: E402
+from bench_slider import (EP_LABEL, FLOOR_APP, PROBE, QUERY, TP_LABEL, change_probe,  # noqa: E402
+                          p90)
 from memledger.views.devserver import ROOT, chromium, wait_idle  # noqa: E402
 
 # Installed before the page's own scripts: every websocket message handled (+ bytes) or sent
@@ -48,17 +49,9 @@ SOCKET = """(() => { window.__ws = []; const Native = window.WebSocket;
   window.WebSocket.prototype = Native.prototype; Object.assign(window.WebSocket, Native); })()"""
 
 # The first frame at which the metrics' values differ from before the keydown.
-METRICS = """() => {
-  const snap = () => Array.from(document.querySelectorAll('[data-testid="stMetricValue"]'))
-    .map(e => e.innerText).join('|');
-  window.__m = {t0: 0, t1: 0, before: snap()};
-  document.addEventListener('keydown', () => {
-    window.__m = {t0: performance.now(), t1: 0, before: snap()}; }, true);
-  const loop = () => { const m = window.__m;
-    if (m.t0 && !m.t1 && snap() !== m.before) m.t1 = performance.now();
-    requestAnimationFrame(loop); };
-  loop();
-}"""
+METRICS = change_probe("() => Array.from(document.querySelectorAll("
+                       "'[data-testid=\"stMetricValue\"]')).map(e => e.innerText).join('|')",
+                       "__m")
 BUSY = ("TaskDuration", "ScriptDuration")
 PHASES = ("sent", "first_message", "chart_message", "chart_frame", "metrics_frame",
           "messages_before_frame", "messages")

@@ -52,18 +52,24 @@ from memledger.views.state import Config, load_model, parse_params, to_specs  # 
 QUERY = "model=deepseek-v3&world=2048&tp=16&pp=16&ep=1"
 EP_LABEL, TP_LABEL = "EP: expert parallel", "TP: tensor parallel"
 
-# Records keydown time and the first frame at which the chart's data differ from before it.
-PROBE = """() => {
-  const snap = () => { const gd = document.querySelector('.js-plotly-plot');
-    return gd && gd.data ? JSON.stringify(gd.data.map(t => Array.from(t.x || []))) : ''; };
-  window.__b = {t0: 0, t1: 0, before: snap()};
-  document.addEventListener('keydown', () => {
-    window.__b = {t0: performance.now(), t1: 0, before: snap()}; }, true);
-  const loop = () => { const b = window.__b;
-    if (b.t0 && !b.t1 && snap() !== b.before) b.t1 = performance.now();
-    requestAnimationFrame(loop); };
-  loop();
-}"""
+def change_probe(snap: str, var: str) -> str:
+    """JS that records, in window[var], each keydown's time (t0) and the first animation frame
+    at which `snap()` (a JS expression of the page's state) differs from before it (t1)."""
+    return ("() => {\n"
+            f"  const snap = {snap};\n"
+            f"  window.{var} = {{t0: 0, t1: 0, before: snap()}};\n"
+            "  document.addEventListener('keydown', () => {\n"
+            f"    window.{var} = {{t0: performance.now(), t1: 0, before: snap()}}; }}, true);\n"
+            f"  const loop = () => {{ const b = window.{var};\n"
+            "    if (b.t0 && !b.t1 && snap() !== b.before) b.t1 = performance.now();\n"
+            "    requestAnimationFrame(loop); };\n"
+            "  loop();\n}")
+
+
+# keydown time and the first frame at which the chart's data differ from before it
+PROBE = change_probe("() => { const gd = document.querySelector('.js-plotly-plot');\n"
+                     "    return gd && gd.data ? JSON.stringify(gd.data.map(t => "
+                     "Array.from(t.x || []))) : ''; }", "__b")
 
 
 def snake(ep_steps: int, tp_steps: int) -> list[tuple[str, str]]:

@@ -163,8 +163,8 @@ def _smallest(a: np.ndarray, k: int) -> np.ndarray:
     """Indices of about k of the smallest values of a: those ≤ the sample's (k / step)-th
     smallest, for an even sample of every step-th value (~4k of them)."""
     step = max(1, len(a) // (4 * k))
-    sample = a[::step]
-    return np.flatnonzero(a <= np.partition(sample, max(1, k // step) - 1)[max(1, k // step) - 1])
+    q = max(1, k // step) - 1
+    return np.flatnonzero(a <= np.partition(a[::step], q)[q])
 
 
 def _front(idx: np.ndarray, peak: np.ndarray, secs: np.ndarray) -> np.ndarray:
