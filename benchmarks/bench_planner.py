@@ -15,10 +15,12 @@ time of the sweep is the steadier figure; compare ratios within one run.
 The planner's compiled pass (memledger/planner/fused.py) is loaded first and its one-time load
 reported; each case then runs with it (as in the app, which loads it at start) and numpy-only
 (as a one-shot `memledger plan`), interleaved: the same answer (checked here), two speeds.
+Sweeps run on small pages (planner/memhint.py); `bench_pages_ab.py` measures what that buys.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -82,8 +84,10 @@ def report(runs: list[dict], label: str, first: bool) -> None:
     if first:
         print(f"  layouts {r['layouts']:,} | configurations {r['evaluated']:,} | fit {r['fits']:,}"
               f" | ruled out by their static rows {r['pruned']:,}")
+    med = statistics.median(x["sweep_s"] for x in runs)
     print(f"  [{label}] sweep (enumerate + evaluate + top-20): {r['sweep_s']:.3f} s = "
-          f"{r['evaluated'] / r['sweep_s'] / 1e6:.2f} M configurations/s")
+          f"{r['evaluated'] / r['sweep_s'] / 1e6:.2f} M configurations/s "
+          f"(median of {len(runs)}: {med:.3f} s)")
     c = min(x["cpu_s"] for x in runs)
     print(f"  [{label}] sweep CPU time (this process; the machine is shared): {c:.3f} s = "
           f"{r['evaluated'] / c / 1e6:.2f} M configurations/s")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from memledger.planner.evaluate import evaluate
+from memledger.planner.memhint import small_pages
 from memledger.planner.result import Plan, describe
 from memledger.planner.space import enumerate_space
 from memledger.planner.spec import Constraints, PlanSpec
@@ -28,7 +29,13 @@ def plan(spec: PlanSpec, keep_all: bool = False, admit=None, parts: bool = False
     raise (a server's per-request budget). `progress(stage, done, total)`, when given, is called
     as the search goes: stage "layouts" (0 of 1, then 1 of 1) while the layouts are enumerated,
     then "configurations" with the configurations evaluated so far, from 0 to the total
-    `admit` sees. It only observes: the result is the same with or without it."""
+    `admit` sees. It only observes: the result is the same with or without it.
+    The search runs on small pages (`memhint`: where memory comes from, not a value)."""
+    with small_pages():
+        return _plan(spec, keep_all, admit, parts, progress)
+
+
+def _plan(spec, keep_all, admit, parts, progress) -> Plan:
     t0 = time.perf_counter()
     report = progress or (lambda stage, done, total: None)
     report("layouts", 0, 1)

@@ -14,6 +14,7 @@ import numpy as np
 from memledger.costs.capacity import gpus_for_states
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.planner.evaluate import SCHEDULE_CODES, Evaluated
+from memledger.planner.memhint import small_pages
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
@@ -52,7 +53,8 @@ class Plan:
     @cached_property
     def order(self) -> np.ndarray:
         """Every fitting configuration, fastest first (ties: smaller peak first)."""
-        return np.lexsort((self.evaluated.peak_bytes, self.evaluated.seconds))
+        with small_pages():
+            return np.lexsort((self.evaluated.peak_bytes, self.evaluated.seconds))
 
     def top(self, k: int | None) -> np.ndarray:
         """The k fastest fitting configurations (all when k is None or 0)."""
