@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memledger import MODELS, ParallelSpec, TrainSpec, gpu, model
-from memledger.costs.collectives import inside_node, link
+from memledger.costs.collectives import (NETWORK_BUS_EFFICIENCY, NVLINK_BUS_EFFICIENCY, inside_node,
+                                        link, rails)
 from memledger.costs.steptime import link_bw, selective_flops_per_token, step_seconds
 from memledger.ledger.activations import get_profile
 from memledger.model.flops import layer_forward_flops_per_token
@@ -89,3 +90,21 @@ def test_tensor_parallel_across_nodes_would_be_slower_than_inside():
         **{**kw.pop("constraints").__dict__, "max_tp": 8}), **kw), keep_all=True)
     assert inside.n_evaluated == across.n_evaluated == 1
     assert across.evaluated.seconds[0] > inside.evaluated.seconds[0]
+
+
+def test_a_collective_across_nodes_stripes_over_the_nics_of_its_members_in_a_node():
+    """A dp group of stride 1 over 4 nodes has 8 members per node: its channels use 8 NICs
+    (up to what links them inside the node); stride 2 → 4 NICs; stride 8 (one member per node) → 1; a
+    span that straddles nodes unevenly, and point-to-point, stay on one NIC."""
+    hw = gpu("a100-80gb")
+    one_nic = hw.network_bw * NETWORK_BUS_EFFICIENCY
+    nvlink = hw.nvlink_bw * NVLINK_BUS_EFFICIENCY
+    assert [int(rails(32, s, 8)) for s in (1, 2, 4, 8, 16)] == [8, 4, 2, 1, 1]
+    assert int(rails(12, 1, 8)) == 1 and int(rails(24, 3, 8)) == 1
+    beta = lambda span, stride: float(link(hw, span, 8, stride=stride)[0])  # noqa: E731
+    assert beta(32, 8) == beta(32, None) == one_nic
+    assert beta(32, 2) == 4 * one_nic
+    assert beta(32, 1) == 8 * one_nic < nvlink
+    mi300x = gpu("mi300x")  # no NVLink: the stripes meet in PCIe, which bounds them
+    assert float(link(mi300x, 32, 8, stride=1)[0]) == mi300x.pcie_bw
+    assert beta(8, 1) == nvlink  # inside a node: unchanged

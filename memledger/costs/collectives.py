@@ -22,8 +22,17 @@ protocols, rounded up for launch overhead).
 Top-k routing imbalance: with balanced routing each of the n expert ranks receives on average
 μ = T·K rows; the busiest — whose all-to-all and expert GEMMs everyone waits for — receives the
 expected maximum of n binomial counts, ≈ μ + √(2 μ ln n) (Gumbel limit of the multinomial
-maximum), so imbalance = 1 + √(2 ln n / μ). Ignores router skew beyond sampling (expert
-popularity), congestion, rail topology and SHARP in-network reduction.
+maximum), so imbalance = 1 + √(2 ln n / μ).
+Across nodes a collective is not held to one NIC: on DGX-class nodes every GPU has its own NIC
+(DGX A100: eight 200 Gb/s HDR, Narayanan et al. 2021 §5), and NCCL builds one ring per NIC and,
+over NVLink, splits a collective into as many parts as NICs and balances them (NCCL
+maintainers, NVIDIA/nccl issue #601). A group with k members in each node (GPUs per node /
+its stride, when its groups tile whole nodes) moves its cross-node bytes over k NICs:
+β = min(k × NIC β, intra-node β) (`rails`). Point-to-point and all-to-all keep one NIC per rank
+(each rank's own bytes leave through its own NIC; the intra-node share of an all-to-all is
+charged at the NIC rate too). The paper's Figs. 13–15 orderings follow only with this
+(docs/step-time.md). Ignores router skew beyond sampling (expert popularity), congestion and
+SHARP in-network reduction.
 """
 from __future__ import annotations
 
@@ -41,11 +50,26 @@ def inside_node(span, gpus_per_node: int):
     return (span <= gpus_per_node) & (np.mod(gpus_per_node, np.maximum(span, 1)) == 0)
 
 
-def link(hw, span, gpus_per_node: int):
-    """(bytes/s, seconds per hop) of a group whose ranks span `span` consecutive GPUs."""
+def rails(span, stride, gpus_per_node: int):
+    """NICs per node one collective of a group stripes its cross-node traffic over: its
+    members in each node (gpus_per_node / stride) when the groups tile whole nodes (span a
+    multiple of the node, stride dividing it), else 1 (groups that straddle a boundary
+    unevenly: the side with fewest members bounds them; kept at one NIC)."""
+    span, stride = np.asarray(span), np.asarray(stride)
+    tiles = (np.mod(span, gpus_per_node) == 0) & (np.mod(gpus_per_node, stride) == 0) & \
+        (stride < gpus_per_node)
+    return np.where(tiles, gpus_per_node // np.maximum(np.minimum(stride, gpus_per_node), 1), 1)
+
+
+def link(hw, span, gpus_per_node: int, stride=None):
+    """(bytes/s, seconds per hop) of a group whose ranks span `span` consecutive GPUs.
+    `stride` (collectives only; None for point-to-point): the distance between the group's
+    ranks — across nodes, a collective's channels stripe over the NICs of its members in a
+    node (`rails`), up to what NVLink carries between them."""
     inside = inside_node(span, gpus_per_node)
     intra = hw.intra_node_bw * (NVLINK_BUS_EFFICIENCY if hw.nvlink_bw else 1.0)
-    beta = np.where(inside, intra, hw.network_bw * NETWORK_BUS_EFFICIENCY)
+    k = 1 if stride is None else rails(span, stride, gpus_per_node)
+    beta = np.where(inside, intra, np.minimum(k * hw.network_bw * NETWORK_BUS_EFFICIENCY, intra))
     alpha = np.where(inside, ALPHA_INTRA_S, ALPHA_INTER_S)
     return beta, alpha
 

@@ -111,7 +111,7 @@ def head_forward(su: Setup, tokens, vocab: int):
 
 def tp_seconds(su: Setup, tokens):
     """TP communication per layer per micro-batch (fwd + bwd), exposed share."""
-    beta, alpha = co.link(su.hw, su.tp, su.gpn)
+    beta, alpha = co.link(su.hw, su.tp, su.gpn, stride=1)
     buf = tokens * su.m.hidden * su.act
     one = co.gather_seconds(buf, su.tp, beta, alpha)  # AG ≡ RS; an all-reduce = RS + AG
     return TP_COLLECTIVES * one * (1.0 - su.fw.tp_hidden)
@@ -136,7 +136,7 @@ def ep_seconds(su: Setup, tokens, ep, etp):
     beta, alpha = co.link(su.hw, ep * etp, su.gpn)
     imb = co.topk_imbalance(etp * rows, ep)
     a2a = 4 * co.all_to_all_seconds(rows * h * su.act, ep, beta, alpha, imb)
-    beta_e, alpha_e = co.link(su.hw, etp, su.gpn)
+    beta_e, alpha_e = co.link(su.hw, etp, su.gpn, stride=1)
     etp_s = 4 * co.gather_seconds(etp * rows * h * su.act, etp, beta_e, alpha_e)
     return a2a, etp_s
 
@@ -151,7 +151,7 @@ def p2p_seconds(su: Setup, tokens, chunks):
     split = su.fw.sp or su.fw.pp_scatter_gather
     one = co.p2p_seconds(full / (su.tp if split else 1), beta, alpha)
     if su.fw.pp_scatter_gather and not su.fw.sp and su.tp > 1:
-        one = one + co.gather_seconds(full, su.tp, *co.link(su.hw, su.tp, su.gpn))
+        one = one + co.gather_seconds(full, su.tp, *co.link(su.hw, su.tp, su.gpn, stride=1))
     return 2 * np.asarray(chunks) * one
 
 
@@ -163,7 +163,7 @@ def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb)
     gradients (ZeRO-2, 3) cannot accumulate, so they are reduce-scattered every micro-batch,
     and ZeRO-3 gathers the weights forward and backward as well."""
     n = su.dp * su.cp
-    beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn)
+    beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn, stride=su.tp)
     m = np.asarray(micro_batches, np.float64)
     rs, ag = co.gather_seconds(grads, n, beta, alpha), co.gather_seconds(weights, n, beta, alpha)
     overlap = su.fw.dp_overlap or (su.fw.dp_overlap_no_pipeline and su.pp == 1)
