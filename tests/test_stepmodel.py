@@ -80,3 +80,21 @@ def test_a_global_batch_no_data_parallel_size_divides_gives_an_empty_plan_with_t
                     global_batch=7, constraints=Constraints(tp=1, pp=1, cp=1))
     result = plan(spec)
     assert result.n_fits == 0 and "global_batch" in result.reason
+
+
+def test_an_expert_all_to_all_over_two_nodes_costs_less_than_every_row_on_the_nic():
+    """DeepSeek-V3, ep 16 over two 8-GPU nodes: half the dispatched rows stay in the node
+    (NVLink) while the other half cross the NIC, so the all-to-all costs well under the
+    15/16-over-the-NIC charge — and above the ep 8 one inside a node."""
+    from memledger.costs.overlap import framework
+    from memledger.costs.stepmodel import Setup, ep_seconds
+    m, hw = model("deepseek-v3"), gpu("h100")
+    su = Setup(m, hw, framework("megatron-core"), 4096, 1, 1, 16, 8, 2)
+    tokens = 4096.0
+    a2a16, _ = ep_seconds(su, tokens, 16, 1)
+    a2a8, _ = ep_seconds(su, tokens, 8, 1)
+    rows = tokens * m.moe.top_k
+    nic, alpha = co.link(hw, 16, 8)
+    all_nic = 4 * co.all_to_all_seconds(rows * m.hidden * 2, 16, nic, alpha,
+                                        co.topk_imbalance(rows, 16))
+    assert a2a8 < a2a16 < 0.6 * all_nic

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memledger import MODELS, ParallelSpec, TrainSpec, gpu, model
-from memledger.costs.collectives import (NETWORK_BUS_EFFICIENCY, NVLINK_BUS_EFFICIENCY, inside_node,
-                                        link, rails)
+from memledger.costs.collectives import (NETWORK_BUS_EFFICIENCY, NVLINK_BUS_EFFICIENCY,
+                                        all_to_all_seconds, inside_node, link, rails)
 from memledger.costs.steptime import link_bw, selective_flops_per_token, step_seconds
 from memledger.ledger.activations import get_profile
 from memledger.model.flops import layer_forward_flops_per_token
@@ -108,3 +108,17 @@ def test_a_collective_across_nodes_stripes_over_the_nics_of_its_members_in_a_nod
     mi300x = gpu("mi300x")  # no NVLink: the stripes meet in PCIe, which bounds them
     assert float(link(mi300x, 32, 8, stride=1)[0]) == mi300x.pcie_bw
     assert beta(8, 1) == nvlink  # inside a node: unchanged
+
+
+def test_an_all_to_all_across_nodes_sends_only_the_other_nodes_share_over_the_nic():
+    """ep 16 over two 8-GPU nodes: 8/16 of a rank's rows go to the other node through its own
+    NIC while 7/16 go to its node's peers over NVLink; inside a node nothing changes."""
+    hw, n_bytes = gpu("h100"), 1e9
+    nic, alpha = link(hw, 16, 8)
+    nvlink = float(link(hw, 1, 8)[0])
+    t = all_to_all_seconds(n_bytes, 16, nic, alpha, local=8, beta_local=nvlink)
+    want = 15 * float(alpha) + max(8 / 16 * n_bytes / nic, 7 / 16 * n_bytes / nvlink)
+    assert float(t) == pytest.approx(want)
+    assert t < all_to_all_seconds(n_bytes, 16, nic, alpha)  # the old charge: 15/16 over the NIC
+    inside = all_to_all_seconds(n_bytes, 8, nvlink, 5e-6)
+    assert all_to_all_seconds(n_bytes, 8, nvlink, 5e-6, local=1, beta_local=nvlink) == inside

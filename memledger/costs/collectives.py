@@ -29,8 +29,8 @@ over NVLink, splits a collective into as many parts as NICs and balances them (N
 maintainers, NVIDIA/nccl issue #601). A group with k members in each node (GPUs per node /
 its stride, when its groups tile whole nodes) moves its cross-node bytes over k NICs:
 β = min(k × NIC β, intra-node β) (`rails`). Point-to-point and all-to-all keep one NIC per rank
-(each rank's own bytes leave through its own NIC; the intra-node share of an all-to-all is
-charged at the NIC rate too). The paper's Figs. 13–15 orderings follow only with this
+(each rank's own bytes leave through its own NIC; an all-to-all sends its share for the group's
+members in the same node over NVLink meanwhile, `all_to_all_seconds(local=…)`). The paper's Figs. 13–15 orderings follow only with this
 (docs/step-time.md). Ignores router skew beyond sampling (expert popularity), congestion and
 SHARP in-network reduction.
 """
@@ -91,10 +91,17 @@ def all_reduce_seconds(n_bytes, n, beta, alpha):
     return hops * alpha + 2 * _share(n) * n_bytes / beta
 
 
-def all_to_all_seconds(n_bytes, n, beta, alpha, imbalance=1.0):
-    """n_bytes: what one rank sends in total (its (n−1)/n share leaves the rank)."""
+def all_to_all_seconds(n_bytes, n, beta, alpha, imbalance=1.0, local=1, beta_local=None):
+    """n_bytes: what one rank sends in total (its (n−1)/n share leaves the rank). local: the
+    group's members in the rank's node (itself included) when the group crosses nodes: the
+    (local − 1)/n share to them goes over `beta_local` (NVLink) while the (n − local)/n share
+    to other nodes goes over `beta` (the rank's own NIC); the slower of the two decides."""
     n = np.asarray(n, np.float64)
-    return (n - 1) * alpha + _share(n) * n_bytes * imbalance / beta
+    local = np.asarray(local, np.float64)
+    remote = (n - local) / n * n_bytes * imbalance / beta
+    if beta_local is None:
+        return (n - 1) * alpha + remote
+    return (n - 1) * alpha + np.maximum(remote, (local - 1) / n * n_bytes * imbalance / beta_local)
 
 
 def p2p_seconds(n_bytes, beta, alpha):

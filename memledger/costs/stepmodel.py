@@ -135,7 +135,10 @@ def ep_seconds(su: Setup, tokens, ep, etp):
     rows = tokens / su.tp * x.top_k
     beta, alpha = co.link(su.hw, ep * etp, su.gpn)
     imb = co.topk_imbalance(etp * rows, ep)
-    a2a = 4 * co.all_to_all_seconds(rows * h * su.act, ep, beta, alpha, imb)
+    # across nodes, the rows for the ep group's members in the same node go over NVLink
+    local = np.where(co.inside_node(ep * etp, su.gpn), 1, co.rails(ep * etp, etp, su.gpn))
+    a2a = 4 * co.all_to_all_seconds(rows * h * su.act, ep, beta, alpha, imb, local,
+                                    co.link(su.hw, 1, su.gpn)[0])
     beta_e, alpha_e = co.link(su.hw, etp, su.gpn, stride=1)
     etp_s = 4 * co.gather_seconds(etp * rows * h * su.act, etp, beta_e, alpha_e)
     return a2a, etp_s
