@@ -30,8 +30,8 @@ maintainers, NVIDIA/nccl issue #601). A group with k members in each node (GPUs 
 its stride, when its groups tile whole nodes) moves its cross-node bytes over k NICs:
 β = min(k × NIC β, intra-node β) (`rails`). Point-to-point and all-to-all keep one NIC per rank
 (each rank's own bytes leave through its own NIC; an all-to-all sends its share for the group's
-members in the same node over NVLink meanwhile, `all_to_all_seconds(local=…)`). The paper's Figs. 13–15 orderings follow only with this
-(docs/step-time.md). Ignores router skew beyond sampling (expert popularity), congestion and
+members in the same node over NVLink meanwhile, `all_to_all_seconds(local=…)`). The orderings
+of the layouts in Narayanan et al.'s Figs. 13–15 follow only with this (docs/step-time.md). Ignores router skew beyond sampling (expert popularity), congestion and
 SHARP in-network reduction.
 """
 from __future__ import annotations
