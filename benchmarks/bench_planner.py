@@ -52,7 +52,8 @@ def run_case(kw: dict, compiled: bool) -> dict:
     front = result.pareto
     t2 = time.perf_counter()
     return {"layouts": result.n_structural, "evaluated": result.n_evaluated,
-            "fits": result.n_fits, "pruned": result.evaluated.n_pruned, "sweep_s": t1 - t0, "cpu_s": c1 - c0, "eval_s": result.evaluated.seconds_eval,
+            "fits": result.n_fits, "pruned": result.evaluated.n_pruned, "sweep_s": t1 - t0,
+            "cpu_s": c1 - c0, "eval_s": result.evaluated.seconds_eval,
             "order_pareto_s": t2 - t1, "pareto": len(front), "best": top[0] if top else None,
             "answer": (result.n_fits, result.evaluated.peak_bytes.sum(),
                        result.evaluated.seconds.sum(), top)}

@@ -16,8 +16,8 @@ WITH_THROUGHPUT = MEGATRON_2021 + LLAMA3
 # could run (costs.overlap: 1F1B or interleaved at pp > 2 with m % pp = 0, equal stages, no
 # ZeRO or CP), and with the layout orderings of the paper's own Figs. 13-15 reproduced
 # (tests/test_layout_figures.py), the model prefers tp=2-4 with deeper interleaved pipelines to
-# the published tp=8 for 18.4B-145.6B, and more interleaving to the published pipelines for 76.1B and 310.1B-1T,
-# where only 6-48 configurations fit. No sourced term was found that makes the published
+# the published tp=8 for 18.4B-145.6B, and more interleaving to the published pipelines for
+# 76.1B and 310.1B-1T, where only 6-48 configurations fit. No sourced term was found that makes the published
 # layouts faster; strict: a fix shows up.
 RANK_MISSES = {
     "Megatron-LM GPT 18.4B": "rank 36 / 125 (28.8 %): tp=2 pp=4 vpp=5 is 7.81 vs 8.75 s",

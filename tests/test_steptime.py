@@ -94,8 +94,8 @@ def test_tensor_parallel_across_nodes_would_be_slower_than_inside():
 
 def test_a_collective_across_nodes_stripes_over_the_nics_of_its_members_in_a_node():
     """A dp group of stride 1 over 4 nodes has 8 members per node: its channels use 8 NICs
-    (up to what links them inside the node); stride 2 → 4 NICs; stride 8 (one member per node) → 1; a
-    span that straddles nodes unevenly, and point-to-point, stay on one NIC."""
+    (up to what links them inside the node); stride 2 → 4 NICs; stride 8 (one member per
+    node) → 1; a span that straddles nodes unevenly, and point-to-point, stay on one NIC."""
     hw = gpu("a100-80gb")
     one_nic = hw.network_bw * NETWORK_BUS_EFFICIENCY
     nvlink = hw.nvlink_bw * NVLINK_BUS_EFFICIENCY

@@ -6,8 +6,8 @@ else on the per-GPU network NIC — Megatron's rank order puts tp innermost, the
 the groups tile the ranks in blocks of that span: all of them stay inside a node exactly when
 the span divides the GPUs per node. A span that does not (tp 3 or 6 on 8-GPU nodes: ranks
 6–8 form a group) puts some groups across a node boundary, and every rank of the collective
-waits for the slowest group, so the network's bandwidth and latency apply. Per collective of n ranks moving
-a buffer of B bytes (the full, unsharded size):
+waits for the slowest group, so the network's bandwidth and latency apply. Per collective of
+n ranks moving a buffer of B bytes (the full, unsharded size):
   all-gather / reduce-scatter  (n − 1)·α + (n − 1)/n · B / β        (ring)
   all-reduce                   min(2(n − 1), 2⌈log2 n⌉)·α + 2(n − 1)/n · B / β
                                (ring vs NCCL's double binary tree: same bytes, fewer hops)
@@ -31,8 +31,9 @@ its stride, when its groups tile whole nodes) moves its cross-node bytes over k 
 β = min(k × NIC β, intra-node β) (`rails`). Point-to-point and all-to-all keep one NIC per rank
 (each rank's own bytes leave through its own NIC; an all-to-all sends its share for the group's
 members in the same node over NVLink meanwhile, `all_to_all_seconds(local=…)`). The orderings
-of the layouts in Narayanan et al.'s Figs. 13–15 follow only with this (docs/step-time.md). Ignores router skew beyond sampling (expert popularity), congestion and
-SHARP in-network reduction.
+of the layouts in Narayanan et al.'s Figs. 13–15 follow only with this (docs/step-time.md).
+Ignores router skew beyond sampling (expert popularity), congestion and SHARP in-network
+reduction.
 """
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ def all_to_all_seconds(n_bytes, n, beta, alpha, imbalance=1.0, local=1, beta_loc
     remote = (n - local) / n * n_bytes * imbalance / beta
     if beta_local is None:
         return (n - 1) * alpha + remote
-    return (n - 1) * alpha + np.maximum(remote, (local - 1) / n * n_bytes * imbalance / beta_local)
+    near = (local - 1) / n * n_bytes * imbalance / beta_local
+    return (n - 1) * alpha + np.maximum(remote, near)
 
 
 def p2p_seconds(n_bytes, beta, alpha):

@@ -21,6 +21,10 @@ step-time model is checked against (docs/step-time.md, tests/test_reference_runs
   15,360 sequences. Trained in FP8 on H800 (NVLink 400 GB/s): the report gives GPU-hours per
   trillion tokens, not TFLOP/s, and the planner models bf16 on H100, so this entry checks the
   layout (fits, rank) and not the throughput.
+- Layout comparisons, Narayanan et al. 2021 Figs. 13–15 (`LAYOUT_FIGURES`): one model's layouts
+  measured side by side on 64 A100 — no table of numbers, but the paper's findings (Fig. 13
+  fastest at tp = 8, the GPUs of a node; Figs. 14 and 15 slower at every step up in pp or tp,
+  at every batch size) are orderings a ranking model must reproduce.
 The open search of an entry is bounded by what its framework can run (`costs.overlap`: the
 2021 Megatron runs are ranked among layouts without ZeRO, CP, uneven stages or DualPipe, and
 interleaved only where Megatron-LM 2021 allowed it) and by `constraints` (full recompute, as
@@ -124,6 +128,47 @@ DEEPSEEK_V3 = PublishedRun(
     source="DeepSeek-AI 2024 (arXiv 2412.19437) §3.2, §4.2 (H800, FP8; run here as H100 bf16)")
 
 REFERENCE_RUNS: tuple[PublishedRun, ...] = MEGATRON_2021 + LLAMA3 + (DEEPSEEK_V3,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutFigure:
+    """Layouts of one model that Narayanan et al. 2021 measured side by side on 64 A100 (8 DGX
+    A100 nodes), and what they found: `fastest`, the (tp, pp) that ran fastest at every batch
+    size, or None when each layout ran slower than the one before it. Everything else as in
+    the paper's run scripts (NVIDIA/Megatron-LM examples/sc21/run_figure_13/14/15.sh):
+    micro-batch 1, full recompute, the non-interleaved schedule, dp = 64 / (tp·pp)."""
+
+    name: str
+    model: ModelSpec
+    layouts: tuple[tuple[int, int], ...]  # (tp, pp)
+    global_batches: tuple[int, ...]
+    fastest: tuple[int, int] | None
+    world: int = 64
+
+    def run(self, tp: int, pp: int, global_batch: int) -> PublishedRun:
+        return PublishedRun(
+            name=f"{self.name}: tp={tp} pp={pp}, batch {global_batch}", model=self.model,
+            gpu="a100-80gb", world=self.world, seq=MEGATRON_SEQ, global_batch=global_batch,
+            layout=dict(tp=tp, pp=pp, cp=1, dp=self.world // (tp * pp), zero=0,
+                        recompute="full", micro_batch=1, vpp=1, schedule="1f1b"),
+            tflops_per_gpu=None, flops_convention="megatron-eq3", framework="megatron-2021",
+            precision="fp16", profile="paper", attention="eager",
+            source="Narayanan et al. 2021 (arXiv 2104.04473) " + self.name.split(":")[0],
+            constraints=MEGATRON_2021_FEATURES)
+
+
+_DEGREES = (2, 4, 8, 16, 32)
+LAYOUT_FIGURES: tuple[LayoutFigure, ...] = (
+    LayoutFigure(name="Fig. 13: GPT 162.2B, tensor vs pipeline parallelism",
+                 model=gpt("162.2", 128, 20480, 32), layouts=tuple((64 // p, p) for p in _DEGREES),
+                 global_batches=(32, 128), fastest=(8, 8)),
+    LayoutFigure(name="Fig. 14: GPT 5.9B, pipeline vs data parallelism",
+                 model=gpt("5.9", 32, 3840, 32), layouts=tuple((1, p) for p in _DEGREES),
+                 global_batches=(32, 512), fastest=None),
+    LayoutFigure(name="Fig. 15: GPT 5.9B, tensor vs data parallelism",
+                 model=gpt("5.9", 32, 3840, 32), layouts=tuple((t, 1) for t in _DEGREES),
+                 global_batches=(32, 128, 512), fastest=None),
+)
 
 
 def megatron_eq3_flops(m: ModelSpec, seq: int, global_batch: int) -> float:

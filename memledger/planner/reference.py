@@ -6,6 +6,8 @@ configuration the planner finds for the same model, GPUs, sequence and global ba
 The published layout's time is the fastest fitting configuration with the published axes fixed
 (what a paper leaves open — micro-batch size, schedule, vpp — the planner chooses); its rank is
 1 + the number of fitting configurations of the open search that are strictly faster.
+For the paper's layout comparisons (`LayoutFigure`), `figure_seconds` predicts each layout's
+step and `figure_agrees` says whether their order is the one the paper measured.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memledger.costs.published import PublishedRun, megatron_eq3_flops
+from memledger.costs.published import LayoutFigure, PublishedRun, megatron_eq3_flops
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.planner.throughput import forward_flops_per_token
 from memledger.presets import gpu
@@ -64,3 +66,24 @@ def check(run: PublishedRun) -> ReferenceCheck:
     rank = 1 + int(np.count_nonzero(full.evaluated.seconds < secs))
     best = full.rows(full.top(1))[0] if full.n_fits else None
     return ReferenceCheck(run, True, secs, tflops, rank, full.n_fits, best)
+
+
+def figure_seconds(fig: LayoutFigure, global_batch: int) -> list[float | None]:
+    """Predicted step seconds of each of the figure's layouts (None: does not fit)."""
+    out = []
+    for tp, pp in fig.layouts:
+        run = fig.run(tp, pp, global_batch)
+        result = plan(_spec(run, **run.layout))
+        out.append(float(result.evaluated.seconds.min()) if result.n_fits else None)
+    return out
+
+
+def figure_agrees(fig: LayoutFigure, global_batch: int) -> bool:
+    """Whether the predicted order is the measured one: `fig.fastest` the fastest layout, or
+    (fastest None) every layout strictly slower than the one before it; every layout fits."""
+    secs = figure_seconds(fig, global_batch)
+    if None in secs:
+        return False
+    if fig.fastest is not None:
+        return fig.layouts[secs.index(min(secs))] == fig.fastest
+    return all(a < b for a, b in zip(secs, secs[1:]))
