@@ -7,7 +7,7 @@ import sys
 from memledger.cli.args import Parser
 from memledger.errors import SpecError
 
-COMMANDS = ["ledger", "advise", "plan", "trace", "validate"]  # modules under memledger.cli: add(), run()
+COMMANDS = ["ledger", "advise", "plan", "reference", "trace", "validate"]  # modules under memledger.cli: add(), run()
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,55 @@
+"""`memledger reference` prints what tests/test_reference_runs.py and tests/test_layout_figures.py
+check: per published run its fit, predicted vs published TFLOP/s and rank; per layout
+comparison of the paper, the predicted TFLOP/s of each layout and whether the order is the
+measured one. --match picks entries; a --match nothing matches exits 2 naming the entries."""
+import json
+
+import pytest
+
+from memledger.cli import main
+from memledger.costs.published import MEGATRON_2021
+from memledger.planner.reference import check
+
+
+def run(capsys, *args):
+    code = main(["reference", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_published_run_shows_its_fit_prediction_and_rank_as_check_computes_them(capsys):
+    code, out, _ = run(capsys, "--match", "GPT 1.7B", "--json")
+    assert code == 0
+    (row,) = json.loads(out)["runs"]
+    want = check(MEGATRON_2021[0])
+    assert row["fits"] and row["rank"] == want.rank and row["n_fits"] == want.n_fits
+    assert row["predicted_tflops_per_gpu"] == pytest.approx(want.tflops_per_gpu)
+    assert row["published_tflops_per_gpu"] == 137 and row["layout"]["micro_batch"] == 16
+
+
+def test_the_table_names_each_run_and_its_rank(capsys):
+    code, out, _ = run(capsys, "--match", "GPT 1.7B")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("Megatron-LM GPT 1.7B"))
+    assert "yes" in line and "137" in line and "1 / 209" in line
+
+
+def test_a_figure_shows_every_layout_and_says_the_order_is_the_measured_one(capsys):
+    code, out, _ = run(capsys, "--match", "fig. 15", "--json")
+    assert code == 0
+    body = json.loads(out)
+    assert body["runs"] == []
+    (fig,) = body["figures"]
+    assert [b["global_batch"] for b in fig["batches"]] == [32, 128, 512]
+    for b in fig["batches"]:
+        assert b["agrees"] and len(b["tflops_per_gpu"]) == 5
+        assert b["tflops_per_gpu"] == sorted(b["tflops_per_gpu"], reverse=True)
+    code, text, _ = run(capsys, "--match", "fig. 15")
+    assert text.count("same order") == 3 and "tp16×pp1" in text
+
+
+@pytest.mark.parametrize("match", ["no such run", " "])
+def test_a_match_that_picks_nothing_exits_2_with_one_line(capsys, match):
+    code, out, err = run(capsys, "--match", match)
+    assert code == 2 and out == ""
+    assert err.startswith("memledger reference: error: --match") and err.count("\n") == 1
