@@ -37,14 +37,15 @@ print(__import__("json").dumps(out))
 
 CHILD = """
 import json, sys, time
-sys.path.insert(0, {root!r})
+sys.path[:0] = [{root!r}, {root!r} + "/benchmarks"]
+from bench_planner import CASES
 from memledger import gpu, model
 from memledger.planner import PlanSpec, cells, fused, memhint, plan
 if {huge}:
     memhint._set_hint = None  # numpy's default: the hint stays on
 fused.kernel(); cells.FUSED = True
-spec = PlanSpec(model=model("deepseek-v3"), hardware=gpu("h100"), worlds=(2048,), seq=4096,
-                global_batch=15360)
+kw = dict(CASES["DeepSeek-V3, 2048 x H100"])
+spec = PlanSpec(model=model(kw.pop("model")), hardware=gpu("h100"), **kw)
 times, answer = [], None
 for _ in range({sweeps}):
     t = time.perf_counter(); r = plan(spec); top = r.rows(r.top(20))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from memledger.costs.published import LAYOUT_FIGURES, REFERENCE_RUNS
-from memledger.planner.reference import check, figure_agrees, figure_seconds, step_flops
+from memledger.planner.reference import check, figure_seconds, order_agrees, tflops_per_gpu
 
 
 def add(sub) -> None:
@@ -50,10 +50,10 @@ def _figure_row(fig) -> dict:
     per_batch = []
     for b in fig.global_batches:
         secs = figure_seconds(fig, b)
-        tflops = [None if s is None else step_flops(fig.run(tp, pp, b)) / (s * fig.world) / 1e12
+        tflops = [None if s is None else tflops_per_gpu(fig.run(tp, pp, b), s)
                   for (tp, pp), s in zip(fig.layouts, secs)]
         per_batch.append({"global_batch": b, "seconds": secs, "tflops_per_gpu": tflops,
-                          "agrees": figure_agrees(fig, b)})
+                          "agrees": order_agrees(fig, secs)})
     measured = ("fastest at tp={} pp={}".format(*fig.fastest) if fig.fastest
                 else "each layout slower than the one before")
     return {"name": fig.name, "layouts": [list(x) for x in fig.layouts], "measured": measured,

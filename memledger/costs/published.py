@@ -93,16 +93,28 @@ _MEGATRON_TABLE1 = (
     ("1008.0", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1),
 )
 
+
+
+def megatron_2021_run(name: str, m: ModelSpec, world: int, global_batch: int, tp: int, pp: int,
+                      micro_batch: int, vpp: int, tflops_per_gpu: float | None,
+                      source: str) -> PublishedRun:
+    """A run of the 2021 paper: A100 80GB, fp16, the `paper` profile with eager attention,
+    no ZeRO or CP, full recompute, FLOPs by eq. 3, planned as `megatron-2021`."""
+    return PublishedRun(
+        name=name, model=m, gpu="a100-80gb", world=world, seq=MEGATRON_SEQ,
+        global_batch=global_batch,
+        layout=dict(tp=tp, pp=pp, cp=1, dp=world // (tp * pp), zero=0, recompute="full",
+                    micro_batch=micro_batch, vpp=vpp,
+                    schedule="interleaved" if vpp > 1 else "1f1b"),
+        tflops_per_gpu=tflops_per_gpu, flops_convention="megatron-eq3", framework="megatron-2021",
+        precision="fp16", profile="paper", attention="eager",
+        source=f"Narayanan et al. 2021 (arXiv 2104.04473) {source}",
+        constraints=MEGATRON_2021_FEATURES)
+
+
 MEGATRON_2021 = tuple(
-    PublishedRun(name=f"Megatron-LM GPT {p}B", model=gpt(p, a, h, l), gpu="a100-80gb", world=n,
-                 seq=MEGATRON_SEQ, global_batch=b,
-                 layout=dict(tp=tp, pp=pp, cp=1, dp=n // (tp * pp), zero=0, recompute="full",
-                             micro_batch=mb, vpp=vpp,
-                             schedule="interleaved" if vpp > 1 else "1f1b"),
-                 tflops_per_gpu=f, flops_convention="megatron-eq3", framework="megatron-2021",
-                 precision="fp16", profile="paper", attention="eager",
-                 source="Narayanan et al. 2021 (arXiv 2104.04473) Table 1",
-                 constraints=MEGATRON_2021_FEATURES)
+    megatron_2021_run(f"Megatron-LM GPT {p}B", gpt(p, a, h, l), n, b, tp, pp, mb, vpp, f,
+                      "Table 1")
     for p, a, h, l, tp, pp, n, b, f, mb, vpp in _MEGATRON_TABLE1)
 
 # GPUs, tp, cp, pp, dp, seq, batch per dp replica, TFLOP/s per GPU (Table 4)
@@ -146,15 +158,9 @@ class LayoutFigure:
     world: int = 64
 
     def run(self, tp: int, pp: int, global_batch: int) -> PublishedRun:
-        return PublishedRun(
-            name=f"{self.name}: tp={tp} pp={pp}, batch {global_batch}", model=self.model,
-            gpu="a100-80gb", world=self.world, seq=MEGATRON_SEQ, global_batch=global_batch,
-            layout=dict(tp=tp, pp=pp, cp=1, dp=self.world // (tp * pp), zero=0,
-                        recompute="full", micro_batch=1, vpp=1, schedule="1f1b"),
-            tflops_per_gpu=None, flops_convention="megatron-eq3", framework="megatron-2021",
-            precision="fp16", profile="paper", attention="eager",
-            source="Narayanan et al. 2021 (arXiv 2104.04473) " + self.name.split(":")[0],
-            constraints=MEGATRON_2021_FEATURES)
+        return megatron_2021_run(f"{self.name}: tp={tp} pp={pp}, batch {global_batch}",
+                                 self.model, self.world, global_batch, tp, pp, 1, 1, None,
+                                 self.name.split(":")[0])
 
 
 _DEGREES = (2, 4, 8, 16, 32)

@@ -56,12 +56,22 @@ def step_flops(run: PublishedRun) -> float:
     return 3.0 * forward_flops_per_token(run.model, run.seq) * run.seq * run.global_batch
 
 
-def check(run: PublishedRun) -> ReferenceCheck:
+def published_seconds(run: PublishedRun) -> float | None:
+    """Predicted step time of the published layout (None: it does not fit)."""
     fixed = plan(_spec(run, **run.layout))
-    if not fixed.n_fits:
+    return float(fixed.evaluated.seconds.min()) if fixed.n_fits else None
+
+
+def tflops_per_gpu(run: PublishedRun, seconds: float) -> float:
+    """TFLOP/s per GPU of a step of `seconds`, in the run's own FLOP convention."""
+    return step_flops(run) / (seconds * run.world) / 1e12
+
+
+def check(run: PublishedRun) -> ReferenceCheck:
+    secs = published_seconds(run)
+    if secs is None:
         return ReferenceCheck(run, False, None, None, None, 0, None)
-    secs = float(fixed.evaluated.seconds.min())
-    tflops = step_flops(run) / (secs * run.world) / 1e12
+    tflops = tflops_per_gpu(run, secs)
     full = plan(_spec(run))
     rank = 1 + int(np.count_nonzero(full.evaluated.seconds < secs))
     best = full.rows(full.top(1))[0] if full.n_fits else None
@@ -70,18 +80,18 @@ def check(run: PublishedRun) -> ReferenceCheck:
 
 def figure_seconds(fig: LayoutFigure, global_batch: int) -> list[float | None]:
     """Predicted step seconds of each of the figure's layouts (None: does not fit)."""
-    out = []
-    for tp, pp in fig.layouts:
-        run = fig.run(tp, pp, global_batch)
-        result = plan(_spec(run, **run.layout))
-        out.append(float(result.evaluated.seconds.min()) if result.n_fits else None)
-    return out
+    return [published_seconds(fig.run(tp, pp, global_batch)) for tp, pp in fig.layouts]
 
 
 def figure_agrees(fig: LayoutFigure, global_batch: int) -> bool:
-    """Whether the predicted order is the measured one: `fig.fastest` the fastest layout, or
-    (fastest None) every layout strictly slower than the one before it; every layout fits."""
-    secs = figure_seconds(fig, global_batch)
+    """Whether the predicted order is the measured one (`order_agrees`)."""
+    return order_agrees(fig, figure_seconds(fig, global_batch))
+
+
+def order_agrees(fig: LayoutFigure, secs: list[float | None]) -> bool:
+    """Whether step times `secs` of the figure's layouts order them as measured: `fig.fastest`
+    the fastest layout, or (fastest None) every layout strictly slower than the one before
+    it; every layout fits."""
     if None in secs:
         return False
     if fig.fastest is not None:
