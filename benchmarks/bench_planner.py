@@ -10,12 +10,14 @@ runs (the machine is shared): layouts, configurations evaluated / fitting / skip
 their static rows alone are over capacity (planner/cells.py), the wall time of the
 sweep (enumerate + evaluate + top-20), the vectorised evaluator's own time and rate, and the
 time to the full sorted order and the Pareto front on top. On a shared machine the process CPU
-time of the sweep is the steadier figure; compare ratios within one run.
+time of the sweep is the steadier figure (both threads: above the wall time when the assembly
+lane, planner/lane.py, overlaps the next block); compare ratios within one run.
 
 The planner's compiled pass (memledger/planner/fused.py) is loaded first and its one-time load
 reported; each case then runs with it (as in the app, which loads it at start) and numpy-only
 (as a one-shot `memledger plan`), interleaved: the same answer (checked here), two speeds.
-Sweeps run on small pages (planner/memhint.py); `bench_pages_ab.py` measures what that buys.
+Sweeps run on small pages (planner/memhint.py) and with the assembly lane (planner/lane.py);
+`bench_pages_ab.py` and `bench_lanes_ab.py` measure what each buys.
 """
 from __future__ import annotations
 

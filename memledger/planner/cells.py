@@ -188,6 +188,12 @@ class GridPeaks:
     grid: np.ndarray  # [P, W, Z, B, RC]
 
 
+def compiled(terms, keep_all: bool, prune: bool, parts: dict | None) -> bool:
+    """Whether `assemble` takes the compiled pass (`fused`: pruned, fitting rows only)."""
+    return (FUSED and fused.loaded() and isinstance(terms, RankTerms) and prune
+            and not keep_all and parts is None)
+
+
 def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
              prune: bool, sink, parts: dict | None = None) -> Kept:
     """Evaluate one block; its kept rows go to `sink` (`sink.Sink`), after the previous block's.
@@ -207,7 +213,7 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
         dead = np.ones(n_p * n_w * n_z, bool)
         dead[cells] = False
         out.n_pruned = int(np.count_nonzero(valid[np.flatnonzero(dead) // (n_w * n_z)])) * n_rc
-    if FUSED and fused.loaded() and ranked and prune and not keep_all and parts is None:
+    if compiled(terms, keep_all, prune, parts):
         return fused.assemble(out, terms, secs, valid, seg, n_ranks, shape, cells,
                               ceiling, (slack, ctx, peak_total), sink, CHUNK)
     total = (lambda a, out=None: peak_total(a, slack, ctx, out)) if ranked else \

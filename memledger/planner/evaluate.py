@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
 from memledger.planner.acts import act_arrays_by_cp
 from memledger.planner.bwdset import dense_only, layer_backward
-from memledger.planner.cells import GridPeaks, RankTerms, assemble, spread_table
+from memledger.planner.cells import GridPeaks, RankTerms, assemble, compiled, spread_table
 from memledger.planner.coeffs import block_arrays, static_tables
+from memledger.planner.lane import Lane
 from memledger.planner.lifetimes import on_demand_alloc
 from memledger.planner.ranks import pipe_tables, rank_held
 from memledger.planner.sink import Sink, n_configurations
@@ -36,6 +38,11 @@ from memledger.units import ceil_div
 COLUMNS = ("world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "schedule", "balanced", "zero",
            "micro_batch", "micro_batches", "recompute")
 SCHEDULE_CODES = ("1f1b", "interleaved", "dualpipe")
+# a block goes to the assembly lane (`lane`) when the compiled pass assembles it — its kernel
+# runs without the GIL — and it has this many configurations; smaller ones, and numpy's
+# assembly (which holds the GIL between its array operations), gain less than the threads
+# cost (benchmarks/bench_lanes_ab.py; docs/planner-speed.md, Round 7)
+LANE_MIN = 100_000
 
 
 @dataclass
@@ -78,7 +85,7 @@ class Evaluated:
     n_fits: int = 0
     n_pruned: int = 0  # evaluated configurations whose cell the static bound ruled out (cells)
     best: dict | None = None  # the configuration with the smallest peak, fitting or not
-    seconds_eval: float = 0.0  # wall time of the vectorised combine + step times (benchmark)
+    seconds_eval: float = 0.0  # combine + step times + assembly, both lanes summed (benchmark)
     parts: dict | None = None  # step-time terms per kept configuration (evaluate(parts=True))
 
     @property
@@ -207,8 +214,10 @@ def _evaluate(spec, space, keep_all, parts, tick, prune) -> Evaluated:
                                                         for d in g.dp.tolist()}]))}
     cache["sink"] = Sink(n_configurations(space.groups, zs, rcs,
                                           lambda dp: micro_batch_sizes(spec, dp)))
-    for g in space.groups:
-        _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick, prune)
+    with Lane() as lane:  # each block assembled on a worker while the next is computed
+        for g in space.groups:
+            _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, lane, tick, prune)
+        lane.drain()
     return _finish(out, cache["sink"])
 
 
@@ -218,7 +227,8 @@ def _group_ms(spec, g: Group):
     return per_dp, np.array(ms, dtype=np.int64)
 
 
-def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None, prune=False):
+def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, lane, tick=lambda n: None,
+                    prune=False):
     rt, t = spec.runtime, spec.base_train()
     n_pipes = len(g.pipes)
     loop = resolve_loop(rt, t.profile)
@@ -279,11 +289,24 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, tick=lambda n: None,
             block = Block(g.world, g.pp, tp, cp, dp, ep, etp, pipe_cols, np.asarray(zs), bs, ms_b,
                           np.array([PLAN_RECOMPUTE.index(x) for x in rcs]),
                           (len(g.pipes), len(sel), len(zs), len(bs), len(rcs)))
-            kept = assemble(peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
-                            spec.limit_bytes, rt, keep_all, prune, cache["sink"], terms)
             out.seconds_eval += time.perf_counter() - t0
-            kept.add_to(out, block)
-            tick(n_block)
+            work = partial(_assemble_timed, peaks, secs, runs[:, mi], seg, n_ranks, block.shape,
+                           spec.limit_bytes, rt, keep_all, prune, cache["sink"], terms)
+            lane.submit(work, partial(_report, out, block, tick, n_block),
+                        background=n_block >= LANE_MIN and compiled(peaks, keep_all, prune, terms))
+
+
+def _assemble_timed(*args):
+    t0 = time.perf_counter()
+    kept = assemble(*args)
+    return kept, time.perf_counter() - t0
+
+
+def _report(out, block, tick, n_block, done) -> None:
+    kept, seconds = done
+    out.seconds_eval += seconds
+    kept.add_to(out, block)
+    tick(n_block)
 
 
 def _pipe_columns(pipes):
