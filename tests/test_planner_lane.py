@@ -108,3 +108,18 @@ def test_one_core_assembles_inline(monkeypatch):
 def test_a_lane_without_room_for_one_block_is_refused():
     with pytest.raises(ValueError, match="depth=0"):
         Lane(depth=0)
+
+
+def test_a_search_stopped_from_its_progress_callback_leaves_no_thread(every_block_on_the_lane):
+    """The app's session stops a run by raising from a Streamlit call — here, the progress
+    callback — while blocks are queued on the worker."""
+    class Stopped(Exception):
+        pass
+
+    def progress(stage, done, total):
+        if stage == "configurations" and done > 0:
+            raise Stopped
+    with pytest.raises(Stopped):
+        plan(SPEC, progress=progress)
+    assert any(t != threading.get_ident() for t in every_block_on_the_lane)
+    assert not [t for t in threading.enumerate() if t.name.startswith("memledger-assemble")]
