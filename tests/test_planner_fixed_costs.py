@@ -80,7 +80,7 @@ def test_width_buffers_one_call_per_communicator_pattern_equal_one_call_per_widt
 def test_top_k_from_a_sampled_cut_is_the_prefix_of_the_full_order(k, n, distinct, seed):
     """Plan.top partitions an even sample for its cut: the same k configurations, in the same
     order (ties of time broken by peak, then by position), as sorting everything."""
-    from memledger.planner.evaluate import Evaluated
+    from memledger.planner.blocks import Evaluated
     from memledger.planner.result import Plan
     rng = np.random.default_rng(seed)
     secs = rng.integers(1, distinct + 1, n) / 7.0  # few distinct times: many ties

@@ -9,7 +9,7 @@ import pytest
 from memledger import gpu, model
 from memledger.errors import SpecError
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner.evaluate import SCHEDULE_CODES
+from memledger.planner.blocks import SCHEDULE_CODES
 from memledger.planner.space import enumerate_space
 
 

@@ -2,7 +2,7 @@
 (numpy; once loaded, `fused` does the common case — pruned, keeping what fits — in one pass).
 
 A block (one world, pp, tp, cp, dp) is the grid [pipe P, width W, ZeRO stage Z, micro-batch
-size B, recompute RC] (`evaluate.Block`). A *cell* is one (pipe, width, ZeRO stage): its B·RC
+size B, recompute RC] (`blocks.Block`). A *cell* is one (pipe, width, ZeRO stage): its B·RC
 configurations are one contiguous run of the block's flat order, so cells taken in ascending
 order keep every configuration's flat index and the order the planner keeps them in (ties in
 `Plan.order` resolve as they always have).

@@ -13,7 +13,7 @@ import numpy as np
 
 from memledger.costs.capacity import gpus_for_states
 from memledger.ledger.pipeline.schedules import balanced_layout
-from memledger.planner.evaluate import SCHEDULE_CODES, Evaluated
+from memledger.planner.blocks import SCHEDULE_CODES, Evaluated
 from memledger.planner.memhint import small_pages
 from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.specs.parallel import ParallelSpec

@@ -1,6 +1,6 @@
 """Where a search writes its kept configurations: three preallocated columns (flat index
 into the block's grid, peak, step time; the block of a row follows from each block's count,
-`evaluate.Evaluated.block_rows`) that `cells.assemble` (or `fused`) fills chunk by chunk in
+`blocks.Evaluated.block_rows`) that `cells.assemble` (or `fused`) fills chunk by chunk in
 the order it keeps them; and what each block kept (`Kept`: its counts and smallest peak).
 
 Why: keeping one array per chunk and concatenating them at the end copies every kept row once
@@ -81,7 +81,7 @@ class Kept:
     best: tuple | None = None  # (peak_total, flat, seconds) of the smallest valid peak
 
     def add_to(self, out, block) -> None:
-        """Add this block's counts and kept configurations to `out` (`evaluate.Evaluated`)."""
+        """Add this block's counts and kept configurations to `out` (`blocks.Evaluated`)."""
         out.n_evaluated += self.n_evaluated
         out.n_fits += self.n_fits
         out.n_pruned += self.n_pruned
