@@ -48,6 +48,11 @@ def test_a_figure_shows_every_layout_and_says_the_order_is_the_measured_one(caps
     assert text.count("same order") == 3 and "tp16×pp1" in text
 
 
+def test_a_figure_varying_the_micro_batch_labels_its_columns_by_it(capsys):
+    code, text, _ = run(capsys, "--match", "fig. 16")
+    assert code == 0 and "mb1  mb2  mb4  mb8" in text and "measured: fastest at mb2" in text
+
+
 @pytest.mark.parametrize("match", ["no such run", " "])
 def test_a_match_that_picks_nothing_exits_2_with_one_line(capsys, match):
     code, out, err = run(capsys, "--match", match)

@@ -1,11 +1,12 @@
 """`memledger reference`: the step-time model against published trainings, as the tests check it
 (docs/step-time.md): for each published run, does its layout fit, the predicted against the
 published TFLOP/s per GPU, and its rank among the planner's fitting configurations; for each
-of the paper's layout comparisons (Narayanan et al. 2021 Figs. 13–15), the predicted TFLOP/s of
+of the paper's layout comparisons (Narayanan et al. 2021 Figs. 12–16), the predicted TFLOP/s of
 every layout and whether their order is the one measured. --match picks entries by name."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 from memledger.costs.published import LAYOUT_FIGURES, REFERENCE_RUNS
 from memledger.planner.reference import check, figure_seconds, order_agrees, tflops_per_gpu
@@ -50,13 +51,14 @@ def _figure_row(fig) -> dict:
     per_batch = []
     for b in fig.global_batches:
         secs = figure_seconds(fig, b)
-        tflops = [None if s is None else tflops_per_gpu(fig.run(tp, pp, b), s)
-                  for (tp, pp), s in zip(fig.layouts, secs)]
+        tflops = [None if s is None else tflops_per_gpu(fig.run(layout, b), s)
+                  for layout, s in zip(fig.layouts, secs)]
         per_batch.append({"global_batch": b, "seconds": secs, "tflops_per_gpu": tflops,
                           "agrees": order_agrees(fig, secs)})
-    measured = ("fastest at tp={} pp={}".format(*fig.fastest) if fig.fastest
+    measured = (f"fastest at {fig.fastest.label(fig.shows)}" if fig.fastest
                 else "each layout slower than the one before")
-    return {"name": fig.name, "layouts": [list(x) for x in fig.layouts], "measured": measured,
+    return {"name": fig.name, "layouts": [asdict(x) for x in fig.layouts],
+            "labels": [x.label(fig.shows) for x in fig.layouts], "measured": measured,
             "batches": per_batch}
 
 
@@ -81,7 +83,7 @@ def render(out: dict) -> str:
                      "fastest for the same model, GPUs, sequence and batch")
     for f in out["figures"]:
         lines.append(f"{f['name']} — measured: {f['measured']}")
-        heads = "  ".join(f"tp{tp}×pp{pp}" for tp, pp in f["layouts"])
+        heads = "  ".join(f["labels"])
         lines.append(f"  {'batch':>5}  {heads}  (predicted TFLOP/s per GPU)")
         for b in f["batches"]:
             vals = "  ".join(f"{'—' if t is None else f'{t:.0f}':>{len(h)}}" for t, h in

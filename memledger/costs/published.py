@@ -21,10 +21,12 @@ step-time model is checked against (docs/step-time.md, tests/test_reference_runs
   15,360 sequences. Trained in FP8 on H800 (NVLink 400 GB/s): the report gives GPU-hours per
   trillion tokens, not TFLOP/s, and the planner models bf16 on H100, so this entry checks the
   layout (fits, rank) and not the throughput.
-- Layout comparisons, Narayanan et al. 2021 Figs. 13–15 (`LAYOUT_FIGURES`): one model's layouts
-  measured side by side on 64 A100 — no table of numbers, but the paper's findings (Fig. 13
-  fastest at tp = 8, the GPUs of a node; Figs. 14 and 15 slower at every step up in pp or tp,
-  at every batch size) are orderings a ranking model must reproduce.
+- Layout comparisons, Narayanan et al. 2021 Figs. 12–16 (`LAYOUT_FIGURES`): one model's
+  configurations measured side by side — no table of numbers, but the paper's findings are
+  orderings a ranking model must reproduce: Fig. 12 (GPT 175B on 96 A100) faster interleaved
+  at every batch; Fig. 13 fastest at tp = 8, the GPUs of a node; Figs. 14 and 15 slower at
+  every step up in pp or tp, at every batch size; Fig. 16 (GPT 91B, tp 8 × pp 8) fastest at
+  micro-batch 2 (§5.5).
 The open search of an entry is bounded by what its framework can run (`costs.overlap`: the
 2021 Megatron runs are ranked among layouts without ZeRO, CP, uneven stages or DualPipe, and
 interleaved only where Megatron-LM 2021 allowed it) and by `constraints` (full recompute, as
@@ -142,38 +144,70 @@ DEEPSEEK_V3 = PublishedRun(
 REFERENCE_RUNS: tuple[PublishedRun, ...] = MEGATRON_2021 + LLAMA3 + (DEEPSEEK_V3,)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """One configuration a figure measured: tp × pp and what else its run script varied (the
+    micro-batch size; vpp > 1: the interleaved schedule with that many virtual stages)."""
+
+    tp: int
+    pp: int
+    micro_batch: int = 1
+    vpp: int = 1
+
+    def label(self, shows: tuple[str, ...]) -> str:
+        names = {"tp": f"tp{self.tp}", "pp": f"pp{self.pp}", "micro_batch": f"mb{self.micro_batch}",
+                 "vpp": "1F1B" if self.vpp == 1 else f"interleaved v{self.vpp}"}
+        return "×".join(names[k] for k in shows)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LayoutFigure:
-    """Layouts of one model that Narayanan et al. 2021 measured side by side on 64 A100 (8 DGX
-    A100 nodes), and what they found: `fastest`, the (tp, pp) that ran fastest at every batch
-    size, or None when each layout ran slower than the one before it. Everything else as in
-    the paper's run scripts (NVIDIA/Megatron-LM examples/sc21/run_figure_13/14/15.sh):
-    micro-batch 1, full recompute, the non-interleaved schedule, dp = 64 / (tp·pp)."""
+    """Configurations of one model that Narayanan et al. 2021 measured side by side, and what
+    they found: `fastest`, the configuration that ran fastest at every batch size, or None when
+    each ran slower than the one before it. Everything else as in the paper's run scripts
+    (NVIDIA/Megatron-LM examples/sc21/run_figure_*.sh): A100 80GB in DGX nodes of 8, full
+    recompute, dp = world / (tp·pp). `shows`: the axes the figure varies (its labels)."""
 
     name: str
     model: ModelSpec
-    layouts: tuple[tuple[int, int], ...]  # (tp, pp)
+    layouts: tuple[Layout, ...]
     global_batches: tuple[int, ...]
-    fastest: tuple[int, int] | None
+    fastest: Layout | None
     world: int = 64
+    shows: tuple[str, ...] = ("tp", "pp")
 
-    def run(self, tp: int, pp: int, global_batch: int) -> PublishedRun:
-        return megatron_2021_run(f"{self.name}: tp={tp} pp={pp}, batch {global_batch}",
-                                 self.model, self.world, global_batch, tp, pp, 1, 1, None,
-                                 self.name.split(":")[0])
+    def run(self, layout: Layout, global_batch: int) -> PublishedRun:
+        return megatron_2021_run(
+            f"{self.name}: {layout.label(('tp', 'pp', 'micro_batch', 'vpp'))}, batch "
+            f"{global_batch}", self.model, self.world, global_batch, layout.tp, layout.pp,
+            layout.micro_batch, layout.vpp, None, self.name.split(":")[0])
 
 
 _DEGREES = (2, 4, 8, 16, 32)
 LAYOUT_FIGURES: tuple[LayoutFigure, ...] = (
+    # run_figure_12.sh: tp 8, pp 12, mb 1, 96 layers; interleaved with 2 layers per virtual
+    # stage (vpp = 96 / 12 / 2 = 4) or not; §5.3.2: interleaved faster, the gap closing with batch
+    LayoutFigure(name="Fig. 12: GPT 175B, interleaved vs non-interleaved schedule",
+                 model=gpt("175", 96, 12288, 96), layouts=(Layout(8, 12), Layout(8, 12, vpp=4)),
+                 global_batches=(12, 24, 36, 48, 60), fastest=Layout(8, 12, vpp=4), world=96,
+                 shows=("vpp",)),
     LayoutFigure(name="Fig. 13: GPT 162.2B, tensor vs pipeline parallelism",
-                 model=gpt("162.2", 128, 20480, 32), layouts=tuple((64 // p, p) for p in _DEGREES),
-                 global_batches=(32, 128), fastest=(8, 8)),
+                 model=gpt("162.2", 128, 20480, 32),
+                 layouts=tuple(Layout(64 // p, p) for p in _DEGREES),
+                 global_batches=(32, 128), fastest=Layout(8, 8)),
     LayoutFigure(name="Fig. 14: GPT 5.9B, pipeline vs data parallelism",
-                 model=gpt("5.9", 32, 3840, 32), layouts=tuple((1, p) for p in _DEGREES),
+                 model=gpt("5.9", 32, 3840, 32), layouts=tuple(Layout(1, p) for p in _DEGREES),
                  global_batches=(32, 512), fastest=None),
     LayoutFigure(name="Fig. 15: GPT 5.9B, tensor vs data parallelism",
-                 model=gpt("5.9", 32, 3840, 32), layouts=tuple((t, 1) for t in _DEGREES),
+                 model=gpt("5.9", 32, 3840, 32), layouts=tuple(Layout(t, 1) for t in _DEGREES),
                  global_batches=(32, 128, 512), fastest=None),
+    # run_figure_16.sh: tp 8, pp 8, 32 layers, h 15360, 128 heads, mb 1–8, batch 128 and 512;
+    # §5.5: "the best microbatch size is 2 for this model"
+    LayoutFigure(name="Fig. 16: GPT 91B, micro-batch size",
+                 model=gpt("91", 128, 15360, 32),
+                 layouts=tuple(Layout(8, 8, micro_batch=b) for b in (1, 2, 4, 8)),
+                 global_batches=(128, 512), fastest=Layout(8, 8, micro_batch=2),
+                 shows=("micro_batch",)),
 )
 
 

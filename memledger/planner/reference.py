@@ -80,7 +80,7 @@ def check(run: PublishedRun) -> ReferenceCheck:
 
 def figure_seconds(fig: LayoutFigure, global_batch: int) -> list[float | None]:
     """Predicted step seconds of each of the figure's layouts (None: does not fit)."""
-    return [published_seconds(fig.run(tp, pp, global_batch)) for tp, pp in fig.layouts]
+    return [published_seconds(fig.run(layout, global_batch)) for layout in fig.layouts]
 
 
 def figure_agrees(fig: LayoutFigure, global_batch: int) -> bool:
