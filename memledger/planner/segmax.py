@@ -13,23 +13,27 @@ from __future__ import annotations
 import numpy as np
 
 
-def segment_max(a: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    seg = np.asarray(seg)
-    n = np.diff(np.append(seg, len(a)))
-    if n.min(initial=1) < 1:
+def segment_max(a: np.ndarray, seg) -> np.ndarray:
+    # the segment lengths as Python ints: a search calls this ~1,300 times on a few dozen
+    # segments, where numpy's per-call overhead (np.append, np.diff, comparisons) was most of
+    # the time (docs/planner-speed.md, Round 7)
+    s = seg.tolist() if isinstance(seg, np.ndarray) else [int(x) for x in seg]
+    n = [e - b for b, e in zip(s, s[1:] + [len(a)])]
+    if min(n, default=1) < 1:
         raise ValueError("segment_max needs non-empty segments")
-    k = int(n[0]) if len(n) else 1
-    if len(n) and (n == k).all() and len(a) == k * len(n):  # equal segments: strided views
+    k = n[0] if n else 1
+    if n and n.count(k) == len(n) and len(a) == k * len(n):  # equal segments: strided views
         out = a[::k].copy() if k == 1 else np.maximum(a[::k], a[1::k])  # no copy to start from
         for j in range(2, k):
             np.maximum(out, a[j::k], out=out)
         return out
-    out = a[seg]
-    for j in range(1, int(n.max(initial=1))):
-        has = np.flatnonzero(n > j)
-        if len(has) == len(seg):
-            np.maximum(out, a[seg + j], out=out)
+    starts = np.asarray(s, dtype=np.intp)
+    out = a[starts]
+    for j in range(1, max(n, default=1)):
+        has = [i for i, x in enumerate(n) if x > j]
+        if len(has) == len(s):
+            np.maximum(out, a[starts + j], out=out)
         else:
-            out[has] = np.maximum(out[has], a[seg[has] + j])
+            at = np.asarray(has, dtype=np.intp)
+            out[at] = np.maximum(out[at], a[starts[at] + j])
     return out
-
