@@ -4,7 +4,9 @@ The model, GPU, default world size, sequence length, precision, optimizer, activ
 and attention kernel are the shared sidebar's; the planner's own inputs (world sizes to search,
 global batch, GPUs per node, headroom, constraints, top K, the row to open) are page parameters
 (`planner_state.SPECS`). Widgets → PlanSpec → memledger.planner.plan → chart/table builders
-(memledger.views.planner.charts). The selected configuration opens on the Ledger page.
+(memledger.views.planner.charts). The selected configuration opens on the Ledger page. Below
+the results, built only while open, the step-time model's record on published trainings
+(memledger.views.planner.track: what `memledger reference` prints).
 """
 from urllib.parse import urlencode
 
@@ -15,6 +17,7 @@ from memledger.planner.groups import top_groups
 from memledger.views import budget, export, safe_text, sidebar, ui
 from memledger.views.frame import page_frame
 from memledger.views.planner import state as pst
+from memledger.views.planner import track
 from memledger.views.planner.charts import (describe_row, ledger_query, plan_scatter,
                                             searching_frame, top_csv, top_table)
 from memledger.views.planner.steps import breakdown_chart, throughput_columns
@@ -128,6 +131,21 @@ def body() -> None:
                        help="The table's configurations with their peaks in exact bytes.")
 
 
+def track_record() -> None:
+    """How the step-time model does on published trainings: built only while open."""
+    box = sidebar.lazy_expander("How this step-time model does on published trainings",
+                                "track_open", icon=":material/fact_check:")
+    if box is None:
+        return
+    with box:
+        with st.spinner("Checking the model against published trainings (once per server)…"):
+            rec = track.record()
+        st.caption(track.CAPTION)
+        st.dataframe(track.runs_table(rec), hide_index=True, width="stretch")
+        st.dataframe(track.figures_table(rec), hide_index=True, width="stretch")
+
+
 body()
+track_record()
 sidebar.draw(res, sections=("model", "workload"))
 ui.finish(res, SPECS, pst.clean(page), share=share)

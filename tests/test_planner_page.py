@@ -152,3 +152,26 @@ def test_the_framework_decides_sequence_parallelism_and_the_ledger_link_follows(
     p, t = expected.specs(best)  # the same configuration with SP holds less (tp = 4)
     assert build_ledger(expected.spec.model, replace(p, sp=True), t,
                         expected.spec.runtime).peak.peak_total_bytes < best["peak_bytes"]
+
+
+def test_the_track_record_is_built_only_when_opened_and_shows_what_the_cli_prints(app_test):
+    """The model's record on published trainings (planner.reference.report, the rows
+    `memledger reference` prints): closed by default and then not built; open, one table of
+    published trainings and one of the paper's layout comparisons."""
+    from memledger.views.planner.track import record
+    at = ok(app_test(PAGE).run())
+    assert len(at.dataframe) == 1  # the top configurations only
+    at.session_state["track_open"] = True
+    at = ok(at.run(timeout=120))
+    runs, figs = at.dataframe[1].value, at.dataframe[2].value
+    rec = record()  # the page's own (process-wide) report: computed once for both
+    want = next(r for r in rec["runs"] if r["name"] == "Megatron-LM GPT 1.7B")
+    row = runs[runs["published training"] == "Megatron-LM GPT 1.7B"].iloc[0]
+    assert (row["rank"], row["of fitting"], row["fits"]) == (want["rank"], want["n_fits"], "yes")
+    assert row["published TFLOP/s"] == 137
+    assert row["predicted TFLOP/s"] == pytest.approx(want["predicted_tflops_per_gpu"], abs=0.05)
+    assert len(runs) == len(rec["runs"]) and len(figs) == sum(len(f["batches"])
+                                                              for f in rec["figures"])
+    fig16 = figs[figs["comparison"].str.startswith("Fig. 16")].set_index("batch")
+    assert fig16.loc[128, "same order"] == "no" and fig16.loc[512, "same order"] == "yes"
+    assert fig16.loc[128, "predicted TFLOP/s per GPU"].startswith("mb1 ")

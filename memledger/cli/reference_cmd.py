@@ -6,10 +6,8 @@ every layout and whether their order is the one measured. --match picks entries 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
-from memledger.costs.published import LAYOUT_FIGURES, REFERENCE_RUNS
-from memledger.planner.reference import check, figure_seconds, order_agrees, tflops_per_gpu
+from memledger.planner.reference import report
 
 
 def add(sub) -> None:
@@ -20,46 +18,10 @@ def add(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _picked(entries, match: str | None):
-    return [e for e in entries if match is None or match.lower() in e.name.lower()]
-
-
 def run(args) -> int:
-    if args.match is not None and not args.match.strip():
-        raise ValueError("--match: empty; give part of an entry's name (or leave it out)")
-    runs, figs = _picked(REFERENCE_RUNS, args.match), _picked(LAYOUT_FIGURES, args.match)
-    if not runs and not figs:
-        names = "; ".join(e.name for e in REFERENCE_RUNS + LAYOUT_FIGURES)
-        raise ValueError(f"--match: no entry's name contains {args.match!r}; names: {names}")
-    out = {"runs": [_run_row(r) for r in runs], "figures": [_figure_row(f) for f in figs]}
+    out = report(args.match)
     print(json.dumps(out) if args.json else render(out))
     return 0
-
-
-def _run_row(run) -> dict:
-    c = check(run)
-    best = c.best or {}
-    return {"name": run.name, "source": run.source, "layout": run.layout, "fits": c.fits,
-            "predicted_tflops_per_gpu": c.tflops_per_gpu, "published_tflops_per_gpu":
-            run.tflops_per_gpu, "error": c.error, "seconds": c.seconds, "rank": c.rank,
-            "n_fits": c.n_fits, "rank_fraction": c.rank_fraction,
-            "fastest": {k: best.get(k) for k in ("tp", "pp", "vpp", "ep", "cp", "dp", "zero",
-                                                 "micro_batch", "schedule", "seconds")}}
-
-
-def _figure_row(fig) -> dict:
-    per_batch = []
-    for b in fig.global_batches:
-        secs = figure_seconds(fig, b)
-        tflops = [None if s is None else tflops_per_gpu(fig.run(layout, b), s)
-                  for layout, s in zip(fig.layouts, secs)]
-        per_batch.append({"global_batch": b, "seconds": secs, "tflops_per_gpu": tflops,
-                          "agrees": order_agrees(fig, secs)})
-    measured = (f"fastest at {fig.fastest.label(fig.shows)}" if fig.fastest
-                else "each layout slower than the one before")
-    return {"name": fig.name, "layouts": [asdict(x) for x in fig.layouts],
-            "labels": [x.label(fig.shows) for x in fig.layouts], "measured": measured,
-            "batches": per_batch}
 
 
 def _pct(x) -> str:

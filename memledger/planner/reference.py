@@ -7,15 +7,17 @@ The published layout's time is the fastest fitting configuration with the publis
 (what a paper leaves open — micro-batch size, schedule, vpp — the planner chooses); its rank is
 1 + the number of fitting configurations of the open search that are strictly faster.
 For the paper's layout comparisons (`LayoutFigure`), `figure_seconds` predicts each layout's
-step and `figure_agrees` says whether their order is the one the paper measured.
+step and `figure_agrees` says whether their order is the one the paper measured. `report`
+gathers all of it as plain rows (what `memledger reference` prints and the Planner page shows).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from memledger.costs.published import LayoutFigure, PublishedRun, megatron_eq3_flops
+from memledger.costs.published import (LAYOUT_FIGURES, REFERENCE_RUNS, LayoutFigure, PublishedRun,
+                                       megatron_eq3_flops)
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.planner.throughput import forward_flops_per_token
 from memledger.presets import gpu
@@ -97,3 +99,51 @@ def order_agrees(fig: LayoutFigure, secs: list[float | None]) -> bool:
     if fig.fastest is not None:
         return fig.layouts[secs.index(min(secs))] == fig.fastest
     return all(a < b for a, b in zip(secs, secs[1:]))
+
+
+def picked(match: str | None) -> tuple[list[PublishedRun], list[LayoutFigure]]:
+    """The published runs and figures whose name contains `match` (case-insensitive; None: all).
+    An empty or blank `match`, or one that picks nothing, is a ValueError naming the entries."""
+    if match is not None and not match.strip():
+        raise ValueError("--match: empty; give part of an entry's name (or leave it out)")
+    pick = lambda entries: [e for e in entries  # noqa: E731
+                            if match is None or match.lower() in e.name.lower()]
+    runs, figs = pick(REFERENCE_RUNS), pick(LAYOUT_FIGURES)
+    if not runs and not figs:
+        names = "; ".join(e.name for e in REFERENCE_RUNS + LAYOUT_FIGURES)
+        raise ValueError(f"--match: no entry's name contains {match!r}; names: {names}")
+    return runs, figs
+
+
+def report(match: str | None = None) -> dict:
+    """{"runs": one row per published run (`check`), "figures": one row per layout comparison,
+    with each batch's predicted seconds and TFLOP/s per layout and whether their order is the
+    measured one} — plain values (JSON-ready)."""
+    runs, figs = picked(match)
+    return {"runs": [run_row(r) for r in runs], "figures": [figure_row(f) for f in figs]}
+
+
+def run_row(run: PublishedRun) -> dict:
+    c = check(run)
+    best = c.best or {}
+    return {"name": run.name, "source": run.source, "layout": run.layout, "fits": c.fits,
+            "predicted_tflops_per_gpu": c.tflops_per_gpu, "published_tflops_per_gpu":
+            run.tflops_per_gpu, "error": c.error, "seconds": c.seconds, "rank": c.rank,
+            "n_fits": c.n_fits, "rank_fraction": c.rank_fraction,
+            "fastest": {k: best.get(k) for k in ("tp", "pp", "vpp", "ep", "cp", "dp", "zero",
+                                                 "micro_batch", "schedule", "seconds")}}
+
+
+def figure_row(fig: LayoutFigure) -> dict:
+    per_batch = []
+    for b in fig.global_batches:
+        secs = figure_seconds(fig, b)
+        tflops = [None if s is None else tflops_per_gpu(fig.run(layout, b), s)
+                  for layout, s in zip(fig.layouts, secs)]
+        per_batch.append({"global_batch": b, "seconds": secs, "tflops_per_gpu": tflops,
+                          "agrees": order_agrees(fig, secs)})
+    measured = (f"fastest at {fig.fastest.label(fig.shows)}" if fig.fastest
+                else "each layout slower than the one before")
+    return {"name": fig.name, "layouts": [asdict(x) for x in fig.layouts],
+            "labels": [x.label(fig.shows) for x in fig.layouts], "measured": measured,
+            "batches": per_batch}

@@ -1,0 +1,61 @@
+"""The step-time model's track record on the Planner page: the rows of
+`memledger.planner.reference.report` (what `memledger reference` prints and the tests check) as
+two tables — each published training (fits, predicted against published TFLOP/s per GPU, rank
+among the planner's fitting configurations) and each layout comparison of Narayanan et al. 2021
+(predicted TFLOP/s per layout, whether the order is the measured one). Computes nothing itself
+beyond calling `report` once per process; formats for reading (the exact values: the CLI's
+`--json`)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pandas as pd
+
+from memledger.planner.reference import report
+
+CAPTION = ("The ranking above comes from this step-time model; here is how it does on published "
+           "trainings (docs/step-time.md; `memledger reference` prints the same, `--json` the "
+           "exact values). Rank 1 = the planner's fastest for that model, GPU count, sequence "
+           "and batch; TFLOP/s in each paper's own FLOP convention.")
+
+
+@lru_cache(maxsize=1)
+def record() -> dict:
+    """The whole reference report, once per server process (~14 searches, some seconds; it
+    depends on no input, so every session shares it)."""
+    return report()
+
+
+def runs_table(rec: dict) -> pd.DataFrame:
+    rows = []
+    for r in rec["runs"]:
+        rank = r["rank"]
+        rows.append({
+            "published training": r["name"], "fits": "yes" if r["fits"] else "no",
+            "predicted TFLOP/s": _round(r["predicted_tflops_per_gpu"]),
+            "published TFLOP/s": r["published_tflops_per_gpu"],
+            "error %": None if r["error"] is None else round(100 * r["error"], 1),
+            "rank": rank, "of fitting": r["n_fits"],
+            "in the fastest": None if rank is None else _share(r["rank_fraction"])})
+    return pd.DataFrame(rows)
+
+
+def figures_table(rec: dict) -> pd.DataFrame:
+    rows = []
+    for f in rec["figures"]:
+        for b in f["batches"]:
+            predicted = " · ".join(f"{label} {'—' if t is None else round(t)}"
+                                   for label, t in zip(f["labels"], b["tflops_per_gpu"]))
+            rows.append({"comparison": f["name"], "batch": b["global_batch"],
+                         "measured": f["measured"], "predicted TFLOP/s per GPU": predicted,
+                         "same order": "yes" if b["agrees"] else "no"})
+    return pd.DataFrame(rows)
+
+
+def _share(fraction: float) -> str:
+    pct = 100 * fraction
+    return f"{pct:.1f} %" if pct >= 1 else f"{pct:.2g} %"
+
+
+def _round(x):
+    return None if x is None else round(x, 1)
