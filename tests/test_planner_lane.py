@@ -25,6 +25,7 @@ def every_block_on_the_lane(monkeypatch):
     thread (a comparison in which the worker never ran proves nothing)."""
     fused.kernel()
     monkeypatch.setattr(EVALUATE, "LANE_MIN", 0)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # a worker even on a one-core machine
     threads = []
     real = EVALUATE.assemble
 
@@ -80,7 +81,8 @@ def test_an_error_on_the_worker_reaches_the_caller_and_no_thread_is_left(
     assert not [t for t in threading.enumerate() if t.name.startswith("memledger-assemble")]
 
 
-def test_blocks_run_and_report_in_order_and_at_most_depth_wait():
+def test_blocks_run_and_report_in_order_and_at_most_depth_wait(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
     gate = threading.Event()
     ran, reported, waiting = [], [], []
     with Lane(depth=2, enabled=True) as ln:
