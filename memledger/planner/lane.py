@@ -2,10 +2,11 @@
 peak's pieces and step times, `evaluate`), the previous block is assembled on one worker
 thread (`cells.assemble`: the cell-by-cell max, the fit test and the kept rows).
 
-Why it is faster: the assembly's heavy part — the compiled pass (`fused`, built with
-`nogil=True`) or numpy's large array operations — runs without Python's global lock, so on a
-machine with two or more cores it overlaps the next block's computation instead of following
-it (docs/planner-speed.md, Round 7, has the measurements).
+Why it is faster: the assembly's heavy part, the compiled pass (`fused`, built with
+`nogil=True`), runs without Python's global lock, so on a machine with two or more cores it
+overlaps the next block's computation instead of following it. `evaluate` sends only such
+blocks, and only large ones (`evaluate.LANE_MIN`): numpy's assembly holds the lock between its
+operations and gained nothing (docs/planner-speed.md, Round 7, has the measurements).
 
 Why the answer is the same: one worker takes blocks first in, first out, so the kept rows
 reach the search's sink in the order of the one-lane search, and the sink is touched by that
