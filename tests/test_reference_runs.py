@@ -17,8 +17,9 @@ WITH_THROUGHPUT = MEGATRON_2021 + LLAMA3
 # ZeRO or CP), and with the layout orderings of the paper's own Figs. 13-15 reproduced
 # (tests/test_layout_figures.py), the model prefers tp=2-4 with deeper interleaved pipelines to
 # the published tp=8 for 18.4B-145.6B, and more interleaving to the published pipelines for
-# 76.1B and 310.1B-1T, where only 6-48 configurations fit. No sourced term was found that makes the published
-# layouts faster; strict: a fix shows up.
+# 76.1B and 310.1B-1T, where only 6-48 configurations fit. No sourced term was found that makes
+# the published layouts faster (docs/step-time.md: Figs. 12 and 16 bound the one candidate, a
+# fixed cost per send/recv, to 0-3.5 ms); strict: a fix shows up.
 RANK_MISSES = {
     "Megatron-LM GPT 18.4B": "rank 36 / 125 (28.8 %): tp=2 pp=4 vpp=5 is 7.81 vs 8.75 s",
     "Megatron-LM GPT 39.1B": "rank 105 / 236 (44.5 %): pp=2 cannot interleave; tp=2 pp=8 "

@@ -7,7 +7,8 @@ import sys
 from memledger.cli.args import Parser
 from memledger.errors import SpecError
 
-COMMANDS = ["ledger", "advise", "plan", "reference", "trace", "validate"]  # modules under memledger.cli: add(), run()
+# modules under memledger.cli: add(), run()
+COMMANDS = ["ledger", "advise", "plan", "reference", "trace", "validate"]
 
 
 def build_parser() -> Parser:

@@ -19,7 +19,10 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    out = report(args.match)
+    try:
+        out = report(args.match)
+    except ValueError as e:
+        raise ValueError(f"--match: {e}") from None
     print(json.dumps(out) if args.json else render(out))
     return 0
 

@@ -96,7 +96,6 @@ _MEGATRON_TABLE1 = (
 )
 
 
-
 def megatron_2021_run(name: str, m: ModelSpec, world: int, global_batch: int, tp: int, pp: int,
                       micro_batch: int, vpp: int, tflops_per_gpu: float | None,
                       source: str) -> PublishedRun:

@@ -105,13 +105,13 @@ def picked(match: str | None) -> tuple[list[PublishedRun], list[LayoutFigure]]:
     """The published runs and figures whose name contains `match` (case-insensitive; None: all).
     An empty or blank `match`, or one that picks nothing, is a ValueError naming the entries."""
     if match is not None and not match.strip():
-        raise ValueError("--match: empty; give part of an entry's name (or leave it out)")
+        raise ValueError("empty; give part of an entry's name (or leave it out)")
     pick = lambda entries: [e for e in entries  # noqa: E731
                             if match is None or match.lower() in e.name.lower()]
     runs, figs = pick(REFERENCE_RUNS), pick(LAYOUT_FIGURES)
     if not runs and not figs:
         names = "; ".join(e.name for e in REFERENCE_RUNS + LAYOUT_FIGURES)
-        raise ValueError(f"--match: no entry's name contains {match!r}; names: {names}")
+        raise ValueError(f"no entry's name contains {match!r}; names: {names}")
     return runs, figs
 
 
