@@ -36,23 +36,15 @@ print(__import__("json").dumps(out))
 """
 
 CHILD = """
-import json, sys, time
+import json, sys
 sys.path[:0] = [{root!r}, {root!r} + "/benchmarks"]
-from bench_planner import CASES
-from memledger import gpu, model
-from memledger.planner import PlanSpec, cells, fused, memhint, plan
+from bench_planner import CASES, run_case
+from memledger.planner import fused, memhint
 if {huge}:
     memhint._set_hint = None  # numpy's default: the hint stays on
-fused.kernel(); cells.FUSED = True
-kw = dict(CASES["DeepSeek-V3, 2048 x H100"])
-spec = PlanSpec(model=model(kw.pop("model")), hardware=gpu("h100"), **kw)
-times, answer = [], None
-for _ in range({sweeps}):
-    t = time.perf_counter(); r = plan(spec); top = r.rows(r.top(20))
-    times.append(time.perf_counter() - t)
-    answer = [r.n_fits, int(r.evaluated.peak_bytes.sum()), float(r.evaluated.seconds.sum())]
-    del r
-print(json.dumps({{"times": times, "answer": answer}}))
+fused.kernel()
+runs = [run_case(CASES["DeepSeek-V3, 2048 x H100"], True) for _ in range({sweeps})]
+print(json.dumps({{"times": [r["sweep_s"] for r in runs], "answer": repr(runs[-1]["answer"])}}))
 """
 
 
