@@ -43,13 +43,15 @@ from memledger.planner import fused, memhint
 if {huge}:
     memhint._set_hint = None  # numpy's default: the hint stays on
 fused.kernel()
-runs = [run_case(CASES["DeepSeek-V3, 2048 x H100"], True) for _ in range({sweeps})]
+runs = [run_case(CASES["DeepSeek-V3, 2048 x H100"], {compiled}) for _ in range({sweeps})]
 print(json.dumps({{"times": [r["sweep_s"] for r in runs], "answer": repr(runs[-1]["answer"])}}))
 """
 
 
-def child(huge: bool, sweeps: int) -> dict:
-    code = CHILD.format(root=str(ROOT), huge=huge, sweeps=sweeps)
+def child(huge: bool, sweeps: int, root: Path = ROOT, compiled: bool = True) -> dict:
+    """One fresh process running the DeepSeek-V3 sweep `sweeps` times from the tree `root`
+    (also `bench_tree_ab.py`'s child)."""
+    code = CHILD.format(root=str(root), huge=huge, sweeps=sweeps, compiled=compiled)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])

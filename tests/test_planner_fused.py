@@ -12,6 +12,8 @@ from memledger.planner import Constraints, PlanSpec, cells, fused
 from memledger.planner.cells import RankTerms, alloc_ceiling, assemble
 from memledger.planner.evaluate import evaluate
 from memledger.planner.sink import Sink
+from memledger.planner.timing import StepTerms
+from memledger.costs.stepmodel import DPTerms
 from memledger.planner.space import enumerate_space
 from memledger.specs.runtime import RuntimeSpec
 
@@ -94,11 +96,26 @@ def random_block(rng, n_z: int, units: bool, negative: bool = False):
                   for _ in range(n_rc)]  # a negative at-loss: every stage takes the rule
         for i, (lp, sp) in enumerate(phases):  # F holds its transient (combine): F ≥ 0 after
             f[..., i] += np.maximum(lp, sp)  # the discount, which pruning and SS rely on
-    secs = (rng.random((n_p, n_w, n_b, n_rc)).round(2),
-            rng.random((n_p, n_w, n_z, n_b)).round(2))
+    secs = random_step_terms(rng, n_p, n_w, n_z, n_b, n_rc)
     valid = rng.random((n_p, n_b)) < 0.8
     return (lambda: RankTerms(f, sf, ss, u, phases)), secs, valid, seg, n_ranks, \
         (n_p, n_w, n_z, n_b, n_rc)
+
+
+def random_step_terms(rng, n_p, n_w, n_z, n_b, n_rc) -> StepTerms:
+    """Step-time pieces with coarse values (ties in seconds), DualPipe ranks, every way a
+    data-parallel term is hidden, and stages with one term or two."""
+    t_n = rng.integers(1, 4, n_p)
+    n_r = int(t_n.sum())
+    coarse = lambda *shape: rng.integers(0, 8, shape) / 4  # noqa: E731
+    x = coarse(n_z, n_p, n_w)
+    dp = DPTerms(x=x, y=np.where(rng.random(x.shape) < 0.5, -np.inf, coarse(*x.shape)),
+                 per_mb=rng.random(n_z) < 0.5, hide=rng.integers(0, 3, n_z),
+                 zero3=np.zeros(n_z, bool))
+    return StepTerms(mo=coarse(n_r), dual=rng.random(n_r) < 0.3, g=coarse(1 + n_rc, n_w, n_b),
+                     g_dual=coarse(1 + n_rc, n_w, n_b), fixed=coarse(1 + n_rc, n_r, n_b),
+                     seg=np.cumsum(t_n) - t_n, n_ranks=t_n, scale=coarse(n_p, n_b) + 1,
+                     dp=dp, opt=coarse(n_p, n_w, n_z), m=rng.integers(1, 9, n_b) * 1.0)
 
 
 @settings(max_examples=150, deadline=None,

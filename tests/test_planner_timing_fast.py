@@ -1,16 +1,18 @@
 """The planner's faster step-time arrays (planner/timing.py) give the same answer as the
-term-by-term sum they replace: `_slowest` (width-free terms on [R, 1, B], the MoE layers' as one
+term-by-term sum they replace: `StepTerms` (width-free terms on [R, B], the MoE layers' as one
 product) equals the slowest rank of `_rank_parts`' sum to rounding and ranks every
 configuration in the same order; `_layers_from` (one layer table per (tp, cp) over every
 micro-batch size and width of the search) is bit for bit the per-block `_layers`; and
 `segment_max`'s strided path for equal segments is numpy's reduceat."""
+from dataclasses import dataclass
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memledger import gpu, model
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner import timing
+from memledger.planner import cells, timing
 from memledger.planner.segmax import segment_max
 
 SPECS = {
@@ -32,10 +34,31 @@ def _term_by_term(pf, L, p2p, n_w):
     return t_mb, segment_max(np.broadcast_to(rp["compute"], shape), pf.seg)
 
 
-def _search(spec, monkeypatch, slowest=None, layers_from=None):
+@dataclass(kw_only=True)
+class _TermByTerm(timing.StepTerms):
+    """`StepTerms` whose slowest ranks come from the term-by-term sum."""
+
+    summed: np.ndarray | None = None
+
+    def passes(self):
+        return self.summed
+
+
+def _step_terms_term_by_term(pf, L, p2p, scale, dp, opt, m_b, n_w):
+    terms = REAL_STEP_TERMS(pf, L, p2p, scale, dp, opt, m_b, n_w)
+    t_mb, comp = _term_by_term(pf, L, p2p, n_w)
+    return _TermByTerm(**vars(terms), summed=np.concatenate([comp[None],
+                                                             np.moveaxis(t_mb, -1, 0)]))
+
+
+REAL_STEP_TERMS = timing.step_terms
+
+
+def _search(spec, monkeypatch, step_terms=None, layers_from=None):
     with monkeypatch.context() as mp:
-        if slowest is not None:
-            mp.setattr(timing, "_slowest", slowest)
+        mp.setattr(cells, "FUSED", False)  # the numpy path reads `passes` (the compiled pass
+        if step_terms is not None:  # equals it: tests/test_planner_fused.py)
+            mp.setattr(timing, "step_terms", step_terms)
         if layers_from is not None:
             mp.setattr(timing, "_layers_from", layers_from)
         return plan(spec)
@@ -45,8 +68,9 @@ def test_regrouped_step_times_rank_every_configuration_as_the_term_by_term_sum(m
     for kw in SPECS.values():
         spec = PlanSpec(**kw)
         new = _search(spec, monkeypatch)
-        old = _search(spec, monkeypatch, slowest=_term_by_term)
+        old = _search(spec, monkeypatch, step_terms=_step_terms_term_by_term)
         assert new.n_fits == old.n_fits > 0
+        assert not np.array_equal(new.evaluated.seconds, old.evaluated.seconds)  # two sums
         np.testing.assert_array_equal(new.evaluated.flat, old.evaluated.flat)
         np.testing.assert_array_equal(new.evaluated.peak_bytes, old.evaluated.peak_bytes)
         np.testing.assert_allclose(new.evaluated.seconds, old.evaluated.seconds, rtol=1e-13)

@@ -158,33 +158,69 @@ def p2p_seconds(su: Setup, tokens, chunks):
     return 2 * np.asarray(chunks) * one
 
 
-def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb):
-    """(exposed DP sync of ZeRO 0–2, exposed ZeRO-3 traffic) per step, each stacked over the
-    ZeRO stages `zs` on a new leading axis. grads / weights: the rank's unsharded rows in
-    bytes; window: one micro-batch's backward. ZeRO-0 all-reduces and ZeRO-1 reduce-scatters
-    the accumulated gradients once per step (+ all-gather of the updated weights); sharded
-    gradients (ZeRO-2, 3) cannot accumulate, so they are reduce-scattered every micro-batch,
-    and ZeRO-3 gathers the weights forward and backward as well."""
+# what hides a data-parallel term (`dp_terms`): nothing, one micro-batch's backward (2/3 of its
+# compute), or its forward (1/3, what ZeRO-3's prefetch overlaps)
+HIDE_NONE, HIDE_BACKWARD, HIDE_FORWARD = 0, 1, 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class DPTerms:
+    """The data-parallel traffic of each ZeRO stage in one form (leading axis: the stages):
+        exposed = [m ·] max(x − h, 0) + max(y − h, 0)
+    m the micro-batches (where `per_mb`), h the window that hides it (`hide`: HIDE_*); y is
+    −inf where a stage has one term (max(−inf − h, 0) adds an exact 0). The planner's
+    compiled pass evaluates the same form per configuration (planner/fused.py)."""
+
+    x: np.ndarray  # [Z, ...] seconds
+    y: np.ndarray  # [Z, ...] seconds, −inf: no second term
+    per_mb: np.ndarray  # [Z] bool
+    hide: np.ndarray  # [Z] HIDE_*
+    zero3: np.ndarray  # [Z] bool: the ZeRO-3 gathers (a row of their own in a breakdown)
+
+
+def dp_terms(su: Setup, grads, weights, zs) -> DPTerms:
+    """ZeRO-0 all-reduces and ZeRO-1 reduce-scatters the accumulated gradients once per step
+    (+ all-gather of the updated weights); sharded gradients (ZeRO-2, 3) cannot accumulate, so
+    they are reduce-scattered every micro-batch, and ZeRO-3 gathers the weights forward and
+    backward as well. grads / weights: the rank's unsharded rows in bytes."""
     n = su.dp * su.cp
     beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn, stride=su.tp)
-    m = np.asarray(micro_batches, np.float64)
     rs, ag = co.gather_seconds(grads, n, beta, alpha), co.gather_seconds(weights, n, beta, alpha)
     overlap = su.fw.dp_overlap or (su.fw.dp_overlap_no_pipeline and su.pp == 1)
-    hide = window if overlap else 0.0
-    hide3 = compute_mb if su.fw.prefetch else 0.0
-    shape = np.broadcast_shapes(np.shape(rs), np.shape(hide), np.shape(hide3), m.shape)
-    # each stage writes its own slice; the others stay 0 (the planner's arrays are large:
+    hide = HIDE_BACKWARD if overlap else HIDE_NONE
+    none = np.full(np.shape(rs), -np.inf)
+    stage = {0: lambda: (co.all_reduce_seconds(grads, n, beta, alpha), none, False, hide),
+             1: lambda: (rs + ag, none, False, hide),
+             2: lambda: (rs, ag, True, hide),
+             3: lambda: (rs + 2 * ag, none, True,
+                         HIDE_FORWARD if su.fw.prefetch else HIDE_NONE)}
+    x, y, per_mb, hides = zip(*(stage[z]() for z in zs))
+    return DPTerms(x=np.stack(np.broadcast_arrays(*x)), y=np.stack(y),
+                   per_mb=np.array(per_mb), hide=np.array(hides),
+                   zero3=np.array([z == 3 for z in zs]))
+
+
+def exposed_seconds(d: DPTerms, k: int, micro_batches, window, compute_mb):
+    """Stage k's exposed seconds (the form in `DPTerms`); window: one micro-batch's backward,
+    compute_mb: its forward."""
+    h = (0.0, window, compute_mb)[int(d.hide[k])]
+    v = np.maximum(d.x[k] - h, 0)
+    if d.per_mb[k]:
+        v = np.asarray(micro_batches, np.float64) * v
+    return v + np.maximum(d.y[k] - h, 0)
+
+
+def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb):
+    """(exposed DP sync of ZeRO 0–2, exposed ZeRO-3 traffic) per step, each stacked over the
+    ZeRO stages `zs` on a new leading axis (`dp_terms` says what each stage moves)."""
+    d = dp_terms(su, grads, weights, zs)
+    m = np.asarray(micro_batches, np.float64)
+    shape = np.broadcast_shapes(d.x.shape[1:], np.shape(window), np.shape(compute_mb), m.shape)
+    # each stage writes its own slice; the other stays 0 (the planner's arrays are large:
     # no zero arrays stacked)
     sync, z3 = np.zeros((len(zs),) + shape), np.zeros((len(zs),) + shape)
-    for k, z in enumerate(zs):
-        if z == 0:
-            sync[k] = np.maximum(co.all_reduce_seconds(grads, n, beta, alpha) - hide, 0)
-        elif z == 1:
-            sync[k] = np.maximum(rs + ag - hide, 0)
-        elif z == 2:
-            sync[k] = m * np.maximum(rs - hide, 0) + np.maximum(ag - hide, 0)
-        else:
-            z3[k] = m * np.maximum(rs + 2 * ag - hide3, 0)
+    for k in range(len(zs)):
+        (z3 if d.zero3[k] else sync)[k] = exposed_seconds(d, k, m, window, compute_mb)
     return sync, z3
 
 

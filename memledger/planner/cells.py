@@ -197,7 +197,7 @@ def compiled(terms, keep_all: bool, prune: bool, parts: dict | None) -> bool:
 def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
              prune: bool, sink, parts: dict | None = None) -> Kept:
     """Evaluate one block; its kept rows go to `sink` (`sink.Sink`), after the previous block's.
-    terms: `RankTerms` or `GridPeaks`; secs: (pipeline [P, W, B, RC], per-step [P, W, Z, B]);
+    terms: `RankTerms` or `GridPeaks`; secs: the step time's pieces (`timing.StepTerms`);
     valid [P, B]: the micro-batch counts the engine runs; seg, n_ranks: each pipe's first
     candidate rank and count; parts: step-time terms, each [P, W, Z, B, RC]."""
     n_p, n_w, n_z, n_b, n_rc = shape
@@ -218,8 +218,9 @@ def assemble(terms, secs, valid, seg, n_ranks, shape, limit, rt, keep_all: bool,
                               ceiling, (slack, ctx, peak_total), sink, CHUNK)
     total = (lambda a, out=None: peak_total(a, slack, ctx, out)) if ranked else \
         (lambda a, out=None: a if out is None else np.copyto(out, a))  # the grid: peak_total
-    pipeline = secs[0].reshape(n_p * n_w, n_brc)
-    per_step = np.broadcast_to(secs[1], (n_p, n_w, n_z, n_b)).reshape(-1, n_b)
+    pipeline, per_step = secs.arrays()
+    pipeline = pipeline.reshape(n_p * n_w, n_brc)
+    per_step = per_step.reshape(-1, n_b)
     valid_rc = None if valid.all() else np.repeat(valid, n_rc, axis=1)  # [P, B·RC]
     step = max(1, CHUNK // n_brc)
     for c0 in range(0, len(cells), step):

@@ -40,11 +40,14 @@ failure: str | None = None  # why a background load failed (searches then stay o
 def kernel():
     """The compiled kernel, loaded (compiled the first time, then from numba's on-disk cache)
     and run once on a one-cell block, so that the first real call pays nothing more."""
-    global _KERNEL
+    global _KERNEL, _slowest_row, _per_step_row
     with _LOCK:
         if _KERNEL is None:
             from numba import njit  # here: ~0.2 s of import that only the planner needs
-            compiled = njit(cache=True, nogil=True)(_assemble_cells)
+            jit = njit(cache=True, nogil=True)
+            # the kernel calls its helpers by their module names: compiled first
+            _slowest_row, _per_step_row = jit(_slowest_row), jit(_per_step_row)
+            compiled = jit(_assemble_cells)
             compiled(*_one_cell())
             _KERNEL = compiled
     return _KERNEL
@@ -82,9 +85,12 @@ def assemble(out, terms, secs, valid, seg, n_ranks, shape, cells, ceiling, runti
     n_brc = n_b * n_rc
     slack, ctx, peak_total = runtime
     f, base, variant = terms._sources()
+    dp = secs.dp
     args = (seg, n_ranks, f, base, variant, terms.with_fixed.reshape(-1),
             terms.with_step.reshape(-1), np.repeat(valid, n_rc, axis=1), ceiling, slack, ctx,
-            secs[0].reshape(n_p * n_w, n_brc), np.broadcast_to(secs[1], (n_p, n_w, n_z, n_b)))
+            secs.seg, secs.n_ranks, secs.mo, secs.dual, secs.g, secs.g_dual, secs.fixed,
+            secs.scale, np.ascontiguousarray(dp.x), np.ascontiguousarray(dp.y), dp.per_mb,
+            dp.hide.astype(np.int64), secs.opt, secs.m)
     step, run = max(1, chunk // n_brc), kernel()
     for c0 in range(0, len(cells), step):
         cell = cells[c0:c0 + step]
@@ -103,20 +109,29 @@ def _one_cell():
     """Arguments of a one-cell, one-configuration block, typed as the planner's."""
     i, one = np.zeros(1, np.int64), np.ones(1, np.int64)
     table = np.zeros((1, 1), np.int64)
+    x1, x2, x3 = np.zeros(1), np.zeros((1, 1)), np.zeros((1, 1, 1))
     return (i, 1, 1, 1, i, one, table, table, i, i, i, np.ones((1, 1), bool), 0, 0, 0,
-            np.zeros((1, 1)), np.broadcast_to(np.zeros(1), (1, 1, 1, 1)), i.copy(), i.copy(),
-            np.zeros(1))
+            i, one, x1, np.zeros(1, bool), x3, x3, x3, x2, x3, x3, np.zeros(1, bool), i, x3,
+            x1, i.copy(), i.copy(), np.zeros(1))
 
 
 def _assemble_cells(cells, n_w, n_z, n_rc, seg, n_ranks, f, base, variant, sf, ss, valid_rc,
-                    ceiling, slack, ctx, pipeline, per_step, o_flat, o_peak, o_sec):
+                    ceiling, slack, ctx, t_seg, t_n, mo, dual, g, g_dual, fixed, scale,
+                    dp_x, dp_y, per_mb, hide, opt, m, o_flat, o_peak, o_sec):
     """Write the fitting configurations of `cells` (ascending) to o_*; return (rows written,
-    smallest fitting alloc or -1, its flat index, its seconds). Arguments as in
-    `cells.assemble` / `RankTerms._sources`; per_step is [P, W, Z, B] (broadcast views work)."""
+    smallest fitting alloc or -1, its flat index, its seconds). Memory arguments as in
+    `cells.assemble` / `RankTerms._sources`; t_seg … m: `timing.StepTerms` (its pipes' ranks,
+    passes, scale, `stepmodel.DPTerms` as [Z, P, W], optimizer [P, W, Z], micro-batches),
+    evaluated here only for the (pipe, width) rows that keep something, with
+    `StepTerms.arrays`' operations in its order (so the same floats)."""
     n_brc = f.shape[1]
+    n_b = n_brc // n_rc
     k = 0
     best_a, best_i, best_s = -1, -1, 0.0
     alloc = np.empty(n_brc, np.int64)
+    passes = np.empty((g.shape[0], n_b))  # the current (pipe, width) row's slowest ranks
+    per_step = np.empty(n_b)
+    row_pw, step_cell = -1, -1
     for ci in range(cells.shape[0]):
         cell = cells[ci]
         pw, z = cell // n_z, cell % n_z
@@ -135,7 +150,14 @@ def _assemble_cells(cells, n_w, n_z, n_rc, seg, n_ranks, f, base, variant, sf, s
             a = max(alloc[c], floor)
             if a > ceiling or not valid_rc[p, c]:
                 continue
-            s = pipeline[pw, c] + per_step[p, w, z, c // n_rc]
+            if row_pw != pw:
+                _slowest_row(passes, p, w, t_seg, t_n, mo, dual, g, g_dual, fixed)
+                row_pw = pw
+            if step_cell != cell:
+                _per_step_row(per_step, passes[0], p, w, z, dp_x, dp_y, per_mb, hide, opt, m)
+                step_cell = cell
+            b = c // n_rc
+            s = passes[1 + c % n_rc, b] * scale[p, b] + per_step[b]
             o_flat[k] = cell * n_brc + c
             o_peak[k] = a - (-a * slack) // 100 + ctx
             o_sec[k] = s
@@ -143,3 +165,34 @@ def _assemble_cells(cells, n_w, n_z, n_rc, seg, n_ranks, f, base, variant, sf, s
                 best_a, best_i, best_s = a, cell * n_brc + c, s
             k += 1
     return k, best_a, best_i, best_s
+
+
+def _slowest_row(out, p, w, t_seg, t_n, mo, dual, g, g_dual, fixed):
+    """out[k, b] = max over pipe p's ranks r of mo[r] · g[k, w, b] + fixed[k, r, b] (the
+    first rank written, the others max-ed in: branch-free inner loops)."""
+    for j in range(t_n[p]):
+        r = t_seg[p] + j
+        gg, m_r = g_dual if dual[r] else g, mo[r]
+        for k in range(g.shape[0]):
+            gk, fk, ok = gg[k, w], fixed[k, r], out[k]
+            if j == 0:
+                for b in range(ok.shape[0]):
+                    ok[b] = m_r * gk[b] + fk[b]
+            else:
+                for b in range(ok.shape[0]):
+                    ok[b] = max(ok[b], m_r * gk[b] + fk[b])
+
+
+def _per_step_row(out, comp, p, w, z, dp_x, dp_y, per_mb, hide, opt, m):
+    """out[b]: stage z's exposed data-parallel seconds (`stepmodel.exposed_seconds`) + the
+    optimizer, hidden by the compute pass `comp` of the row."""
+    for b in range(out.shape[0]):
+        h = 0.0
+        if hide[z] == 1:
+            h = (2.0 / 3.0) * comp[b]
+        elif hide[z] == 2:
+            h = comp[b] / 3
+        v = max(dp_x[z, p, w] - h, 0.0)
+        if per_mb[z]:
+            v = m[b] * v
+        out[b] = (v + max(dp_y[z, p, w] - h, 0.0)) + opt[p, w, z]

@@ -6,13 +6,14 @@ per-step terms (DP sync, ZeRO-3 gathers, optimizer) add the ZeRO axis.
 For speed (docs/planner-speed.md): the per-layer terms are computed once per (tp, cp) over every
 micro-batch size and width of the search (`_layers_from`; element-wise, so bit for bit), and
 a rank's micro-batch is summed with the terms that do not depend on the width first
-(`_slowest`): equal to the term-by-term sum (`_rank_parts`, which the breakdown still reads)
+(`StepTerms`): equal to the term-by-term sum (`_rank_parts`, which the breakdown still reads)
 to rounding (≤ 1e-15 relative measured), with the same order of every configuration
-(tests/test_planner_timing_fast.py).
+(tests/test_planner_timing_fast.py). The search gets the pieces (`block_seconds(split=True)`)
+and adds them only for what it keeps; the compiled pass does so per configuration.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -123,33 +124,82 @@ def _rank_parts(pf: PipeFlops, L, p2p):
             "ep": mo * ep, "pp_p2p": p2p[:, None, :]}
 
 
-def _slowest(pf: PipeFlops, L, p2p, n_w: int):
-    """([P, W, B, RC] the slowest rank's micro-batch per recompute mode, [P, W, B] its
-    compute), the sum of `_rank_parts` regrouped: the terms that do not depend on the width
-    (dense layers, head, TP, CP, send/recv) on [R, 1, B], then the MoE layers' (experts and
-    all-to-all, per width) as one product — a few passes over [R, W, B] instead of one per
-    term. Equal to `_rank_parts`' sum up to rounding, in the same order
-    (tests/test_planner_timing_fast.py; the scalar model: tests/test_step_equality.py)."""
-    d, mo, last = (x[:, None, None] for x in (pf.dense, pf.moe, pf.last))
-    own = 3 * (d * L["f_d"] + last * L["head"])  # [R, 1, B]
-    fixed = own + (d + mo) * (L["tp"] + L["cp"]) + p2p[:, None, :]
-    moe3 = 3 * np.asarray(L["f_m"], np.float64)
-    dual = np.flatnonzero(pf.dualpipe)
-    shape = (len(d), n_w, np.shape(fixed)[-1])
-    buf = np.empty(shape)
+@dataclass(kw_only=True)
+class StepTerms:
+    """A block's step time in pieces: seconds[p, w, z, b, rc] = pipeline[p, w, b, rc] +
+    per_step[p, w, z, b] (`arrays()`; the compiled pass, planner/fused.py, evaluates the same
+    operations per kept configuration instead).
+    The slowest rank's micro-batch is, per pass k (k = 0: its compute alone; k = 1 + i:
+    recompute mode i), the max over the pipe's ranks r of
+        mo[r] · g[k, w, b] + fixed[k, r, b]      (g_dual for DualPipe ranks)
+    — the MoE layers' time per width as one product, every width-free term (dense layers,
+    head, TP, CP, send/recv, dense recompute) in `fixed`; equal to `_rank_parts`' sum up to
+    rounding, in the same order (tests/test_planner_timing_fast.py). pipeline = that ×
+    scale[p, b] (micro-batches ÷ (1 − bubble)); per_step = the data-parallel terms
+    (`stepmodel.DPTerms`, hidden by the compute pass) + the optimizer."""
 
-    def widths(g, fixed_rc):  # fixed_rc + mo · g (g per width; dual ranks: ep_dual)
-        np.multiply(mo, g[0], out=buf)
-        if len(dual):
-            buf[dual] = mo[dual] * g[1]
-        return segment_max(np.add(buf, fixed_rc, out=buf), pf.seg)
-    comp = widths((moe3, moe3), own)
-    ep = L["ep"], L["ep_dual"]
-    out = np.empty(comp.shape + (len(pf.rcs),))  # written per mode: no stack of copies
-    for i, rc in enumerate(pf.rcs):
+    mo: np.ndarray  # [R] MoE layers a micro-batch runs on the rank
+    dual: np.ndarray  # [R] bool
+    g: np.ndarray  # [1 + RC, W, B]
+    g_dual: np.ndarray  # [1 + RC, W, B]
+    fixed: np.ndarray  # [1 + RC, R, B]
+    seg: np.ndarray  # [P] each pipe's first rank
+    n_ranks: np.ndarray  # [P]
+    scale: np.ndarray  # [P, B]
+    dp: sm.DPTerms  # x, y: [Z, P, W]
+    opt: np.ndarray  # [P, W, Z]
+    m: np.ndarray  # [B] micro-batches per step
+
+    def passes(self):
+        """[1 + RC, P, W, B]: each pass's slowest rank (k = 0 the compute, then per mode)."""
+        n_r, (n_k, n_w, n_b) = len(self.mo), self.g.shape
+        mo, dual = self.mo[:, None, None], np.flatnonzero(self.dual)
+        buf = np.empty((n_r, n_w, n_b))
+        out = np.empty((n_k, len(self.seg), n_w, n_b))
+        for k in range(n_k):
+            np.multiply(mo, self.g[k], out=buf)
+            if len(dual):
+                buf[dual] = mo[dual] * self.g_dual[k]
+            out[k] = segment_max(np.add(buf, self.fixed[k][:, None, :], out=buf), self.seg)
+        return out
+
+    def arrays(self):
+        """(pipeline [P, W, B, RC], per_step [P, W, Z, B]) in seconds."""
+        per = self.passes()
+        comp, pipeline = per[0], np.moveaxis(per[1:], 0, -1)
+        pipeline *= self.scale[:, None, :, None]
+        window, fwd = (2.0 / 3.0) * comp, comp / 3
+        per_step = np.empty(comp.shape[:2] + (len(self.dp.hide), comp.shape[2]))
+        d = replace(self.dp, x=self.dp.x[..., None], y=self.dp.y[..., None])  # [Z, P, W, 1]
+        for k in range(len(d.hide)):
+            per_step[:, :, k] = sm.exposed_seconds(d, k, self.m, window, fwd) + \
+                self.opt[:, :, k, None]
+        return pipeline, per_step
+
+
+def step_terms(pf: PipeFlops, L, p2p, scale, dp: sm.DPTerms, opt, m_b, n_w: int) -> StepTerms:
+    """The pieces of `StepTerms` from a block's per-layer terms (`_layers`) and send/recv."""
+    d, mo, last = (x[:, None] for x in (pf.dense, pf.moe, pf.last))
+    own = 3 * (d * L["f_d"] + last * L["head"])  # [R, B]
+    fixed = own + (d + mo) * (L["tp"] + L["cp"]) + p2p
+    moe3 = 3 * np.asarray(L["f_m"], np.float64)
+    n_b = np.shape(p2p)[-1]
+    g, g_dual, fx = [moe3], [moe3], [own]
+    for rc in pf.rcs:
         rec_d, rec_m = L["rec"][rc]
-        out[..., i] = widths((moe3 + ep[0] + rec_m, moe3 + ep[1] + rec_m), fixed + d * rec_d)
-    return out, comp
+        g.append(moe3 + L["ep"] + rec_m)
+        g_dual.append(moe3 + L["ep_dual"] + rec_m)
+        fx.append(fixed + d * rec_d)
+    full = lambda xs, shape: np.ascontiguousarray(  # noqa: E731
+        np.stack([np.broadcast_to(x, shape) for x in xs]), np.float64)
+    ends = np.append(pf.seg[1:], len(pf.dense))
+    return StepTerms(mo=np.ascontiguousarray(pf.moe, np.float64), dual=pf.dualpipe.astype(bool),
+                     g=full(g, (n_w, n_b)), g_dual=full(g_dual, (n_w, n_b)),
+                     fixed=full(fx, (len(pf.dense), n_b)), seg=pf.seg.astype(np.int64),
+                     n_ranks=(ends - pf.seg).astype(np.int64),
+                     scale=np.ascontiguousarray(scale, np.float64), dp=dp,
+                     opt=np.ascontiguousarray(opt, np.float64),
+                     m=np.ascontiguousarray(m_b, np.float64))
 
 
 def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs,
@@ -157,10 +207,10 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
                   layers: dict | None = None):
     """[P, W, Z, B, RC] estimated seconds per step. grads0 / weights0: [W, R] unsharded rows of
     the memory-candidate ranks (segments `seg`); bubble: [P, B]. `parts`, when given, receives
-    every term per step at the slowest rank (PARTS). split=True returns the two addends
-    instead, (pipeline [P, W, B, RC], per-step [P, W, Z, B]): the evaluator adds them only
-    for the configurations it keeps (planner.cells). `layers`: a cache shared by the blocks of
-    one search (`_layers_from`)."""
+    every term per step at the slowest rank (PARTS). split=True returns the pieces instead
+    (`StepTerms`): the evaluator adds them only for the configurations it keeps
+    (planner.cells, planner.fused). `layers`: a cache shared by the blocks of one search
+    (`_layers_from`)."""
     t = spec.base_train()
     su = sm.Setup(spec.model, spec.hardware, framework(spec.framework), spec.seq, tp, cp, dp,
                   spec.node_size, format_bytes(t.recipe.act_fmt, 1), pf.pp)
@@ -170,29 +220,31 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
         _layers_from(layers, su, pf, spec.seq, bs, ep, etp)
     p2p = sm.p2p_seconds(su, tokens, pf.chunks[:, None])
     m_b = np.asarray(ms_b, np.float64)
-    b = bubble[:, None, :, None]
-    t_mb, comp = _slowest(pf, L, p2p, len(ep_c))
-    pipeline = t_mb  # [P, W, B, RC], scaled in place (t_mb is not read again)
-    pipeline *= (m_b / (1.0 - bubble))[:, None, :, None]
-    grads = segment_max(grads0.T, seg)[:, :, None]  # [P, W, 1]
-    weights = segment_max(weights0.T, seg)[:, :, None]
-    window = (2.0 / 3.0) * comp  # one micro-batch's backward [P, W, B]
-    sync, z3 = (np.moveaxis(x, 0, 2) for x in  # [P, W, Z, B]
-                sm.dp_seconds(su, grads, weights, zs, m_b, window, comp / 3))
-    opt = sm.optimizer_seconds(su, t, weights[..., None], np.asarray(zs)[:, None])
-    step = sync + z3 + opt  # [P, W, Z, B]
-    shape = step.shape + (t_mb.shape[-1],)
+    grads = segment_max(grads0.T, seg)  # [P, W]
+    weights = segment_max(weights0.T, seg)
+    opt = sm.optimizer_seconds(su, t, weights[..., None], np.asarray(zs))  # [P, W, Z]
+    terms = step_terms(pf, L, p2p, m_b / (1.0 - bubble), sm.dp_terms(su, grads, weights, zs),
+                       opt, m_b, len(ep_c))
+    if split and parts is None:
+        return terms
+    pipeline, step = terms.arrays()
+    shape = step.shape + (pipeline.shape[-1],)
     if parts is not None:  # term by term (a breakdown): every rank's parts
+        comp = terms.passes()[0]
+        sync, z3 = (np.moveaxis(x, 0, 2) for x in  # [P, W, Z, B]
+                    sm.dp_seconds(su, grads[..., None], weights[..., None], zs, m_b,
+                                  (2.0 / 3.0) * comp, comp / 3))
         rp = _rank_parts(pf, L, p2p)
         per_rank = sum(rp[k] for k in ("compute", "tp", "cp", "ep", "pp_p2p"))  # [R, W, B]
         rp = rp | {"recompute": np.stack(np.broadcast_arrays(*rp["recompute"], per_rank), -1)
                    [..., :-1]}
         t_rank = per_rank[..., None] + rp["recompute"]
-        _fill_parts(parts, rp, t_rank, pf.seg, m_b, b, sync, z3, opt, shape)
+        _fill_parts(parts, rp, t_rank, pf.seg, m_b, bubble[:, None, :, None], sync, z3,
+                    opt[..., None], shape)
     if split:
-        return pipeline, step
+        return terms
     total = np.empty(shape)
-    for i in range(t_mb.shape[-1]):
+    for i in range(pipeline.shape[-1]):
         np.add(pipeline[:, :, None, :, i], step, out=total[..., i])
     return total
 
