@@ -1,7 +1,8 @@
 """Where release → redraw goes: one keyboard move on the Ledger page (and on the one-slider
 floor app, and on any other tree's Ledger page), split into phases the page itself times.
 
-    python benchmarks/bench_release_phases.py [--moves 10] [--tree DIR ...] [--json out.json]
+    python benchmarks/bench_release_phases.py [--moves 10] [--tree DIR ...] [--chart-only]
+                                              [--json out.json]
 
 Per move, in the page's clock (performance.now, keydown = 0): the widget's new value sent on
 the websocket; the first server message handled; the chart's message handled (the largest
@@ -14,8 +15,11 @@ benchmark's own polling, alike on every page). A message is timed when the page'
 handles it, not when it reaches the socket: a busy main thread shows as a late message.
 
 `--tree DIR` (repeatable) adds another tree's Ledger page, e.g. an experiment or a base commit
-(`git archive <commit> | tar -x -C DIR`); all pages are moved in turn in one browser, so they
-see the same machine load. docs/drag-preview.md ("Third round") reads these numbers.
+(`git archive <commit> | tar -x -C DIR`); `--chart-only` adds the Ledger page's own chart
+(`charts.ledger_bar` of the same DeepSeek-V3 configuration, built by the core) under its EP
+slider and nothing else: what a page costs the browser beyond its chart. All pages are moved in
+turn in one browser, so they see the same machine load. docs/drag-preview.md ("Third round",
+"Fourth round") reads these numbers.
 """
 from __future__ import annotations
 
@@ -53,6 +57,19 @@ METRICS = change_probe("() => Array.from(document.querySelectorAll("
                        "'[data-testid=\"stMetricValue\"]')).map(e => e.innerText).join('|')",
                        "__m")
 BUSY = ("TaskDuration", "ScriptDuration")
+
+# the Ledger page's chart of QUERY's configuration under the same EP slider, nothing else
+CHART_ONLY_APP = """
+import streamlit as st
+from memledger.views.compute import ledger_for
+from memledger.views.ledger import charts
+from memledger.views.state import hardware, load_model, parse_params
+ep = st.sidebar.select_slider("EP: expert parallel", [1, 2, 4, 8, 16, 32, 64, 128], value=1)
+cfg, _ = parse_params({"model": "deepseek-v3", "world": "2048", "tp": "16", "pp": "16",
+                       "ep": str(ep)})
+st.plotly_chart(charts.ledger_bar(ledger_for(load_model(cfg.model), cfg), hardware(cfg)),
+                theme=None, width="stretch", key="ledger_chart")
+"""
 PHASES = ("sent", "first_message", "chart_message", "chart_frame", "metrics_frame",
           "messages_before_frame", "messages")
 
@@ -88,12 +105,15 @@ def _busy(cdp) -> dict:
     return {k: got.get(k, 0.0) for k in BUSY}
 
 
-def run(moves: int, trees: list[Path]) -> dict:
+def run(moves: int, trees: list[Path], chart_only: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
-        floor_app = Path(d) / "floor.py"
+        floor_app, chart_app = Path(d) / "floor.py", Path(d) / "chart_only.py"
         floor_app.write_text(FLOOR_APP)
+        chart_app.write_text(CHART_ONLY_APP)
         apps = [("floor", ROOT, floor_app, "/", TP_LABEL),
                 ("this tree", ROOT, ROOT / "app.py", "/ledger?" + QUERY, EP_LABEL)]
+        if chart_only:
+            apps.append(("chart only", ROOT, chart_app, "/", EP_LABEL))
         apps += [(t.name, t, t / "app.py", "/ledger?" + QUERY, EP_LABEL) for t in trees]
         browser = stack.enter_context(chromium())
         pages = []
@@ -133,10 +153,12 @@ def main() -> int:
     ap.add_argument("--moves", type=int, default=10)
     ap.add_argument("--tree", type=Path, action="append", default=[],
                     help="another tree whose Ledger page is timed as well")
+    ap.add_argument("--chart-only", action="store_true",
+                    help="also time the Ledger page's chart alone under its EP slider")
     ap.add_argument("--json", help="also write every move's phases to this file")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
-    res = run(args.moves, args.tree)
+    res = run(args.moves, args.tree, args.chart_only)
     load1 = os.getloadavg()[0]
     print(f"{args.moves} moves each, interleaved; load average {load0:.2f} → {load1:.2f}; "
           "medians in ms after keydown")

@@ -7,21 +7,25 @@ and kept rows, cell by cell (numba).
                                                           rows already in F's table)
     fits       = alloc ≤ alloc_ceiling and the engine runs that micro-batch count
     peak_total = alloc − ⌊−alloc · slack / 100⌋ + CUDA context
-    seconds    = pipeline[p, w, b, rc] + per-step[p, w, z, b]
+    seconds    = pipeline[p, w, b, rc] + per-step[p, w, z, b]   (`timing.StepTerms.arrays`)
 with numpy as a chain of gathers, adds and maxima, each a pass over every configuration of a
-chunk (~15 M configurations of live cells in DeepSeek-V3 on 2,048 H100). Here each
-configuration is read and written once: the same integers, the same float additions in the
-same order, so the kept rows, their order, the counts and the smallest fitting peak are
-identical to the numpy path (tests/test_planner_fused.py runs both on every kind of block;
-docs/planner-speed.md, Round 5, has the figures).
+chunk (~15 M configurations of live cells in DeepSeek-V3 on 2,048 H100), after the step
+times of every configuration of the block. Here each configuration is read and written once,
+and the step times are evaluated from their pieces (`StepTerms`: the slowest rank of each
+(pipe, width) row, its data-parallel terms and optimizer) only for the rows that keep
+something: the same integers, the same float operations in the same order, so the kept rows,
+their order, their step times, the counts and the smallest fitting peak are identical to the
+numpy path (tests/test_planner_fused.py runs both on every kind of block; docs/planner-speed.md,
+Rounds 5 and 8, have the figures).
 
 Used only where it is the whole answer: a ranked block (persistent gradients), pruned, keeping
 only what fits, without per-term step-time parts. keep_all (tests), on-demand gradients
 (`cells.GridPeaks`), the unpruned rerun and `parts=True` stay on the numpy path.
 
 Loading costs ~0.6 s once per process (numba's import ~0.2 s, the dispatcher ~0.2 s, the
-cached machine code ~0.2 s; compiling it the first time on a machine ~1 s more), more than the
-pass saves on one search (~0.15 s on the full DeepSeek-V3 sweep). So a search uses the pass
+cached machine code ~0.2 s; compiling it the first time on a machine ~1 s more): about what
+the pass saves on the largest search (~0.5 s on the full DeepSeek-V3 sweep), more than it saves
+on any smaller one. So a search uses the pass
 only once it is loaded (`loaded()`): the app loads it in the background when it starts
 (`warm()`), the benchmark before it measures; a one-shot `memledger plan` stays on numpy and
 pays nothing. Either way the answer is the same.
