@@ -24,7 +24,7 @@ from memledger.views.planner.steps import breakdown_chart, throughput_columns
 from memledger.views.state import hardware, load_model
 from memledger.views.sync import resolve
 
-page_frame("planner")
+page_frame("planner", plans=True)
 LEDGER_PAGE = "ledger"  # url path of the Ledger page (memledger.views.navigation)
 SPECS = pst.SPECS
 LIMITS = {s.key: s.limits for s in SPECS}

@@ -167,7 +167,9 @@ def test_the_track_record_is_built_only_when_opened_and_shows_what_the_cli_print
     rec = record()  # the page's own (process-wide) report: computed once for both
     want = next(r for r in rec["runs"] if r["name"] == "Megatron-LM GPT 1.7B")
     row = runs[runs["published training"] == "Megatron-LM GPT 1.7B"].iloc[0]
-    assert (row["rank"], row["of fitting"], row["fits"]) == (want["rank"], want["n_fits"], "yes")
+    assert (row["configuration rank"], row["of configurations"], row["fits"]) == \
+        (want["rank"], want["n_fits"], "yes")
+    assert (row["layout rank"], row["of layouts"]) == (want["layout_rank"], want["n_layouts"])
     assert row["published TFLOP/s"] == 137
     assert row["predicted TFLOP/s"] == pytest.approx(want["predicted_tflops_per_gpu"], abs=0.05)
     assert len(runs) == len(rec["runs"]) and len(figs) == sum(len(f["batches"])
@@ -175,3 +177,18 @@ def test_the_track_record_is_built_only_when_opened_and_shows_what_the_cli_print
     fig16 = figs[figs["comparison"].str.startswith("Fig. 16")].set_index("batch")
     assert fig16.loc[128, "same order"] == "no" and fig16.loc[512, "same order"] == "yes"
     assert fig16.loc[128, "predicted TFLOP/s per GPU"].startswith("mb1 ")
+
+
+def test_only_the_page_that_plans_starts_loading_the_compiled_pass(app_test, monkeypatch):
+    """The compiled pass's first load (~2.5 s of compiling on a fresh machine, holding the GIL)
+    is not put on another page's first draw; the Planner page starts it once."""
+    from memledger.planner import fused
+    from memledger.views import frame
+    calls = []
+    monkeypatch.setattr(fused, "warm", lambda: calls.append(1))
+    frame._start_planner_pass.clear()
+    ok(app_test("pages/ledger.py").run())
+    assert calls == []
+    ok(app_test(PAGE).run())
+    assert calls == [1]
+    frame._start_planner_pass.clear()

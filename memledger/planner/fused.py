@@ -172,19 +172,15 @@ def _assemble_cells(cells, n_w, n_z, n_rc, seg, n_ranks, f, base, variant, sf, s
 
 
 def _slowest_row(out, p, w, t_seg, t_n, mo, dual, g, g_dual, fixed):
-    """out[k, b] = max over pipe p's ranks r of mo[r] · g[k, w, b] + fixed[k, r, b] (the
-    first rank written, the others max-ed in: branch-free inner loops)."""
+    """out[k, b] = max over pipe p's ranks r of mo[r] · g[k, w, b] + fixed[k, r, b]."""
     for j in range(t_n[p]):
         r = t_seg[p] + j
-        gg, m_r = g_dual if dual[r] else g, mo[r]
+        gg = g_dual if dual[r] else g
         for k in range(g.shape[0]):
-            gk, fk, ok = gg[k, w], fixed[k, r], out[k]
-            if j == 0:
-                for b in range(ok.shape[0]):
-                    ok[b] = m_r * gk[b] + fk[b]
-            else:
-                for b in range(ok.shape[0]):
-                    ok[b] = max(ok[b], m_r * gk[b] + fk[b])
+            for b in range(g.shape[2]):
+                x = mo[r] * gg[k, w, b] + fixed[k, r, b]
+                if j == 0 or x > out[k, b]:
+                    out[k, b] = x
 
 
 def _per_step_row(out, comp, p, w, z, dp_x, dp_y, per_mb, hide, opt, m):

@@ -1,7 +1,8 @@
 """The frame every page draws first (Streamlit glue): page config, the app menu, the house CSS,
-and, once per server process, kaleido's browser (fast exports) and the planner's compiled pass
-loaded in the background (memledger/planner/fused.py: its ~0.6 s load then never falls on a
-search).
+and, once per server process, kaleido's browser (fast exports) and — from the page that plans —
+the planner's compiled pass loaded in the background (memledger/planner/fused.py: its load then
+never falls on a search; compiling it on a fresh machine, ~2.5 s of Python holding the GIL, is
+not put on the first page a server draws unless that page is the Planner).
 
 Each page calls `page_frame("<url path>")` before anything else. Pages do this themselves rather
 than through `st.navigation` in app.py, because Streamlit runs a `pages/` file directly when a
@@ -39,10 +40,11 @@ def _start_planner_pass() -> bool:
     return True
 
 
-def page_frame(url_path: str, menu_later: bool = False):
+def page_frame(url_path: str, menu_later: bool = False, plans: bool = False):
     """Page config, menu and CSS for the page served at `/<url_path>`. With `menu_later` the
     menu's place is kept and the page fills it (`fill_menu`) once its chart is sent: the
-    browser then draws the chart without first working through the menu's links."""
+    browser then draws the chart without first working through the menu's links. `plans`: the
+    page runs planner searches (their compiled pass starts loading)."""
     info = page(url_path)
     st.set_page_config(page_title=f"{info.title} · memledger", page_icon=":material/memory:",
                        layout="wide", initial_sidebar_state="auto")
@@ -51,7 +53,8 @@ def page_frame(url_path: str, menu_later: bool = False):
     if not menu_later:
         fill_menu(box, url_path)
     _start_exports()
-    _start_planner_pass()
+    if plans:
+        _start_planner_pass()
     return box
 
 
