@@ -6,7 +6,7 @@ import pytest
 
 from memledger import gpu, model
 from memledger.planner import PlanSpec, plan
-from memledger.planner.groups import GROUP_AXES, NEAR, shown_seconds, top_groups
+from memledger.planner.groups import GROUP_AXES, NEAR, layout_rank, shown_seconds, top_groups
 from memledger.views.planner.charts import (LEDGER_KEYS, _sample, describe_row, ledger_query,
                                             plan_scatter, seconds_ticks, top_csv, top_table)
 
@@ -51,6 +51,23 @@ def test_top_table_rows_are_group_representatives_ranked_by_shown_time_then_peak
     ties = [i for i in range(1, len(table))
             if table["est. s/step"].iloc[i] == table["est. s/step"].iloc[i - 1]]
     assert ties and all(table["peak GiB"].iloc[i - 1] <= table["peak GiB"].iloc[i] for i in ties)
+
+
+def test_a_layouts_rank_counts_the_layouts_whose_fastest_configuration_is_faster():
+    """groups.layout_rank against the rows decoded one by one: one count per layout, none for
+    the configuration's own knob settings (vpp, recompute)."""
+    result = small_plan()
+    rows = result.rows(np.arange(result.n_fits))
+    best: dict = {}
+    for r in rows:
+        key = tuple(r[a] for a in GROUP_AXES)
+        best[key] = min(best.get(key, np.inf), r["seconds"])
+    for i in (0, result.n_fits // 3, result.n_fits - 1):
+        mine = best[tuple(rows[i][a] for a in GROUP_AXES)]
+        rank, n = layout_rank(result, i)
+        assert n == len(best) < result.n_fits
+        assert rank == 1 + sum(t < mine for t in best.values())
+        assert rank <= 1 + int(np.count_nonzero(result.evaluated.seconds < rows[i]["seconds"]))
 
 
 def test_shown_seconds_keep_three_significant_digits():

@@ -23,6 +23,8 @@ def test_a_published_run_shows_its_fit_prediction_and_rank_as_check_computes_the
     (row,) = json.loads(out)["runs"]
     want = check(MEGATRON_2021[0])
     assert row["fits"] and row["rank"] == want.rank and row["n_fits"] == want.n_fits
+    assert (row["layout_rank"], row["n_layouts"]) == (want.layout_rank, want.n_layouts)
+    assert row["in_fastest_tenth"]
     assert row["predicted_tflops_per_gpu"] == pytest.approx(want.tflops_per_gpu)
     assert row["published_tflops_per_gpu"] == 137 and row["layout"]["micro_batch"] == 16
 
@@ -31,7 +33,7 @@ def test_the_table_names_each_run_and_its_rank(capsys):
     code, out, _ = run(capsys, "--match", "GPT 1.7B")
     assert code == 0
     line = next(x for x in out.splitlines() if x.startswith("Megatron-LM GPT 1.7B"))
-    assert "yes" in line and "137" in line and "1 / 209" in line
+    assert "yes" in line and "137" in line and "1 / 157" in line and "1 / 209" in line
 
 
 def test_a_figure_shows_every_layout_and_says_the_order_is_the_measured_one(capsys):

@@ -35,17 +35,21 @@ def render(out: dict) -> str:
     lines = []
     if out["runs"]:
         lines.append(f"{'run':42} {'fits':>4} {'predicted':>9} {'published':>9} {'error':>8} "
-                     "rank / fitting")
+                     f"{'layout rank':>22}  configuration rank")
     for r in out["runs"]:
         pred, pub = r["predicted_tflops_per_gpu"], r["published_tflops_per_gpu"]
-        rank = "—" if r["rank"] is None else (
+        ranks = ("—", "—") if r["rank"] is None else (
+            f"{r['layout_rank']:,} / {r['n_layouts']:,} ({100 * r['layout_fraction']:.1f} %)",
             f"{r['rank']:,} / {r['n_fits']:,} ({100 * r['rank_fraction']:.1f} %)")
         lines.append(f"{r['name']:42} {'yes' if r['fits'] else 'no':>4} "
                      f"{'—' if pred is None else f'{pred:.0f}':>9} "
-                     f"{'—' if pub is None else f'{pub:.0f}':>9} {_pct(r['error']):>8} {rank}")
+                     f"{'—' if pub is None else f'{pub:.0f}':>9} {_pct(r['error']):>8} "
+                     f"{ranks[0]:>22}  {ranks[1]}")
     if out["runs"]:
         lines.append("TFLOP/s per GPU in each paper's FLOP convention; rank 1 = the planner's "
-                     "fastest for the same model, GPUs, sequence and batch")
+                     "fastest for the same model, GPUs, sequence and batch,")
+        lines.append("among layouts (the Planner's table rows; vpp and recompute are knobs "
+                     "within a row) and among configurations")
     for f in out["figures"]:
         lines.append(f"{f['name']} — measured: {f['measured']}")
         heads = "  ".join(f["labels"])

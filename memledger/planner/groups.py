@@ -47,6 +47,18 @@ def _keys(result: Plan, idx: np.ndarray) -> np.ndarray:
     return np.unique(stacked, axis=0, return_inverse=True)[1].reshape(-1)
 
 
+def layout_rank(result: Plan, i: int) -> tuple[int, int]:
+    """(rank, layouts): where configuration i's layout (its group) stands among the layouts of
+    `result` — 1 + the number of layouts whose fastest configuration is strictly faster than
+    the fastest of i's — and how many layouts fit. Exact step times (no rounding, no headroom
+    tie-break): the count a rank among configurations would use, one per layout."""
+    ev = result.evaluated
+    labels = _keys(result, np.arange(len(ev.seconds)))
+    best = np.full(int(labels.max()) + 1, np.inf)
+    np.minimum.at(best, labels, ev.seconds)
+    return 1 + int(np.count_nonzero(best < best[labels[i]])), len(best)
+
+
 def _ranked(result: Plan, idx: np.ndarray) -> np.ndarray:
     ev = result.evaluated
     return idx[np.lexsort((ev.seconds[idx], ev.peak_bytes[idx], shown_seconds(ev.seconds[idx])))]

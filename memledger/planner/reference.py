@@ -4,8 +4,14 @@ predicts for it (in the paper's own FLOP convention), and where it ranks among e
 configuration the planner finds for the same model, GPUs, sequence and global batch.
 
 The published layout's time is the fastest fitting configuration with the published axes fixed
-(what a paper leaves open — micro-batch size, schedule, vpp — the planner chooses); its rank is
-1 + the number of fitting configurations of the open search that are strictly faster.
+(what a paper leaves open — micro-batch size, schedule, vpp — the planner chooses). Two ranks:
+among configurations, 1 + the number of fitting configurations of the open search that are
+strictly faster; among layouts — the rows of the Planner's table (`groups`: one per world, tp,
+pp, ep, etp, cp, dp, schedule, ZeRO stage and micro-batch size; vpp and recompute are knobs
+within a row) — 1 + the number of layouts whose fastest configuration is strictly faster than
+the published layout's. The first counts the published layout's own knob settings (another
+vpp) as rivals; the second is where a user of the planner finds the published layout.
+"In the fastest 10 %" (`in_fastest_tenth`): rank ≤ max(1, ⌊n / 10⌋) — the first always is.
 For the paper's layout comparisons (`LayoutFigure`), `figure_seconds` predicts each layout's
 step and `figure_agrees` says whether their order is the one the paper measured. `report`
 gathers all of it as plain rows (what `memledger reference` prints and the Planner page shows).
@@ -19,6 +25,8 @@ import numpy as np
 from memledger.costs.published import (LAYOUT_FIGURES, REFERENCE_RUNS, LayoutFigure, PublishedRun,
                                        megatron_eq3_flops)
 from memledger.planner import Constraints, PlanSpec, plan
+from memledger.planner.groups import GROUP_AXES
+from memledger.planner.groups import layout_rank as layout_rank_of
 from memledger.planner.throughput import forward_flops_per_token
 from memledger.presets import gpu
 
@@ -29,9 +37,11 @@ class ReferenceCheck:
     fits: bool
     seconds: float | None  # predicted step time of the published layout
     tflops_per_gpu: float | None  # predicted, in the paper's FLOP convention
-    rank: int | None  # 1 = the planner's fastest
+    rank: int | None  # 1 = the planner's fastest configuration
     n_fits: int  # fitting configurations of the open search
     best: dict | None  # the planner's fastest configuration
+    layout_rank: int | None = None  # 1 = the planner's fastest layout (its table's first row)
+    n_layouts: int = 0  # fitting layouts of the open search
 
     @property
     def error(self) -> float | None:
@@ -43,6 +53,15 @@ class ReferenceCheck:
     @property
     def rank_fraction(self) -> float | None:
         return None if self.rank is None else self.rank / max(self.n_fits, 1)
+
+    @property
+    def layout_fraction(self) -> float | None:
+        return None if self.layout_rank is None else self.layout_rank / max(self.n_layouts, 1)
+
+
+def in_fastest_tenth(rank: int, n: int) -> bool:
+    """Whether rank (1 = fastest) of n is in the fastest 10 %: rank ≤ max(1, ⌊n / 10⌋)."""
+    return rank <= max(1, n // 10)
 
 
 def _spec(run: PublishedRun, **fixed) -> PlanSpec:
@@ -60,8 +79,18 @@ def step_flops(run: PublishedRun) -> float:
 
 def published_seconds(run: PublishedRun) -> float | None:
     """Predicted step time of the published layout (None: it does not fit)."""
+    found = _published(run)
+    return None if found is None else found[0]
+
+
+def _published(run: PublishedRun) -> tuple[float, dict] | None:
+    """(seconds, its layout's axes) of the published layout's fastest configuration."""
     fixed = plan(_spec(run, **run.layout))
-    return float(fixed.evaluated.seconds.min()) if fixed.n_fits else None
+    if not fixed.n_fits:
+        return None
+    i = int(np.argmin(fixed.evaluated.seconds))
+    cols = fixed.evaluated.columns(np.array([i]))
+    return float(fixed.evaluated.seconds[i]), {a: cols[a][0] for a in GROUP_AXES}
 
 
 def tflops_per_gpu(run: PublishedRun, seconds: float) -> float:
@@ -70,14 +99,21 @@ def tflops_per_gpu(run: PublishedRun, seconds: float) -> float:
 
 
 def check(run: PublishedRun) -> ReferenceCheck:
-    secs = published_seconds(run)
-    if secs is None:
+    found = _published(run)
+    if found is None:
         return ReferenceCheck(run, False, None, None, None, 0, None)
+    secs, axes = found
     tflops = tflops_per_gpu(run, secs)
     full = plan(_spec(run))
     rank = 1 + int(np.count_nonzero(full.evaluated.seconds < secs))
     best = full.rows(full.top(1))[0] if full.n_fits else None
-    return ReferenceCheck(run, True, secs, tflops, rank, full.n_fits, best)
+    ev = full.evaluated
+    cols = ev.columns(np.arange(len(ev.seconds)))
+    # the open search holds the published configuration (it fits; the constraints only fix axes)
+    mine = np.flatnonzero(np.logical_and.reduce([cols[a] == v for a, v in axes.items()]))[0]
+    layout_rank, n_layouts = layout_rank_of(full, int(mine))
+    return ReferenceCheck(run, True, secs, tflops, rank, full.n_fits, best, layout_rank,
+                          n_layouts)
 
 
 def figure_seconds(fig: LayoutFigure, global_batch: int) -> list[float | None]:
@@ -129,7 +165,10 @@ def run_row(run: PublishedRun) -> dict:
     return {"name": run.name, "source": run.source, "layout": run.layout, "fits": c.fits,
             "predicted_tflops_per_gpu": c.tflops_per_gpu, "published_tflops_per_gpu":
             run.tflops_per_gpu, "error": c.error, "seconds": c.seconds, "rank": c.rank,
-            "n_fits": c.n_fits, "rank_fraction": c.rank_fraction,
+            "n_fits": c.n_fits, "rank_fraction": c.rank_fraction, "layout_rank": c.layout_rank,
+            "n_layouts": c.n_layouts, "layout_fraction": c.layout_fraction,
+            "in_fastest_tenth": c.layout_rank is not None and in_fastest_tenth(c.layout_rank,
+                                                                               c.n_layouts),
             "fastest": {k: best.get(k) for k in ("tp", "pp", "vpp", "ep", "cp", "dp", "zero",
                                                  "micro_batch", "schedule", "seconds")}}
 

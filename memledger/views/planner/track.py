@@ -1,7 +1,7 @@
 """The step-time model's track record on the Planner page: the rows of
 `memledger.planner.reference.report` (what `memledger reference` prints and the tests check) as
 two tables — each published training (fits, predicted against published TFLOP/s per GPU, rank
-among the planner's fitting configurations) and each layout comparison of Narayanan et al. 2021
+among the planner's fitting layouts and configurations) and each layout comparison of Narayanan et al. 2021
 (predicted TFLOP/s per layout, whether the order is the measured one). Computes nothing itself
 beyond calling `report` once per process; formats for reading (the exact values: the CLI's
 `--json`)."""
@@ -16,7 +16,9 @@ from memledger.planner.reference import report
 CAPTION = ("The ranking above comes from this step-time model; here is how it does on published "
            "trainings (docs/step-time.md; `memledger reference` prints the same, `--json` the "
            "exact values). Rank 1 = the planner's fastest for that model, GPU count, sequence "
-           "and batch; TFLOP/s in each paper's own FLOP convention.")
+           "and batch: among layouts (the rows of the table above; vpp and recompute are knobs "
+           "within a row) and among configurations; TFLOP/s in each paper's own FLOP "
+           "convention.")
 
 
 @lru_cache(maxsize=1)
@@ -35,8 +37,9 @@ def runs_table(rec: dict) -> pd.DataFrame:
             "predicted TFLOP/s": _round(r["predicted_tflops_per_gpu"]),
             "published TFLOP/s": r["published_tflops_per_gpu"],
             "error %": None if r["error"] is None else round(100 * r["error"], 1),
-            "rank": rank, "of fitting": r["n_fits"],
-            "in the fastest": None if rank is None else _share(r["rank_fraction"])})
+            "layout rank": r["layout_rank"], "of layouts": r["n_layouts"],
+            "in the fastest": None if rank is None else _share(r["layout_fraction"]),
+            "configuration rank": rank, "of configurations": r["n_fits"]})
     return pd.DataFrame(rows)
 
 
