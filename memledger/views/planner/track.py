@@ -1,10 +1,10 @@
 """The step-time model's track record on the Planner page: the rows of
 `memledger.planner.reference.report` (what `memledger reference` prints and the tests check) as
 two tables — each published training (fits, predicted against published TFLOP/s per GPU, rank
-among the planner's fitting layouts and configurations) and each layout comparison of Narayanan et al. 2021
-(predicted TFLOP/s per layout, whether the order is the measured one). Computes nothing itself
-beyond calling `report` once per process; formats for reading (the exact values: the CLI's
-`--json`)."""
+among the planner's fitting layouts and configurations) and each layout comparison of
+Narayanan et al. 2021 (predicted TFLOP/s per layout, whether the order is the measured one).
+Computes nothing itself beyond calling `report` once per process; formats for reading (the
+exact values: the CLI's `--json`)."""
 from __future__ import annotations
 
 from functools import lru_cache
