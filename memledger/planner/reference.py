@@ -107,13 +107,25 @@ def check(run: PublishedRun) -> ReferenceCheck:
     full = plan(_spec(run))
     rank = 1 + int(np.count_nonzero(full.evaluated.seconds < secs))
     best = full.rows(full.top(1))[0] if full.n_fits else None
-    ev = full.evaluated
-    cols = ev.columns(np.arange(len(ev.seconds)))
-    # the open search holds the published configuration (it fits; the constraints only fix axes)
-    mine = np.flatnonzero(np.logical_and.reduce([cols[a] == v for a, v in axes.items()]))[0]
-    layout_rank, n_layouts = layout_rank_of(full, int(mine))
+    layout_rank, n_layouts = layout_rank_of(full, _row_of(full.evaluated, axes))
     return ReferenceCheck(run, True, secs, tflops, rank, full.n_fits, best, layout_rank,
                           n_layouts)
+
+
+def _row_of(ev, axes: dict) -> int:
+    """A kept row of `ev` with the layout `axes` (the open search holds the published
+    configuration: it fits, and the published run's constraints only fix axes). Only the
+    rows of its block are decoded."""
+    start = 0
+    for blk, n in zip(ev.blocks, ev.block_rows):
+        if (blk.world, blk.tp, blk.pp, blk.cp, blk.dp) == tuple(
+                axes[a] for a in ("world", "tp", "pp", "cp", "dp")):
+            cols = blk.decode(ev.flat[start:start + n])
+            hit = np.logical_and.reduce([cols[a] == v for a, v in axes.items()])
+            if hit.any():
+                return start + int(np.flatnonzero(hit)[0])
+        start += n
+    raise LookupError(f"no kept configuration has the layout {axes}")
 
 
 def figure_seconds(fig: LayoutFigure, global_batch: int) -> list[float | None]:
