@@ -22,13 +22,13 @@ Used only where it is the whole answer: a ranked block (persistent gradients), p
 only what fits, without per-term step-time parts. keep_all (tests), on-demand gradients
 (`cells.GridPeaks`), the unpruned rerun and `parts=True` stay on the numpy path.
 
-Loading costs ~0.6 s once per process (numba's import ~0.2 s, the dispatcher ~0.2 s, the
-cached machine code ~0.2 s; compiling it the first time on a machine ~1 s more): about what
-the pass saves on the largest search (~0.5 s on the full DeepSeek-V3 sweep), more than it saves
-on any smaller one. So a search uses the pass
-only once it is loaded (`loaded()`): the app loads it in the background when it starts
-(`warm()`), the benchmark before it measures; a one-shot `memledger plan` stays on numpy and
-pays nothing. Either way the answer is the same.
+Loading costs ~0.6–1 s once per process (numba's import ~0.2 s, the dispatcher ~0.2 s, the
+cached machine code ~0.2–0.5 s; compiling it the first time on a machine ~1.5 s more): about
+what the pass saves on the largest search (~0.5 s on the full DeepSeek-V3 sweep), more than it
+saves on any smaller one. So a search uses the pass only once it is loaded (`loaded()`): the
+app loads it in the background when the Planner page is first drawn (`warm()`,
+views/frame.py), the benchmark before it measures; a one-shot `memledger plan` stays on numpy
+and pays nothing. Either way the answer is the same.
 """
 from __future__ import annotations
 
