@@ -68,7 +68,7 @@ def main() -> None:
     t0 = time.perf_counter()
     fused.kernel()
     print(f"compiled pass loaded in {time.perf_counter() - t0:.3f} s (once per process; "
-          "~1 s more the first time on a machine, when numba compiles it)")
+          "~1.5–2 s more the first time on a machine, when numba compiles it)")
     for name, kw in CASES.items():
         runs = {True: [], False: []}
         for _ in range(args.repeat):
