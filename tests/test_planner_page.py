@@ -170,6 +170,10 @@ def test_the_track_record_is_built_only_when_opened_and_shows_what_the_cli_print
     assert (row["configuration rank"], row["of configurations"], row["fits"]) == \
         (want["rank"], want["n_fits"], "yes")
     assert (row["layout rank"], row["of layouts"]) == (want["layout_rank"], want["n_layouts"])
+    assert row["fastest 10 %"] == "yes"
+    by_name = {r["name"]: r for r in rec["runs"]}
+    assert [("yes" if by_name[n]["in_fastest_tenth"] else "no") for n in
+            runs["published training"]] == list(runs["fastest 10 %"])
     assert row["published TFLOP/s"] == 137
     assert row["predicted TFLOP/s"] == pytest.approx(want["predicted_tflops_per_gpu"], abs=0.05)
     assert len(runs) == len(rec["runs"]) and len(figs) == sum(len(f["batches"])

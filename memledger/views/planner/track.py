@@ -39,6 +39,7 @@ def runs_table(rec: dict) -> pd.DataFrame:
             "error %": None if r["error"] is None else round(100 * r["error"], 1),
             "layout rank": r["layout_rank"], "of layouts": r["n_layouts"],
             "in the fastest": None if rank is None else _share(r["layout_fraction"]),
+            "fastest 10 %": None if rank is None else "yes" if r["in_fastest_tenth"] else "no",
             "configuration rank": rank, "of configurations": r["n_fits"]})
     return pd.DataFrame(rows)
 
