@@ -43,9 +43,7 @@ def shown_seconds(seconds) -> np.ndarray:
 
 def _keys(result: Plan, idx: np.ndarray) -> np.ndarray:
     """One integer label per configuration: equal labels, same group (within `idx`)."""
-    cols = result.evaluated.columns(idx)
-    stacked = np.stack([cols[a] for a in GROUP_AXES], axis=1)
-    return np.unique(stacked, axis=0, return_inverse=True)[1].reshape(-1)
+    return layout_labels(result.evaluated, idx)
 
 
 def layout_rank(result: Plan, i: int) -> tuple[int, int]:
@@ -60,21 +58,28 @@ def layout_rank(result: Plan, i: int) -> tuple[int, int]:
     return 1 + int(np.count_nonzero(best < best[labels[i]])), int(np.isfinite(best).sum())
 
 
-def layout_labels(ev) -> np.ndarray:
-    """One integer per kept configuration of `ev` (`blocks.Evaluated`), equal exactly for
-    configurations of one layout (`GROUP_AXES`), read off the flat indices: a block is one
-    (world, tp, pp, cp, dp), and in its grid [pipe, width, ZeRO, micro-batch, recompute] a
-    layout is (the pipe's schedule, width, ZeRO, micro-batch). No column is decoded (a
-    DeepSeek-V3 search keeps 7 M configurations)."""
-    out = np.empty(len(ev.flat), np.int64)
-    start = offset = 0
-    for blk, n in zip(ev.blocks, ev.block_rows):
+def layout_labels(ev, rows=None) -> np.ndarray:
+    """One integer per kept configuration `rows` of `ev` (`blocks.Evaluated`; default: all),
+    equal exactly for configurations of one layout (`GROUP_AXES`), read off the flat indices: a
+    block is one (world, tp, pp, cp, dp) — a search has one block per such tuple — and in its
+    grid [pipe, width, ZeRO, micro-batch, recompute] a layout is (the pipe's schedule, width,
+    ZeRO, micro-batch). No column is decoded (a DeepSeek-V3 search keeps 7 M configurations)."""
+    ends = np.cumsum(ev.block_rows)
+    sizes = [len(SCHEDULE_CODES) * int(np.prod(b.shape[1:4])) for b in ev.blocks]
+    offsets = np.cumsum([0] + sizes[:-1])
+    if rows is None:  # every row: each block's rows are one slice
+        at = [slice(e - n, e) for e, n in zip(ends.tolist(), ev.block_rows)]
+        flat, out = ev.flat, np.empty(len(ev.flat), np.int64)
+    else:
+        flat = ev.flat[np.asarray(rows, dtype=np.int64)]
+        ids = np.searchsorted(ends, rows, side="right")
+        order = np.argsort(ids, kind="stable")  # the rows of each block, together
+        at = np.split(order, np.cumsum(np.bincount(ids, minlength=len(ev.blocks)))[:-1])
+        out = np.empty(len(flat), np.int64)
+    for b, (blk, sel) in enumerate(zip(ev.blocks, at)):
         _, n_w, n_z, n_b, n_rc = blk.shape
-        p, rest = np.divmod(ev.flat[start:start + n], n_w * n_z * n_b * n_rc)
-        layout = blk.pipes["schedule"][p] * (n_w * n_z * n_b) + rest // n_rc
-        out[start:start + n] = offset + layout
-        offset += len(SCHEDULE_CODES) * n_w * n_z * n_b
-        start += n
+        p, rest = np.divmod(flat[sel], n_w * n_z * n_b * n_rc)
+        out[sel] = offsets[b] + blk.pipes["schedule"][p] * (n_w * n_z * n_b) + rest // n_rc
     return out
 
 
