@@ -1,6 +1,7 @@
 """A second lane for a search: while the calling thread computes one block's arrays (the
-peak's pieces and step times, `evaluate`), the previous block is assembled on one worker
-thread (`cells.assemble`: the cell-by-cell max, the fit test and the kept rows).
+peak's pieces and the step time's, `evaluate`), the previous block is assembled on one worker
+thread (`cells.assemble`: the cell-by-cell max, the fit test, the kept rows' step times and the
+kept rows).
 
 Why it is faster: the assembly's heavy part, the compiled pass (`fused`, built with
 `nogil=True`), runs without Python's global lock, so on a machine with two or more cores it
