@@ -115,7 +115,8 @@ def random_step_terms(rng, n_p, n_w, n_z, n_b, n_rc) -> StepTerms:
     return StepTerms(mo=coarse(n_r), dual=rng.random(n_r) < 0.3, g=coarse(1 + n_rc, n_w, n_b),
                      g_dual=coarse(1 + n_rc, n_w, n_b), fixed=coarse(1 + n_rc, n_r, n_b),
                      seg=np.cumsum(t_n) - t_n, n_ranks=t_n, scale=coarse(n_p, n_b) + 1,
-                     dp=dp, opt=coarse(n_p, n_w, n_z), m=rng.integers(1, 9, n_b) * 1.0)
+                     dp=dp, opt=coarse(n_p, n_w, n_z), acc=coarse(n_p, n_w, n_b),
+                     m=rng.integers(1, 9, n_b) * 1.0)
 
 
 @settings(max_examples=150, deadline=None,

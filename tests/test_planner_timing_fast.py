@@ -44,8 +44,8 @@ class _TermByTerm(timing.StepTerms):
         return self.summed
 
 
-def _step_terms_term_by_term(pf, L, p2p, scale, dp, opt, m_b, n_w):
-    terms = REAL_STEP_TERMS(pf, L, p2p, scale, dp, opt, m_b, n_w)
+def _step_terms_term_by_term(pf, L, p2p, scale, dp, opt, acc, m_b, n_w):
+    terms = REAL_STEP_TERMS(pf, L, p2p, scale, dp, opt, acc, m_b, n_w)
     t_mb, comp = _term_by_term(pf, L, p2p, n_w)
     return _TermByTerm(**vars(terms), summed=np.concatenate([comp[None],
                                                              np.moveaxis(t_mb, -1, 0)]))

@@ -98,3 +98,24 @@ def test_an_expert_all_to_all_over_two_nodes_costs_less_than_every_row_on_the_ni
     all_nic = 4 * co.all_to_all_seconds(rows * m.hidden * 2, 16, nic, alpha,
                                         co.topk_imbalance(rows, 16))
     assert a2a8 < a2a16 < 0.6 * all_nic
+
+
+def test_megatron_2021_adds_every_micro_batchs_gradients_megatron_core_fuses_the_add():
+    """Megatron-LM 2021's own DDP adds each micro-batch's fp16 gradients into its zeroed buffer
+    (m adds of 3 × the gradient bytes at 80 % of HBM bandwidth), PyTorch DDP (no pipeline)
+    from the second micro-batch on; Megatron-Core's weight-gradient GEMMs accumulate in place."""
+    from memledger.costs import stepmodel as sm
+    from memledger.costs.overlap import framework
+    hw, grads = gpu("a100-80gb"), 4e9  # 2 G parameters' fp16 gradients
+    setup = lambda fw, pp: sm.Setup(model("llama3-8b"), hw, framework(fw), 2048, 8, 1, 6, 8,  # noqa: E731
+                                    2, pp)
+    one_add = 3 * grads / (2039e9 * 0.8)  # 7.36 ms
+    assert sm.accumulation_seconds(setup("megatron-2021", 64), grads, 512) == \
+        pytest.approx(512 * one_add) == pytest.approx(3.7666, rel=1e-4)
+    assert sm.accumulation_seconds(setup("megatron-2021", 1), grads, 4) == \
+        pytest.approx(3 * one_add)
+    assert sm.accumulation_seconds(setup("megatron-2021", 1), grads, 1) == 0
+    assert sm.accumulation_seconds(setup("megatron-core", 64), grads, 512) == 0
+    per_b = sm.accumulation_seconds(setup("megatron-2021", 4), np.array([[grads]]),
+                                    np.array([1.0, 8.0]))
+    np.testing.assert_allclose(per_b, [[one_add, 8 * one_add]])

@@ -11,14 +11,20 @@ that is a property of the software, not of the layout.
   (`--DDP-impl local`) with pipelining, which all-reduces after the flush (§2.2), exposed.
   Pipeline send/recv with the scatter/gather optimisation (§4.1, on by default; the sc21
   scripts turn it off only for Fig. 18's comparison): each tp rank sends 1/tp of the
-  activation over its own NIC and the receivers all-gather it over NVLink.
+  activation over its own NIC and the receivers all-gather it over NVLink. Weight gradients
+  accumulate over micro-batches in a separate memory-bound add (Megatron's DDP hook
+  `main_grad.add_(grad)` after every micro-batch's backward into its zeroed buffer; PyTorch
+  DDP's autograd `AccumulateGrad` adds in place from the second micro-batch on): fp16
+  gradients, since `--accumulate-allreduce-grads-in-fp32` is forced for bf16 only.
 - megatron-core: Megatron-Core ≥ 0.5 defaults a large run turns on: flash attention, sequence
   parallel, `--overlap-grad-reduce` / `--overlap-param-gather` (the data-parallel reduce hides
   behind the last micro-batch's backward), context-parallel ring attention overlapping each K/V
   hop with the previous block's attention (Megatron-Core `context_parallel` docs), TP
   communication exposed (`--tp-comm-overlap` off by default), ZeRO-3-style gathers prefetched.
   Under DualPipe the MoE all-to-all of one micro-batch hides behind the other's compute
-  (DeepSeek-V3 report, arXiv 2412.19437 §3.2.1), up to that compute's length.
+  (DeepSeek-V3 report, arXiv 2412.19437 §3.2.1), up to that compute's length. Gradient
+  accumulation fusion on (its default; `--no-gradient-accumulation-fusion` turns it off): the
+  weight-gradient GEMM accumulates into the fp32 main gradient itself, no separate add.
 Used by `memledger.costs.stepmodel`; the planner runs `megatron-core` unless told otherwise.
 
 Each framework also bounds the planner's search to what it can run (`planner.space`,
@@ -52,6 +58,7 @@ class Framework:
     cp_overlap: bool  # ring attention overlaps each K/V hop with a block's attention
     dualpipe_hides_ep: bool  # DualPipe: all-to-all hidden behind the paired compute
     prefetch: bool  # ZeRO-3 gathers prefetched behind compute
+    grad_accum_fused: bool  # weight-gradient GEMMs accumulate into the gradient buffer
     description: str = ""
     # what it can run (the planner's search bounds)
     schedules: tuple[str, ...] = ("1f1b", "interleaved", "dualpipe")
@@ -67,7 +74,7 @@ FRAMEWORKS: dict[str, Framework] = {
     f.name: f for f in (
         Framework(name="megatron-2021", flash=False, sp=False, tp_hidden=0.0, dp_overlap=False,
                   dp_overlap_no_pipeline=True, pp_scatter_gather=True, cp_overlap=False,
-                  dualpipe_hides_ep=False, prefetch=False,
+                  dualpipe_hides_ep=False, prefetch=False, grad_accum_fused=False,
                   description="Megatron-LM as in Narayanan et al. 2021: no flash, no SP, "
                               "DP reduce overlapped only without pipelining",
                   schedules=("1f1b", "interleaved"), uneven_stages=False, interleave_min_pp=3,
@@ -75,7 +82,7 @@ FRAMEWORKS: dict[str, Framework] = {
                   recompute=("none", "full")),
         Framework(name="megatron-core", flash=True, sp=True, tp_hidden=0.0, dp_overlap=True,
                   dp_overlap_no_pipeline=True, pp_scatter_gather=False, cp_overlap=True,
-                  dualpipe_hides_ep=True, prefetch=True,
+                  dualpipe_hides_ep=True, prefetch=True, grad_accum_fused=True,
                   description="Megatron-Core: flash, SP, DP reduce and CP ring overlapped, "
                               "TP exposed"),
     )

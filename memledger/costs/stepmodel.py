@@ -16,14 +16,19 @@ Per micro-batch: pipeline send/recv of tokens·h (÷ tp under SP; without SP, sc
 ÷ tp over the NIC + an NVLink all-gather) per chunk boundary, forward and backward (blocking
 in Megatron's 1F1B). Per step:
   step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 traffic (exposed) + optimizer
+         + gradient accumulation
 with t_mb the slowest rank's micro-batch; DP sync hidden behind one micro-batch's backward
 when the framework overlaps it (Megatron-LM 2021: only without pipelining, `overlap`;
 sharded gradients, ZeRO-2/3, are reduce-scattered every micro-batch, each behind its own
 backward; ZeRO-3's gathers behind the prefetching compute), and the optimizer memory-bound:
 every parameter's master, states, gradient read and weight written, ÷ the ZeRO shard, at HBM
-bandwidth. `costs/stepscalar.py` assembles one configuration from these terms with scalars.
+bandwidth. Gradient accumulation, where the framework does not fuse it into the weight-gradient
+GEMMs (`overlap`): each micro-batch's gradients added to the accumulated ones, a memory-bound
+kernel reading both and writing the sum. `costs/stepscalar.py` assembles one configuration from these terms with scalars.
 Ignores: expert-data-parallel groups (all gradients sync over dp·cp), the communication a
-recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps.
+recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps; that
+the gradient adds run inside each micro-batch's backward (so the bubble stretches with them:
+b/(1 − b) of a term of a few per cent).
 """
 from __future__ import annotations
 
@@ -39,6 +44,9 @@ from memledger.model.params import layer_groups
 from memledger.units import format_bytes
 
 TP_COLLECTIVES = 8  # SP: all-gather + reduce-scatter around attention and MLP, fwd and bwd
+# the terms of a step, each at the slowest rank; they sum to the step time
+PARTS = ("compute", "recompute", "tp", "cp", "ep", "pp_p2p", "bubble", "dp_sync", "zero3",
+         "optimizer", "grad_accum")
 
 
 @dataclass(frozen=True)
@@ -240,3 +248,18 @@ def optimizer_seconds(su: Setup, t, weights, zero):
     params = np.asarray(weights, np.float64) / format_bytes(t.recipe.weight_fmt, 1)
     shard = np.where(np.asarray(zero) >= 1, su.dp * su.cp, 1)
     return gemm.elementwise_seconds(su.hw, params / shard * optimizer_bytes_per_param(t))
+
+
+def accumulation_seconds(su: Setup, grads, micro_batches):
+    """Per step, the weight gradients of each micro-batch added to the accumulated ones where
+    the framework runs that as its own kernel (`Framework.grad_accum_fused` off): the sum and
+    the new gradient read, the sum written — 3 × the rank's unsharded gradient bytes — m times
+    into Megatron's zeroed buffer, m − 1 times in autograd's `.grad` under PyTorch DDP (the
+    first micro-batch's gradient is written, not added; Megatron-LM 2021 without pipelining).
+    grads: the rank's gradient rows in bytes."""
+    m = np.asarray(micro_batches, np.float64)
+    if su.fw.grad_accum_fused:
+        return np.zeros(np.broadcast_shapes(np.shape(grads), m.shape))
+    autograd = su.pp == 1 and su.fw.dp_overlap_no_pipeline and not su.fw.dp_overlap
+    adds = m - 1 if autograd else m
+    return adds * gemm.elementwise_seconds(su.hw, 3 * np.asarray(grads, np.float64))

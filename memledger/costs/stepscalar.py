@@ -7,7 +7,7 @@ bubble fraction, and the unsharded weight and gradient rows of a ZeRO-0 ledger o
 layout (the data-parallel terms move unsharded bytes; `stepmodel.dp_seconds`). The terms are
 `memledger.costs.stepmodel`'s (docs/step-time.md); the assembly is the one the planner runs:
   t_mb  = max over pipeline ranks of compute + recompute + TP + CP + EP + PP send/recv
-  step  = m · t_mb / (1 − bubble) + DP sync + ZeRO-3 traffic + optimizer
+  step  = m · t_mb / (1 − bubble) + DP sync + ZeRO-3 traffic + optimizer + gradient accumulation
 with the DP window one micro-batch's backward of the rank with the most compute, and each part
 reported at the slowest rank (bubble = m · t_mb · b / (1 − b)). A DualPipe rank runs each
 micro-batch through one of its two stages (half its layers per micro-batch).
@@ -29,8 +29,7 @@ from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
 from memledger.units import format_bytes
 
-PARTS = ("compute", "recompute", "tp", "cp", "ep", "pp_p2p", "bubble", "dp_sync", "zero3",
-         "optimizer")
+PARTS = sm.PARTS
 
 
 def _rank_layers(m, p: ParallelSpec):
@@ -105,5 +104,6 @@ def step_parts(m, hw, fw: Framework, p: ParallelSpec, t: TrainSpec, gpus_per_nod
                                                     (2.0 / 3.0) * comp, comp / 3))
     out = {k: n_mb * v for k, v in slowest.items()}
     out |= {"bubble": n_mb * t_mb * b / (1.0 - b), "dp_sync": sync, "zero3": z3,
-            "optimizer": float(sm.optimizer_seconds(su, t, weights, p.zero))}
+            "optimizer": float(sm.optimizer_seconds(su, t, weights, p.zero)),
+            "grad_accum": float(sm.accumulation_seconds(su, grads, n_mb))}
     return {k: out[k] for k in PARTS}

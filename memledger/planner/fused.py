@@ -94,7 +94,7 @@ def assemble(out, terms, secs, valid, seg, n_ranks, shape, cells, ceiling, runti
             terms.with_step.reshape(-1), np.repeat(valid, n_rc, axis=1), ceiling, slack, ctx,
             secs.seg, secs.n_ranks, secs.mo, secs.dual, secs.g, secs.g_dual, secs.fixed,
             secs.scale, np.ascontiguousarray(dp.x), np.ascontiguousarray(dp.y), dp.per_mb,
-            dp.hide.astype(np.int64), secs.opt, secs.m)
+            dp.hide.astype(np.int64), secs.opt, secs.acc, secs.m)
     step, run = max(1, chunk // n_brc), kernel()
     for c0 in range(0, len(cells), step):
         cell = cells[c0:c0 + step]
@@ -116,16 +116,17 @@ def _one_cell():
     x1, x2, x3 = np.zeros(1), np.zeros((1, 1)), np.zeros((1, 1, 1))
     return (i, 1, 1, 1, i, one, table, table, i, i, i, np.ones((1, 1), bool), 0, 0, 0,
             i, one, x1, np.zeros(1, bool), x3, x3, x3, x2, x3, x3, np.zeros(1, bool), i, x3,
-            x1, i.copy(), i.copy(), np.zeros(1))
+            x3.copy(), x1, i.copy(), i.copy(), np.zeros(1))
 
 
 def _assemble_cells(cells, n_w, n_z, n_rc, seg, n_ranks, f, base, variant, sf, ss, valid_rc,
                     ceiling, slack, ctx, t_seg, t_n, mo, dual, g, g_dual, fixed, scale,
-                    dp_x, dp_y, per_mb, hide, opt, m, o_flat, o_peak, o_sec):
+                    dp_x, dp_y, per_mb, hide, opt, acc, m, o_flat, o_peak, o_sec):
     """Write the fitting configurations of `cells` (ascending) to o_*; return (rows written,
     smallest fitting alloc or -1, its flat index, its seconds). Memory arguments as in
     `cells.assemble` / `RankTerms._sources`; t_seg … m: `timing.StepTerms` (its pipes' ranks,
-    passes, scale, `stepmodel.DPTerms` as [Z, P, W], optimizer [P, W, Z], micro-batches),
+    passes, scale, `stepmodel.DPTerms` as [Z, P, W], optimizer [P, W, Z], gradient
+    accumulation [P, W, B], micro-batches),
     evaluated here only for the (pipe, width) rows that keep something, with
     `StepTerms.arrays`' operations in its order (so the same floats)."""
     n_brc = f.shape[1]
@@ -158,7 +159,8 @@ def _assemble_cells(cells, n_w, n_z, n_rc, seg, n_ranks, f, base, variant, sf, s
                 _slowest_row(passes, p, w, t_seg, t_n, mo, dual, g, g_dual, fixed)
                 row_pw = pw
             if step_cell != cell:
-                _per_step_row(per_step, passes[0], p, w, z, dp_x, dp_y, per_mb, hide, opt, m)
+                _per_step_row(per_step, passes[0], p, w, z, dp_x, dp_y, per_mb, hide, opt, acc,
+                              m)
                 step_cell = cell
             b = c // n_rc
             s = passes[1 + c % n_rc, b] * scale[p, b] + per_step[b]
@@ -183,9 +185,9 @@ def _slowest_row(out, p, w, t_seg, t_n, mo, dual, g, g_dual, fixed):
                     out[k, b] = x
 
 
-def _per_step_row(out, comp, p, w, z, dp_x, dp_y, per_mb, hide, opt, m):
-    """out[b]: stage z's exposed data-parallel seconds (`stepmodel.exposed_seconds`) + the
-    optimizer, hidden by the compute pass `comp` of the row."""
+def _per_step_row(out, comp, p, w, z, dp_x, dp_y, per_mb, hide, opt, acc, m):
+    """out[b]: stage z's exposed data-parallel seconds (`stepmodel.exposed_seconds`), hidden
+    by the compute pass `comp` of the row, + the optimizer + the gradient accumulation."""
     for b in range(out.shape[0]):
         h = 0.0
         if hide[z] == 1:
@@ -195,4 +197,4 @@ def _per_step_row(out, comp, p, w, z, dp_x, dp_y, per_mb, hide, opt, m):
         v = max(dp_x[z, p, w] - h, 0.0)
         if per_mb[z]:
             v = m[b] * v
-        out[b] = (v + max(dp_y[z, p, w] - h, 0.0)) + opt[p, w, z]
+        out[b] = ((v + max(dp_y[z, p, w] - h, 0.0)) + opt[p, w, z]) + acc[p, w, b]

@@ -50,7 +50,8 @@ def breakdown(spec: PlanSpec, row: dict) -> dict[str, float]:
 
 LABELS = {"compute": "compute", "recompute": "recompute", "tp": "TP comm", "cp": "CP ring",
           "ep": "EP all-to-all", "pp_p2p": "PP send/recv", "bubble": "bubble",
-          "dp_sync": "DP sync", "zero3": "ZeRO-3 gathers", "optimizer": "optimizer"}
+          "dp_sync": "DP sync", "zero3": "ZeRO-3 gathers", "optimizer": "optimizer",
+          "grad_accum": "grad accumulation"}
 
 
 def annotate(spec: PlanSpec, rows: list[dict], explain: int | None = None) -> list[dict]:

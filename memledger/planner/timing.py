@@ -2,7 +2,8 @@
 term, docs/step-time.md its sources) evaluated over widths × pipeline shapes × ZeRO ×
 micro-batch × recompute. Per-layer times are [W, B] arrays (widths × micro-batch sizes), per
 rank [all ranks, W, B, RC], the slowest rank of each pipeline shape a segmented max; the
-per-step terms (DP sync, ZeRO-3 gathers, optimizer) add the ZeRO axis.
+per-step terms (DP sync, ZeRO-3 gathers, optimizer) add the ZeRO axis; gradient accumulation
+is per (pipe, width, micro-batch size).
 For speed (docs/planner-speed.md): the per-layer terms are computed once per (tp, cp) over every
 micro-batch size and width of the search (`_layers_from`; element-wise, so bit for bit), and
 a rank's micro-batch is summed with the terms that do not depend on the width first
@@ -26,8 +27,7 @@ from memledger.planner.segmax import segment_max
 from memledger.planner.vec import VecParallel
 from memledger.units import format_bytes
 
-PARTS = ("compute", "recompute", "tp", "cp", "ep", "pp_p2p", "bubble", "dp_sync", "zero3",
-         "optimizer")
+PARTS = sm.PARTS
 
 
 @dataclass
@@ -136,7 +136,8 @@ class StepTerms:
     head, TP, CP, send/recv, dense recompute) in `fixed`; equal to `_rank_parts`' sum up to
     rounding, in the same order (tests/test_planner_timing_fast.py). pipeline = that ×
     scale[p, b] (micro-batches ÷ (1 − bubble)); per_step = the data-parallel terms
-    (`stepmodel.DPTerms`, hidden by the compute pass) + the optimizer."""
+    (`stepmodel.DPTerms`, hidden by the compute pass) + the optimizer + the gradient
+    accumulation."""
 
     mo: np.ndarray  # [R] MoE layers a micro-batch runs on the rank
     dual: np.ndarray  # [R] bool
@@ -148,6 +149,7 @@ class StepTerms:
     scale: np.ndarray  # [P, B]
     dp: sm.DPTerms  # x, y: [Z, P, W]
     opt: np.ndarray  # [P, W, Z]
+    acc: np.ndarray  # [P, W, B] gradient accumulation per step
     m: np.ndarray  # [B] micro-batches per step
 
     def passes(self):
@@ -173,11 +175,12 @@ class StepTerms:
         d = replace(self.dp, x=self.dp.x[..., None], y=self.dp.y[..., None])  # [Z, P, W, 1]
         for k in range(len(d.hide)):
             per_step[:, :, k] = sm.exposed_seconds(d, k, self.m, window, fwd) + \
-                self.opt[:, :, k, None]
+                self.opt[:, :, k, None] + self.acc
         return pipeline, per_step
 
 
-def step_terms(pf: PipeFlops, L, p2p, scale, dp: sm.DPTerms, opt, m_b, n_w: int) -> StepTerms:
+def step_terms(pf: PipeFlops, L, p2p, scale, dp: sm.DPTerms, opt, acc, m_b,
+               n_w: int) -> StepTerms:
     """The pieces of `StepTerms` from a block's per-layer terms (`_layers`) and send/recv."""
     d, mo, last = (x[:, None] for x in (pf.dense, pf.moe, pf.last))
     own = 3 * (d * L["f_d"] + last * L["head"])  # [R, B]
@@ -199,6 +202,7 @@ def step_terms(pf: PipeFlops, L, p2p, scale, dp: sm.DPTerms, opt, m_b, n_w: int)
                      n_ranks=(ends - pf.seg).astype(np.int64),
                      scale=np.ascontiguousarray(scale, np.float64), dp=dp,
                      opt=np.ascontiguousarray(opt, np.float64),
+                     acc=np.ascontiguousarray(acc, np.float64),
                      m=np.ascontiguousarray(m_b, np.float64))
 
 
@@ -223,8 +227,9 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     grads = segment_max(grads0.T, seg)  # [P, W]
     weights = segment_max(weights0.T, seg)
     opt = sm.optimizer_seconds(su, t, weights[..., None], np.asarray(zs))  # [P, W, Z]
+    acc = sm.accumulation_seconds(su, grads[..., None], m_b)  # [P, W, B]
     terms = step_terms(pf, L, p2p, m_b / (1.0 - bubble), sm.dp_terms(su, grads, weights, zs),
-                       opt, m_b, len(ep_c))
+                       opt, acc, m_b, len(ep_c))
     if split and parts is None:
         return terms
     pipeline, step = terms.arrays()
@@ -240,7 +245,7 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
                    [..., :-1]}
         t_rank = per_rank[..., None] + rp["recompute"]
         _fill_parts(parts, rp, t_rank, pf.seg, m_b, bubble[:, None, :, None], sync, z3,
-                    opt[..., None], shape)
+                    opt[..., None], acc[:, :, None], shape)
     if split:
         return terms
     total = np.empty(shape)
@@ -249,7 +254,7 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     return total
 
 
-def _fill_parts(parts, rp, t_rank, seg, m_b, b, sync, z3, opt, shape):
+def _fill_parts(parts, rp, t_rank, seg, m_b, b, sync, z3, opt, acc, shape):
     """Each term per step at the slowest rank of each pipe, broadcast to `shape`."""
     ends = np.append(seg[1:], len(t_rank))
     pick = np.stack([s + np.argmax(t_rank[s:e], axis=0) for s, e in zip(seg, ends)])
@@ -260,5 +265,5 @@ def _fill_parts(parts, rp, t_rank, seg, m_b, b, sync, z3, opt, shape):
     for k, v in per_mb.items():
         parts[k] = np.broadcast_to((m_b[:, None] * v)[:, :, None], shape)
     parts["bubble"] = np.broadcast_to((m_b[:, None] * t_mb * b / (1.0 - b))[:, :, None], shape)
-    for k, v in (("dp_sync", sync), ("zero3", z3), ("optimizer", opt)):
+    for k, v in (("dp_sync", sync), ("zero3", z3), ("optimizer", opt), ("grad_accum", acc)):
         parts[k] = np.broadcast_to(np.broadcast_to(v, shape[:4])[..., None], shape)
