@@ -24,7 +24,8 @@ backward; ZeRO-3's gathers behind the prefetching compute), and the optimizer me
 every parameter's master, states, gradient read and weight written, ÷ the ZeRO shard, at HBM
 bandwidth. Gradient accumulation, where the framework does not fuse it into the weight-gradient
 GEMMs (`overlap`): each micro-batch's gradients added to the accumulated ones, a memory-bound
-kernel reading both and writing the sum. `costs/stepscalar.py` assembles one configuration from these terms with scalars.
+kernel reading both and writing the sum. `costs/stepscalar.py` assembles one configuration
+from these terms with scalars.
 Ignores: expert-data-parallel groups (all gradients sync over dp·cp), the communication a
 recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps; that
 the gradient adds run inside each micro-batch's backward (so the bubble stretches with them:
