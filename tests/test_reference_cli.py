@@ -25,6 +25,7 @@ def test_a_published_run_shows_its_fit_prediction_and_rank_as_check_computes_the
     assert row["fits"] and row["rank"] == want.rank and row["n_fits"] == want.n_fits
     assert (row["layout_rank"], row["n_layouts"]) == (want.layout_rank, want.n_layouts)
     assert row["in_fastest_tenth"]
+    assert row["behind_fastest"] == want.behind_fastest == 0  # the fastest configuration
     assert row["predicted_tflops_per_gpu"] == pytest.approx(want.tflops_per_gpu)
     assert row["published_tflops_per_gpu"] == 137 and row["layout"]["micro_batch"] == 16
 
@@ -34,6 +35,16 @@ def test_the_table_names_each_run_and_its_rank(capsys):
     assert code == 0
     line = next(x for x in out.splitlines() if x.startswith("Megatron-LM GPT 1.7B"))
     assert "yes" in line and "137" in line and "1 / 157" in line and "1 / 209" in line
+    assert "+0.0 %" in line  # its predicted step is the fastest's
+
+
+def test_a_published_layout_behind_the_fastest_says_by_how_much_in_time(capsys):
+    """39.1B (pp = 2, no interleaving): its predicted step 14.35 s, the planner's fastest
+    (tp 2, pp 8, vpp 6) 12.38 s: +15.9 %."""
+    code, out, _ = run(capsys, "--match", "GPT 39.1B", "--json")
+    (row,) = json.loads(out)["runs"]
+    assert row["behind_fastest"] == pytest.approx(row["seconds"] / row["fastest"]["seconds"] - 1)
+    assert row["behind_fastest"] == pytest.approx(0.159, abs=0.002)
 
 
 def test_a_figure_shows_every_layout_and_says_the_order_is_the_measured_one(capsys):

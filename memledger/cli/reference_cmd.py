@@ -36,7 +36,7 @@ def render(out: dict) -> str:
     lines = []
     if out["runs"]:
         lines.append(f"{'run':42} {'fits':>4} {'predicted':>9} {'published':>9} {'error':>8} "
-                     f"{'layout rank':>22}  configuration rank")
+                     f"{'layout rank':>22} {'vs fastest':>10}  configuration rank")
     for r in out["runs"]:
         pred, pub = r["predicted_tflops_per_gpu"], r["published_tflops_per_gpu"]
         ranks = ("—", "—") if r["rank"] is None else (
@@ -45,12 +45,13 @@ def render(out: dict) -> str:
         lines.append(f"{r['name']:42} {'yes' if r['fits'] else 'no':>4} "
                      f"{'—' if pred is None else f'{pred:.0f}':>9} "
                      f"{'—' if pub is None else f'{pub:.0f}':>9} {_pct(r['error']):>8} "
-                     f"{ranks[0]:>22}  {ranks[1]}")
+                     f"{ranks[0]:>22} {_pct(r['behind_fastest']):>10}  {ranks[1]}")
     if out["runs"]:
         lines.append("TFLOP/s per GPU in each paper's FLOP convention; rank 1 = the planner's "
                      "fastest for the same model, GPUs, sequence and batch,")
         lines.append("among layouts (the Planner's table rows; vpp and recompute are knobs "
-                     "within a row) and among configurations")
+                     "within a row) and among configurations; vs fastest = the published")
+        lines.append("layout's predicted step time against the fastest configuration's")
     for f in out["figures"]:
         lines.append(f"{f['name']} — measured: {f['measured']}")
         heads = "  ".join(f["labels"])

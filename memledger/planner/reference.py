@@ -10,7 +10,9 @@ strictly faster; among layouts — the rows of the Planner's table (`groups`: on
 pp, ep, etp, cp, dp, schedule, ZeRO stage and micro-batch size; vpp and recompute are knobs
 within a row) — 1 + the number of layouts whose fastest configuration is strictly faster than
 the published layout's. The first counts the published layout's own knob settings (another
-vpp) as rivals; the second is where a user of the planner finds the published layout.
+vpp) as rivals; the second is where a user of the planner finds the published layout. How
+far behind the fastest the published layout's predicted step is (`behind_fastest`) puts a rank
+in seconds, to be read against the model's error on the same runs.
 "In the fastest 10 %" (`in_fastest_tenth`): rank ≤ max(1, ⌊n / 10⌋) — the first always is.
 For the paper's layout comparisons (`LayoutFigure`), `figure_seconds` predicts each layout's
 step and `figure_agrees` says whether their order is the one the paper measured. `report`
@@ -49,6 +51,14 @@ class ReferenceCheck:
         if self.tflops_per_gpu is None or self.run.tflops_per_gpu is None:
             return None
         return self.tflops_per_gpu / self.run.tflops_per_gpu - 1
+
+    @property
+    def behind_fastest(self) -> float | None:
+        """The published layout's predicted step / the planner's fastest − 1 (0: it is the
+        fastest): how far a rank is in time, to read against the model's own error."""
+        if self.seconds is None or not self.best:
+            return None
+        return self.seconds / self.best["seconds"] - 1
 
     @property
     def rank_fraction(self) -> float | None:
@@ -179,6 +189,7 @@ def run_row(run: PublishedRun) -> dict:
             run.tflops_per_gpu, "error": c.error, "seconds": c.seconds, "rank": c.rank,
             "n_fits": c.n_fits, "rank_fraction": c.rank_fraction, "layout_rank": c.layout_rank,
             "n_layouts": c.n_layouts, "layout_fraction": c.layout_fraction,
+            "behind_fastest": c.behind_fastest,
             "in_fastest_tenth": c.layout_rank is not None and in_fastest_tenth(c.layout_rank,
                                                                                c.n_layouts),
             "fastest": {k: best.get(k) for k in ("tp", "pp", "vpp", "ep", "cp", "dp", "zero",

@@ -1,7 +1,8 @@
 """The step-time model's track record on the Planner page: the rows of
 `memledger.planner.reference.report` (what `memledger reference` prints and the tests check) as
 two tables — each published training (fits, predicted against published TFLOP/s per GPU, rank
-among the planner's fitting layouts and configurations) and each layout comparison of
+among the planner's fitting layouts and configurations, its predicted step against the
+fastest's) and each layout comparison of
 Narayanan et al. 2021 (predicted TFLOP/s per layout, whether the order is the measured one).
 Computes nothing itself beyond calling `report` once per process; formats for reading (the
 exact values: the CLI's `--json`)."""
@@ -17,8 +18,9 @@ CAPTION = ("The ranking above comes from this step-time model; here is how it do
            "trainings (docs/step-time.md; `memledger reference` prints the same, `--json` the "
            "exact values). Rank 1 = the planner's fastest for that model, GPU count, sequence "
            "and batch: among layouts (the rows of the table above; vpp and recompute are knobs "
-           "within a row) and among configurations; TFLOP/s in each paper's own FLOP "
-           "convention.")
+           "within a row) and among configurations; step vs fastest: how much longer the "
+           "published layout's predicted step is than the fastest's, to read against the "
+           "error column; TFLOP/s in each paper's own FLOP convention.")
 
 
 @lru_cache(maxsize=1)
@@ -40,6 +42,8 @@ def runs_table(rec: dict) -> pd.DataFrame:
             "layout rank": r["layout_rank"], "of layouts": r["n_layouts"],
             "in the fastest": None if rank is None else _share(r["layout_fraction"]),
             "fastest 10 %": None if rank is None else "yes" if r["in_fastest_tenth"] else "no",
+            "step vs fastest %": None if r["behind_fastest"] is None
+            else round(100 * r["behind_fastest"], 1),
             "configuration rank": rank, "of configurations": r["n_fits"]})
     return pd.DataFrame(rows)
 
