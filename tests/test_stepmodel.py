@@ -119,3 +119,18 @@ def test_megatron_2021_adds_every_micro_batchs_gradients_megatron_core_fuses_the
     per_b = sm.accumulation_seconds(setup("megatron-2021", 4), np.array([[grads]]),
                                     np.array([1.0, 8.0]))
     np.testing.assert_allclose(per_b, [[one_add, 8 * one_add]])
+
+
+def test_the_loss_moves_52_bytes_a_16_bit_logit_over_forward_and_backward():
+    """Megatron's vocab-parallel cross-entropy: cast to fp32 (2 + 4), max 4, subtract 8, exp 8,
+    sum 4, divide 8; backward multiply 8, cast back (4 + 2) = 52 bytes a logit, 40 without the
+    casts; a step counts the head 3 × its forward, so the forward carries a third of them."""
+    from memledger.costs import stepmodel as sm
+    from memledger.costs.overlap import framework
+    assert (sm.cross_entropy_bytes_per_logit(2), sm.cross_entropy_bytes_per_logit(4)) == (52, 40)
+    m, hw = model("llama3-8b"), gpu("h100")
+    su = sm.Setup(m, hw, framework("megatron-core"), 4096, 1, 1, 8, 8, 2, 1)
+    tokens, vocab = 4096, m.vocab
+    loss = 3 * (sm.head_forward(su, tokens, vocab) - gemm.gemm_seconds(hw, tokens, vocab,
+                                                                       m.hidden))
+    assert loss == pytest.approx(52 * tokens * vocab / (3350e9 * 0.8))  # 10.2 ms

@@ -114,10 +114,22 @@ def layer_forward(su: Setup, kind: str, tokens, ep=1, etp=1) -> dict:
     return {"gemm": gemms, "attn": attn, "elem": elem}
 
 
+def cross_entropy_bytes_per_logit(act: int) -> int:
+    """Bytes the unfused vocab-parallel cross-entropy moves per logit, forward and backward
+    (Megatron's `_VocabParallelCrossEntropy`, in fp32): the max 4, subtracting it 4 + 4, exp in
+    place 4 + 4, the sum 4, dividing by it 4 + 4 (the softmax kept for backward), and backward
+    scaling it by the loss gradient 4 + 4; with 16-bit logits the cast to fp32 and the
+    gradient's cast back, (act + 4) each."""
+    return 40 + (2 * (act + 4) if act < 4 else 0)
+
+
 def head_forward(su: Setup, tokens, vocab: int):
-    """Output head GEMM and the fp32 logits' softmax / cross-entropy traffic."""
+    """Output head GEMM, and a third of the cross-entropy's traffic: a step counts 3 × a
+    forward (backward = 2 × forward), which the loss's passes are not shaped like, so its
+    forward-and-backward bytes (`cross_entropy_bytes_per_logit`) enter as a third here."""
     g = gemm.gemm_seconds(su.hw, tokens, vocab / su.tp, su.m.hidden)
-    return g + gemm.elementwise_seconds(su.hw, 4.0 * tokens * vocab / su.tp)
+    ce = cross_entropy_bytes_per_logit(su.act) / 3.0
+    return g + gemm.elementwise_seconds(su.hw, ce * tokens * vocab / su.tp)
 
 
 def tp_seconds(su: Setup, tokens):
