@@ -39,12 +39,12 @@ def test_the_table_names_each_run_and_its_rank(capsys):
 
 
 def test_a_published_layout_behind_the_fastest_says_by_how_much_in_time(capsys):
-    """39.1B (pp = 2, no interleaving): its predicted step 14.36 s, the planner's fastest
-    (tp 4, pp 4, vpp 6) 12.42 s: +15.7 %."""
+    """39.1B (pp = 2, no interleaving): its predicted step 14.40 s, the planner's fastest
+    (tp 4, pp 4, vpp 6) 12.46 s: +15.6 %."""
     code, out, _ = run(capsys, "--match", "GPT 39.1B", "--json")
     (row,) = json.loads(out)["runs"]
     assert row["behind_fastest"] == pytest.approx(row["seconds"] / row["fastest"]["seconds"] - 1)
-    assert row["behind_fastest"] == pytest.approx(0.157, abs=0.002)
+    assert row["behind_fastest"] == pytest.approx(0.156, abs=0.002)
 
 
 def test_a_figure_shows_every_layout_and_says_the_order_is_the_measured_one(capsys):

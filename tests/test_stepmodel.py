@@ -134,3 +134,16 @@ def test_the_loss_moves_52_bytes_a_16_bit_logit_over_forward_and_backward():
     loss = 3 * (sm.head_forward(su, tokens, vocab) - gemm.gemm_seconds(hw, tokens, vocab,
                                                                        m.hidden))
     assert loss == pytest.approx(52 * tokens * vocab / (3350e9 * 0.8))  # 10.2 ms
+
+
+def test_an_fp16_optimizer_step_moves_52_bytes_a_parameter_bf16_with_fp32_gradients_38():
+    """Pass by pass (stepmodel.optimizer_bytes_per_param): fp16 — Adam on the fp32 master and
+    states 2·(4 + 8) reading the fp32 main gradient 4, the master copied out to the fp16 weight
+    4 + 2, the fp16 gradient copied to fp32 2 + 4 and unscaled in place 8, its norm read 4;
+    Megatron bf16 — no copy of the (already fp32) gradient, no loss scaling; pure bf16 — the
+    weight itself updated, bf16 states."""
+    from memledger.costs.stepmodel import optimizer_bytes_per_param
+    from memledger.specs.train import TrainSpec
+    got = {r: optimizer_bytes_per_param(TrainSpec(precision=r))
+           for r in ("fp16", "megatron", "mixed16", "bf16", "fp32")}
+    assert got == {"fp16": 52, "megatron": 38, "mixed16": 34, "bf16": 16, "fp32": 32}

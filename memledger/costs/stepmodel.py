@@ -248,14 +248,30 @@ def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb)
 
 
 def optimizer_bytes_per_param(t) -> int:
-    """Bytes the optimizer step reads and writes per parameter: master and states read and
-    written, the gradient read, the working weight written."""
+    """Bytes the optimizer step moves per parameter of the shard, pass by pass, as Megatron's
+    mixed-precision optimizers run it (apex / TE fused Adam; `Float16OptimizerWithFloat16Params`,
+    `DistributedOptimizer`):
+      update      the parameter it updates (the fp32 master, else the weight) and the states
+                  read and written, the gradient read at the precision the update reads (the
+                  fp32 main gradient where there is one)
+      copy-out    with a master: the master read again, the working weight written
+      main grad   with a separate fp32 main gradient (the fp16 recipe): the 16-bit gradient
+                  read, the copy written; fp16 weights also unscale it and check for inf/nan
+                  in place (loss scaling: read + write)
+      clip        the gradient norm: one read of the gradient (clip-grad 1.0, the default)
+    e.g. fp16: 2·(4 + 8) + 4 + (4 + 2) + (2 + 4) + 8 + 4 = 52; megatron (bf16, fp32 main
+    gradients): 24 + 4 + 6 + 4 = 38."""
     r, o = t.recipe, t.opt
     states = int(o.matrix_states[2:]) if o.matrix_states.startswith("n:") else 1
     state = format_bytes(o.fixed_fmt or r.state_fmt, 1) if states else 0
+    weight, grad = format_bytes(r.weight_fmt, 1), format_bytes(r.grad_fmt, 1)
     master = format_bytes(r.master_fmt, 1) if r.master_fmt else 0
-    return 2 * (master + states * state) + format_bytes(r.grad_fmt, 1) + format_bytes(
-        r.weight_fmt, 1)
+    main = format_bytes(r.main_grad_fmt, 1) if r.main_grad_fmt else grad
+    update = 2 * ((master or weight) + states * state) + main
+    copy_out = master + weight if master else 0
+    main_grad = grad + main if r.main_grad_fmt else 0
+    unscale = 2 * main if r.weight_fmt == "fp16" else 0
+    return update + copy_out + main_grad + unscale + main
 
 
 def optimizer_seconds(su: Setup, t, weights, zero):
