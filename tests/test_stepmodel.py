@@ -107,8 +107,8 @@ def test_megatron_2021_adds_every_micro_batchs_gradients_megatron_core_fuses_the
     from memledger.costs import stepmodel as sm
     from memledger.costs.overlap import framework
     hw, grads = gpu("a100-80gb"), 4e9  # 2 G parameters' fp16 gradients
-    setup = lambda fw, pp: sm.Setup(model("llama3-8b"), hw, framework(fw), 2048, 8, 1, 6, 8,  # noqa: E731
-                                    2, pp)
+    def setup(fw, pp):
+        return sm.Setup(model("llama3-8b"), hw, framework(fw), 2048, 8, 1, 6, 8, 2, pp)
     one_add = 3 * grads / (2039e9 * 0.8)  # 7.36 ms
     assert sm.accumulation_seconds(setup("megatron-2021", 64), grads, 512) == \
         pytest.approx(512 * one_add) == pytest.approx(3.7666, rel=1e-4)
