@@ -41,11 +41,6 @@ def shown_seconds(seconds) -> np.ndarray:
     return np.round(s * scale) / scale
 
 
-def _keys(result: Plan, idx: np.ndarray) -> np.ndarray:
-    """One integer label per configuration: equal labels, same group (within `idx`)."""
-    return layout_labels(result.evaluated, idx)
-
-
 def layout_rank(result: Plan, i: int) -> tuple[int, int]:
     """(rank, layouts): where configuration i's layout (its group) stands among the layouts of
     `result` — 1 + the number of layouts whose fastest configuration is strictly faster than
@@ -100,7 +95,7 @@ def top_groups(result: Plan, k: int) -> list[np.ndarray]:
     while True:
         cut = shown[np.argpartition(shown, scan - 1)[scan - 1]] if scan < n else np.inf
         cand = _ranked(result, np.flatnonzero(shown <= cut))  # every tie of the cut included
-        labels = _keys(result, cand)
+        labels = layout_labels(result.evaluated, cand)
         _, first = np.unique(labels, return_index=True)
         if len(first) >= k or len(cand) == n:
             break
@@ -113,7 +108,7 @@ def _with_variants(result: Plan, reps: np.ndarray) -> list[np.ndarray]:
     ev = result.evaluated
     limit = ev.seconds[reps] * (1 + NEAR)
     pool = _ranked(result, np.flatnonzero(ev.seconds <= limit.max()))
-    labels = _keys(result, np.concatenate([reps, pool]))
+    labels = layout_labels(result.evaluated, np.concatenate([reps, pool]))
     rep_labels, pool_labels = labels[:len(reps)], labels[len(reps):]
     out = []
     for i, rep in enumerate(reps.tolist()):

@@ -165,17 +165,25 @@ class StepTerms:
             out[k] = segment_max(np.add(buf, self.fixed[k][:, None, :], out=buf), self.seg)
         return out
 
+    def exposed_dp(self, comp):
+        """[Z, P, W, B] each ZeRO stage's exposed data-parallel seconds, hidden by the compute
+        pass `comp` [P, W, B] (its backward 2/3, its forward 1/3)."""
+        window, fwd = (2.0 / 3.0) * comp, comp / 3
+        d = replace(self.dp, x=self.dp.x[..., None], y=self.dp.y[..., None])  # [Z, P, W, 1]
+        out = np.empty((len(d.hide),) + comp.shape)
+        for k in range(len(d.hide)):  # a stage hidden by nothing, once a step: [P, W, 1]
+            out[k] = sm.exposed_seconds(d, k, self.m, window, fwd)
+        return out
+
     def arrays(self):
         """(pipeline [P, W, B, RC], per_step [P, W, Z, B]) in seconds."""
         per = self.passes()
         comp, pipeline = per[0], np.moveaxis(per[1:], 0, -1)
         pipeline *= self.scale[:, None, :, None]
-        window, fwd = (2.0 / 3.0) * comp, comp / 3
-        per_step = np.empty(comp.shape[:2] + (len(self.dp.hide), comp.shape[2]))
-        d = replace(self.dp, x=self.dp.x[..., None], y=self.dp.y[..., None])  # [Z, P, W, 1]
-        for k in range(len(d.hide)):
-            per_step[:, :, k] = sm.exposed_seconds(d, k, self.m, window, fwd) + \
-                self.opt[:, :, k, None] + self.acc
+        exposed = self.exposed_dp(comp)
+        per_step = np.empty(comp.shape[:2] + (len(exposed), comp.shape[2]))
+        for k in range(len(exposed)):
+            per_step[:, :, k] = exposed[k] + self.opt[:, :, k, None] + self.acc
         return pipeline, per_step
 
 
@@ -235,10 +243,9 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     pipeline, step = terms.arrays()
     shape = step.shape + (pipeline.shape[-1],)
     if parts is not None:  # term by term (a breakdown): every rank's parts
-        comp = terms.passes()[0]
-        sync, z3 = (np.moveaxis(x, 0, 2) for x in  # [P, W, Z, B]
-                    sm.dp_seconds(su, grads[..., None], weights[..., None], zs, m_b,
-                                  (2.0 / 3.0) * comp, comp / 3))
+        exposed = terms.exposed_dp(terms.passes()[0])  # [Z, P, W, B]; a stage's is its row
+        sync, z3 = (np.moveaxis(np.where(mask[:, None, None, None], exposed, 0.0), 0, 2)
+                    for mask in (~terms.dp.zero3, terms.dp.zero3))  # [P, W, Z, B]
         rp = _rank_parts(pf, L, p2p)
         per_rank = sum(rp[k] for k in ("compute", "tp", "cp", "ep", "pp_p2p"))  # [R, W, B]
         rp = rp | {"recompute": np.stack(np.broadcast_arrays(*rp["recompute"], per_rank), -1)

@@ -2,10 +2,9 @@
 `memledger.planner.reference.report` (what `memledger reference` prints and the tests check) as
 two tables — each published training (fits, predicted against published TFLOP/s per GPU, rank
 among the planner's fitting layouts and configurations, its predicted step against the
-fastest's) and each layout comparison of
-Narayanan et al. 2021 (predicted TFLOP/s per layout, whether the order is the measured one).
-Computes nothing itself beyond calling `report` once per process; formats for reading (the
-exact values: the CLI's `--json`)."""
+fastest's) and each layout comparison of Narayanan et al. 2021 (predicted TFLOP/s per layout,
+whether the order is the measured one). Computes nothing itself beyond calling `report` once
+per process; formats for reading (the exact values: the CLI's `--json`)."""
 from __future__ import annotations
 
 from functools import lru_cache
