@@ -113,6 +113,15 @@ def _megatron(name):
     return next(r for r in MEGATRON_2021 if r.name == f"Megatron-LM GPT {name}")
 
 
+def _published_parts(name) -> dict:
+    """The step breakdown of a Megatron row's published configuration (fastest with its axes)."""
+    from memledger.planner.reference import _spec
+    from memledger.planner.throughput import breakdown
+    run = _megatron(name)
+    result = plan(_spec(run, **run.layout))
+    return breakdown(result.spec, result.rows(result.top(1))[0])
+
+
 def test_megatron_rows_pin_the_micro_batch_and_interleaving_of_the_papers_run_script():
     """NVIDIA/Megatron-LM examples/sc21/run_table_1.sh: 18B MBS=8, no interleaving; 76B MBS=2
     with 5 layers per virtual stage (60 layers / pp 4 / 5 = 3 chunks)."""
@@ -125,12 +134,8 @@ def test_megatron_rows_pin_the_micro_batch_and_interleaving_of_the_papers_run_sc
 def test_megatron_2021_hides_the_dp_all_reduce_only_without_pipelining():
     """PyTorch DDP (pp = 1 rows) reduces during the last backward; Megatron's local DDP
     (pp > 1 rows) after the flush: the 18.4B step shows no DP sync, the 39.1B step all of it."""
-    from memledger.planner.reference import _spec
-    from memledger.planner.throughput import breakdown
     for name, hidden in (("18.4B", True), ("39.1B", False)):
-        run = _megatron(name)
-        result = plan(_spec(run, **run.layout))
-        parts = breakdown(result.spec, result.rows(result.top(1))[0])
+        parts = _published_parts(name)
         assert (parts["dp_sync"] == 0) == hidden, (name, parts["dp_sync"])
         assert parts["dp_sync"] >= 0
 
@@ -140,12 +145,8 @@ def test_megatron_2021_runs_at_one_sequence_a_micro_batch_spend_4_percent_adding
     (stepmodel.accumulation_seconds): none at 1.7B (one micro-batch under PyTorch DDP), 0.3 %
     at 18.4B (m = 4, three adds), 3.8 % of 1T's step (m = 512, every add a pass over the rank's
     2.1 G parameters' gradients)."""
-    from memledger.planner.reference import _spec
-    from memledger.planner.throughput import breakdown
     for name, low, high in (("1.7B", 0, 0), ("18.4B", 0.002, 0.004), ("1008.0B", 0.036, 0.040)):
-        run = _megatron(name)
-        result = plan(_spec(run, **run.layout))
-        parts = breakdown(result.spec, result.rows(result.top(1))[0])
+        parts = _published_parts(name)
         share = parts["grad_accum"] / sum(parts.values())
         assert low <= share <= high, (name, share)
 
