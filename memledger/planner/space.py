@@ -91,7 +91,10 @@ class _Checks:
             try:
                 self.cache[key] = fn()
             except SpecError as e:
-                self.cache[key] = e
+                # kept without its traceback: the traceback's frames reach up to the search
+                # that asked (its locals hold the space, the result) — a cycle that would keep
+                # a search's arrays alive until the garbage collector happens to run
+                self.cache[key] = e.with_traceback(None)
         return self.cache[key]
 
     def pipe(self, pp: int, vpp: int, schedule: str) -> Pipe | SpecError:
