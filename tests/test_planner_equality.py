@@ -124,6 +124,9 @@ SCENARIOS = {
         model="gpt3-175b", worlds=(64,), seq=2048, global_batch=256, precision="fp16",
         profile="paper", attention="eager", framework="megatron-2021",
         constraints=Constraints(max_vpp=2)),
+    "megatron-2022 (SP, selective), paper profile, eager, fp16 (the 2022 reference runs)": dict(
+        model="korthikanti-22b", worlds=(16,), seq=2048, global_batch=64, precision="fp16",
+        profile="paper", attention="eager", framework="megatron-2022"),
     "megatron-2021 (no SP), amp autocast casts": dict(
         model="llama3.2-1b", worlds=(32,), seq=2048, global_batch=256, precision="amp",
         framework="megatron-2021"),

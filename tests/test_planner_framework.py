@@ -1,7 +1,8 @@
 """The planner proposes only what the chosen framework can run (costs.overlap): under
 megatron-2021, Megatron-LM as of Narayanan et al. 2021 — 1F1B or interleaved (pp > 2, micro-batch
 count divisible by pp), equal stages, no context parallelism, no ZeRO, full or no activation
-recomputation; megatron-core keeps the whole space. A fixed value the framework cannot run is
+recomputation; megatron-2022 (Korthikanti et al. 2022) the same with sequence parallelism and
+selective recomputation; megatron-core keeps the whole space. A fixed value the framework cannot run is
 refused with what it can run, in the spec, the CLI (exit 2) and the answer's counts."""
 import numpy as np
 import pytest
@@ -34,6 +35,18 @@ def test_megatron_2021_search_holds_only_what_megatron_lm_2021_ran():
     assert (c["cp"] == 1).all() and (c["zero"] == 0).all()
     assert set(np.unique(c["recompute"]).tolist()) <= {0, 2}  # PLAN_RECOMPUTE: none, full
     assert not any(row["sp"] for row in result.rows(result.top(50)) if row["tp"] > 1)
+
+
+def test_megatron_2022_adds_sequence_parallelism_and_selective_recompute_to_2021():
+    """Korthikanti et al. 2022's Megatron-LM: the 2021 bounds, with SP on the tp > 1 rows and
+    selective recomputation among the modes; everything else as 2021."""
+    result, c = kept("megatron-2022")
+    inter = c["schedule"] == "interleaved"
+    assert set(c["schedule"]) <= {"1f1b", "interleaved"} and (c["pp"][inter] > 2).all()
+    assert not c["balanced"].any() and (c["cp"] == 1).all() and (c["zero"] == 0).all()
+    assert set(np.unique(c["recompute"]).tolist()) == {0, 1, 2}  # none, selective, full
+    rows = [r for r in result.rows(result.top(50)) if r["tp"] > 1]
+    assert rows and all(r["sp"] for r in rows)
 
 
 def test_megatron_core_keeps_every_layout_megatron_2021_could_not_run():

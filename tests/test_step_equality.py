@@ -1,8 +1,8 @@
 """The planner's vectorised step times (planner/timing.py) equal the scalar step model
 (costs/stepscalar.py) term by term, on seeded random samples of fitting configurations: dense
 and MoE models, ZeRO 0–3, every recompute mode, 1F1B / interleaved / DualPipe, context
-parallelism, and both frameworks (megatron-core; megatron-2021 with its DP overlap only
-without pipelining and scatter/gather send/recv)."""
+parallelism, and every framework (megatron-core; megatron-2021 with its DP overlap only
+without pipelining and scatter/gather send/recv; megatron-2022, that with SP and selective)."""
 import random
 
 import numpy as np
@@ -10,7 +10,7 @@ import pytest
 
 from memledger import gpu, model
 from memledger.costs.overlap import framework
-from memledger.costs.published import MEGATRON_2021
+from memledger.costs.published import KORTHIKANTI_2022, MEGATRON_2021
 from memledger.costs.stepscalar import PARTS, step_parts
 from memledger.planner import Constraints, PlanSpec, plan
 
@@ -25,6 +25,10 @@ SCENARIOS = {
     "megatron-2021 GPT 18.4B": dict(model=MEGATRON_2021[3].model, hardware=gpu("a100-80gb"),
                                     worlds=(64,), seq=2048, global_batch=256,
                                     precision="fp16", framework="megatron-2021"),
+    "megatron-2022 GPT 22B (SP, selective, scatter/gather off under SP)": dict(
+        model=KORTHIKANTI_2022[0].model, hardware=gpu("a100-80gb"), worlds=(16,), seq=2048,
+        global_batch=32, precision="fp16", profile="paper", attention="eager",
+        framework="megatron-2022"),
     "megatron-2021 GPT 7.5B, no pipeline": dict(
         model=MEGATRON_2021[2].model, hardware=gpu("a100-80gb"), worlds=(32,), seq=2048,
         global_batch=128, precision="fp16", framework="megatron-2021",

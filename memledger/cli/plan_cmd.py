@@ -35,7 +35,8 @@ def add(sub) -> None:
     for name in BOUNDS:
         g.add_argument("--" + name.replace("_", "-"), type=int, default=None)
     g.add_argument("--framework", default="megatron-core",
-                   help="what overlaps: megatron-core, megatron-2021 (memledger.costs.overlap)")
+                   help="what overlaps: megatron-core, megatron-2021, megatron-2022 "
+                        "(memledger.costs.overlap)")
     p.add_argument("--top", type=int, default=20, help="configurations to list (0 = all)")
     p.add_argument("--json", action="store_true", help="one JSON object, bytes as integers")
     p.set_defaults(run=run)

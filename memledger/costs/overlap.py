@@ -16,6 +16,15 @@ that is a property of the software, not of the layout.
   `main_grad.add_(grad)` after every micro-batch's backward into its zeroed buffer; PyTorch
   DDP's autograd `AccumulateGrad` adds in place from the second micro-batch on): fp16
   gradients, since `--accumulate-allreduce-grads-in-fp32` is forced for bf16 only.
+- megatron-2022: Megatron-LM as measured in Korthikanti et al. 2022 (arXiv 2205.05198): the
+  2021 framework with the paper's two techniques, sequence parallelism (norms and dropout split
+  over tp; all-gather + reduce-scatter in place of each all-reduce) and selective activation
+  recomputation (the attention core recomputed, the rest kept). Nothing else is documented as
+  changed for those runs, so everything else is the 2021 framework's — TP exposed, blocking
+  send/recv, the separate gradient-accumulation add, no ZeRO or CP. (Megatron-LM added
+  gradient-accumulation fusion and an asynchronous backward TP all-reduce around then; whether
+  the paper's runs had them is not said, and they are not modelled here: docs/step-time.md,
+  "Korthikanti et al. 2022", gives what each would change.)
 - megatron-core: Megatron-Core ≥ 0.5 defaults a large run turns on: flash attention, sequence
   parallel, `--overlap-grad-reduce` / `--overlap-param-gather` (the data-parallel reduce hides
   behind the last micro-batch's backward), context-parallel ring attention overlapping each K/V
@@ -36,7 +45,8 @@ interleaved schedule") and for micro-batch counts pp does not divide (its interl
 counts only (`ParallelTransformer` asserts n_layers divisible by pp); no context parallelism
 (2023), no distributed optimizer (ZeRO-1 in Megatron came in 2022), and full activation
 recomputation (`--checkpoint-activations`) or none — selective recomputation came with
-Korthikanti et al. 2022. `megatron-core` keeps the planner's whole space (uneven stages via its
+Korthikanti et al. 2022. `megatron-2022` has the same bounds with selective recomputation
+added (the distributed optimizer postdates the paper's runs). `megatron-core` keeps the planner's whole space (uneven stages via its
 first/last-stage layer counts; interleaving at pp ≥ 2 with m ≥ pp, `ledger.pipeline.engines`).
 """
 from __future__ import annotations
@@ -80,6 +90,14 @@ FRAMEWORKS: dict[str, Framework] = {
                   schedules=("1f1b", "interleaved"), uneven_stages=False, interleave_min_pp=3,
                   interleave_m_multiple=True, context_parallel=False, zero_stages=(0,),
                   recompute=("none", "full")),
+        Framework(name="megatron-2022", flash=False, sp=True, tp_hidden=0.0, dp_overlap=False,
+                  dp_overlap_no_pipeline=True, pp_scatter_gather=True, cp_overlap=False,
+                  dualpipe_hides_ep=False, prefetch=False, grad_accum_fused=False,
+                  description="Megatron-LM as in Korthikanti et al. 2022: the 2021 framework "
+                              "with sequence parallelism and selective recomputation",
+                  schedules=("1f1b", "interleaved"), uneven_stages=False, interleave_min_pp=3,
+                  interleave_m_multiple=True, context_parallel=False, zero_stages=(0,),
+                  recompute=("none", "selective", "full")),
         Framework(name="megatron-core", flash=True, sp=True, tp_hidden=0.0, dp_overlap=True,
                   dp_overlap_no_pipeline=True, pp_scatter_gather=False, cp_overlap=True,
                   dualpipe_hides_ep=True, prefetch=True, grad_accum_fused=True,

@@ -13,6 +13,15 @@ step-time model is checked against (docs/step-time.md, tests/test_reference_runs
   "Achieved TFLOP/s per GPU" there counts FLOPs with the paper's eq. 3,
   96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) per step — recompute included, attention over the full
   s×s square — so the prediction is converted with the same formula.
+- Megatron-LM with sequence parallelism, Korthikanti et al. 2022 (arXiv 2205.05198) Table 5:
+  seconds per step of GPT 22B, 175B, 530B and 1T (Table 3: tp 8; pp 1, 8, 35, 64, interleaved
+  v = 3 at 175B and 530B; dp 1; batch 4, 64, 280, 512; micro-batch 4, 1, 1, 1; A100 80GB,
+  fp16, seq 2048) with full recomputation and no SP (the baseline: `megatron-2021`'s features)
+  and with SP + selective recomputation (`megatron-2022`). Transcribed, with the layouts, in
+  calculon-ai/calculon `validation/seqsel/tab5`; their model-FLOP rates are the 41.5 / 51.4 /
+  56.0 / 56.3 % MFU NVIDIA/Megatron-LM's README prints for these runs (a test checks that).
+  TFLOP/s here: eq. 3 for the full-recompute rows (as Table 1), the model FLOPs
+  72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) for the selective ones.
 - Llama 3, Dubey et al. 2024 (arXiv 2407.21783) Table 4: Llama 3 405B on H100 80GB (700 W),
   tp 8, pp 16, cp 1 or 16, 16M tokens per batch, "TFLOPs/GPU" and BF16 MFU; FLOPs counted
   here as the model's 3 × forward FLOPs (causal attention; `memledger.model.flops`).
@@ -38,7 +47,7 @@ vpp, DeepSeek-V3 the micro-batch, to the planner).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memledger.model.presets import model
 from memledger.specs.model import ModelSpec
@@ -57,7 +66,7 @@ class PublishedRun:
     global_batch: int  # sequences
     layout: dict  # published axes: tp, pp, cp, dp, ep, zero, recompute, schedule
     tflops_per_gpu: float | None  # as published (None: not published)
-    flops_convention: str  # "megatron-eq3" | "model"
+    flops_convention: str  # "megatron-eq3" | "megatron-model" | "model"
     framework: str
     precision: str = "megatron"
     profile: str = "megatron"  # activation profile the framework's layers match (TrainSpec)
@@ -72,6 +81,19 @@ def gpt(params_b: str, heads: int, hidden: int, layers: int) -> ModelSpec:
                      ffn_hidden=4 * hidden, vocab=MEGATRON_VOCAB, mlp="gelu", norm="layernorm",
                      linear_bias=True, tied_embeddings=True, pos_embeddings=MEGATRON_SEQ,
                      source="Narayanan et al. 2021 (arXiv 2104.04473) Table 1")
+
+
+def megatron_eq3_flops(m: ModelSpec, seq: int, global_batch: int) -> float:
+    """FLOPs of one step by Narayanan et al. 2021 eq. 3 (recompute included)."""
+    h, l, v = m.hidden, m.n_layers, m.vocab
+    return 96.0 * global_batch * seq * l * h * h * (1 + seq / (6 * h) + v / (16 * l * h))
+
+
+def megatron_model_flops(m: ModelSpec, seq: int, global_batch: int) -> float:
+    """Model FLOPs of one step (no recompute): Korthikanti et al. 2022 §6, the count behind its
+    MFU, 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))."""
+    h, l, v = m.hidden, m.n_layers, m.vocab
+    return 72.0 * global_batch * seq * l * h * h * (1 + seq / (6 * h) + v / (12 * l * h))
 
 
 # What these runs used beyond what the framework bounds (`costs.overlap`'s megatron-2021: no
@@ -140,7 +162,40 @@ DEEPSEEK_V3 = PublishedRun(
     tflops_per_gpu=None, flops_convention="model", framework="megatron-core",
     source="DeepSeek-AI 2024 (arXiv 2412.19437) §3.2, §4.2 (H800, FP8; run here as H100 bf16)")
 
-REFERENCE_RUNS: tuple[PublishedRun, ...] = MEGATRON_2021 + LLAMA3 + (DEEPSEEK_V3,)
+# params (B), heads, hidden, layers, pp, vpp, GPUs, batch, micro-batch, seconds per step with
+# full recompute and with SP + selective (Korthikanti et al. 2022 Tables 3 and 5; tp 8, dp 1)
+_KORTHIKANTI_TABLE5 = (
+    ("22", 64, 6144, 48, 1, 1, 8, 4, 4, 1.42, 1.10),
+    ("175", 96, 12288, 96, 8, 3, 64, 64, 1, 18.13, 13.75),
+    ("530", 128, 20480, 105, 35, 3, 280, 280, 1, 49.05, 37.83),
+    ("1000", 160, 25600, 128, 64, 1, 512, 512, 1, 94.42, 71.49),
+)
+
+
+def korthikanti_2022_run(p: str, m: ModelSpec, pp: int, vpp: int, world: int, batch: int,
+                         mb: int, seconds: float, selective: bool) -> PublishedRun:
+    """A run of Table 5 (tp 8, dp 1); its TFLOP/s per GPU from the measured step."""
+    rc = "selective" if selective else "full"
+    run = megatron_2021_run(
+        f"Korthikanti 2022 GPT {p}B, " + ("SP + selective" if selective else "full recompute"),
+        m, world, batch, 8, pp, mb, vpp, None, "Table 5")
+    flops = (megatron_model_flops if selective else megatron_eq3_flops)(m, run.seq, batch)
+    return replace(run, layout=run.layout | {"recompute": rc},
+                   tflops_per_gpu=flops / (seconds * world) / 1e12,
+                   flops_convention="megatron-model" if selective else "megatron-eq3",
+                   framework="megatron-2022" if selective else "megatron-2021",
+                   source=f"Korthikanti et al. 2022 (arXiv 2205.05198) Tables 3 and 5: "
+                          f"{seconds} s a step",
+                   constraints={"recompute": rc})
+
+
+KORTHIKANTI_2022 = tuple(
+    korthikanti_2022_run(p, gpt(p, a, h, l), pp, vpp, n, b, mb, t, sel)
+    for p, a, h, l, pp, vpp, n, b, mb, t_full, t_sel in _KORTHIKANTI_TABLE5
+    for t, sel in ((t_full, False), (t_sel, True)))
+
+REFERENCE_RUNS: tuple[PublishedRun, ...] = (MEGATRON_2021 + KORTHIKANTI_2022 + LLAMA3
+                                            + (DEEPSEEK_V3,))
 
 
 @dataclass(frozen=True)
@@ -208,9 +263,3 @@ LAYOUT_FIGURES: tuple[LayoutFigure, ...] = (
                  global_batches=(128, 512), fastest=Layout(8, 8, micro_batch=2),
                  shows=("micro_batch",)),
 )
-
-
-def megatron_eq3_flops(m: ModelSpec, seq: int, global_batch: int) -> float:
-    """FLOPs of one step by Narayanan et al. 2021 eq. 3 (recompute included)."""
-    h, l, v = m.hidden, m.n_layers, m.vocab
-    return 96.0 * global_batch * seq * l * h * h * (1 + seq / (6 * h) + v / (16 * l * h))

@@ -72,11 +72,13 @@ HELP = {"worlds": "Comma separated, e.g. 64,128,256. Empty: the sidebar's world 
         "row": "Marked with a star in the chart; the link opens it on the Ledger page.",
         "framework": "What the step-time model overlaps, and whether layouts with tp > 1 run "
                      "sequence parallelism: megatron-core (SP, flash attention, DP and CP "
-                     "communication overlapped) or megatron-2021 (Narayanan et al. 2021: no SP, "
-                     "no flash, DP reduce overlapped only without pipelining). It also bounds "
-                     "the search to what the framework runs: megatron-2021 has 1F1B and "
-                     "interleaved pipelines only (interleaving at pp > 2 with a micro-batch "
-                     "count pp divides), equal stages, no CP, ZeRO-0, full or no recompute."}
+                     "communication overlapped), megatron-2021 (Narayanan et al. 2021: no SP, "
+                     "no flash, DP reduce overlapped only without pipelining) or megatron-2022 "
+                     "(Korthikanti et al. 2022: megatron-2021 with SP and selective "
+                     "recompute). It also bounds the search to what the framework runs: the "
+                     "2021 and 2022 ones have 1F1B and interleaved pipelines only (interleaving "
+                     "at pp > 2 with a micro-batch count pp divides), equal stages, no CP, "
+                     "ZeRO-0; full or no recompute (2021), or selective too (2022)."}
 
 
 def worlds(page: Mapping, cfg: Config) -> tuple[int, ...]:
