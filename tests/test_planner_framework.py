@@ -2,8 +2,9 @@
 megatron-2021, Megatron-LM as of Narayanan et al. 2021 — 1F1B or interleaved (pp > 2, micro-batch
 count divisible by pp), equal stages, no context parallelism, no ZeRO, full or no activation
 recomputation; megatron-2022 (Korthikanti et al. 2022) the same with sequence parallelism and
-selective recomputation; megatron-core keeps the whole space. A fixed value the framework cannot run is
-refused with what it can run, in the spec, the CLI (exit 2) and the answer's counts."""
+selective recomputation; megatron-core keeps the whole space. A fixed value the framework
+cannot run is refused with what it can run, in the spec, the CLI (exit 2) and the answer's
+counts."""
 import numpy as np
 import pytest
 

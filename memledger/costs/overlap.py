@@ -46,8 +46,9 @@ counts only (`ParallelTransformer` asserts n_layers divisible by pp); no context
 (2023), no distributed optimizer (ZeRO-1 in Megatron came in 2022), and full activation
 recomputation (`--checkpoint-activations`) or none — selective recomputation came with
 Korthikanti et al. 2022. `megatron-2022` has the same bounds with selective recomputation
-added (the distributed optimizer postdates the paper's runs). `megatron-core` keeps the planner's whole space (uneven stages via its
-first/last-stage layer counts; interleaving at pp ≥ 2 with m ≥ pp, `ledger.pipeline.engines`).
+added (the distributed optimizer postdates the paper's runs). `megatron-core` keeps the
+planner's whole space (uneven stages via its first/last-stage layer counts; interleaving at
+pp ≥ 2 with m ≥ pp, `ledger.pipeline.engines`).
 """
 from __future__ import annotations
 
