@@ -52,7 +52,7 @@ pp ≥ 2 with m ≥ pp, `ledger.pipeline.engines`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memledger.errors import lookup
 
@@ -81,24 +81,24 @@ class Framework:
     recompute: tuple[str, ...] = ("none", "selective", "full")
 
 
+_MEGATRON_2021 = Framework(
+    name="megatron-2021", flash=False, sp=False, tp_hidden=0.0, dp_overlap=False,
+    dp_overlap_no_pipeline=True, pp_scatter_gather=True, cp_overlap=False,
+    dualpipe_hides_ep=False, prefetch=False, grad_accum_fused=False,
+    description="Megatron-LM as in Narayanan et al. 2021: no flash, no SP, DP reduce overlapped "
+                "only without pipelining",
+    schedules=("1f1b", "interleaved"), uneven_stages=False, interleave_min_pp=3,
+    interleave_m_multiple=True, context_parallel=False, zero_stages=(0,),
+    recompute=("none", "full"))
+
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f for f in (
-        Framework(name="megatron-2021", flash=False, sp=False, tp_hidden=0.0, dp_overlap=False,
-                  dp_overlap_no_pipeline=True, pp_scatter_gather=True, cp_overlap=False,
-                  dualpipe_hides_ep=False, prefetch=False, grad_accum_fused=False,
-                  description="Megatron-LM as in Narayanan et al. 2021: no flash, no SP, "
-                              "DP reduce overlapped only without pipelining",
-                  schedules=("1f1b", "interleaved"), uneven_stages=False, interleave_min_pp=3,
-                  interleave_m_multiple=True, context_parallel=False, zero_stages=(0,),
-                  recompute=("none", "full")),
-        Framework(name="megatron-2022", flash=False, sp=True, tp_hidden=0.0, dp_overlap=False,
-                  dp_overlap_no_pipeline=True, pp_scatter_gather=True, cp_overlap=False,
-                  dualpipe_hides_ep=False, prefetch=False, grad_accum_fused=False,
-                  description="Megatron-LM as in Korthikanti et al. 2022: the 2021 framework "
-                              "with sequence parallelism and selective recomputation",
-                  schedules=("1f1b", "interleaved"), uneven_stages=False, interleave_min_pp=3,
-                  interleave_m_multiple=True, context_parallel=False, zero_stages=(0,),
-                  recompute=("none", "selective", "full")),
+        _MEGATRON_2021,
+        # scatter/gather stays on: under SP a rank sends its 1/tp share anyway (stepmodel)
+        replace(_MEGATRON_2021, name="megatron-2022", sp=True,
+                recompute=("none", "selective", "full"),
+                description="Megatron-LM as in Korthikanti et al. 2022: the 2021 framework "
+                            "with sequence parallelism and selective recomputation"),
         Framework(name="megatron-core", flash=True, sp=True, tp_hidden=0.0, dp_overlap=True,
                   dp_overlap_no_pipeline=True, pp_scatter_gather=False, cp_overlap=True,
                   dualpipe_hides_ep=True, prefetch=True, grad_accum_fused=True,
