@@ -21,10 +21,12 @@ that is a property of the software, not of the layout.
   over tp; all-gather + reduce-scatter in place of each all-reduce) and selective activation
   recomputation (the attention core recomputed, the rest kept). Nothing else is documented as
   changed for those runs, so everything else is the 2021 framework's — TP exposed, blocking
-  send/recv, the separate gradient-accumulation add, no ZeRO or CP. (Megatron-LM added
-  gradient-accumulation fusion and an asynchronous backward TP all-reduce around then; whether
-  the paper's runs had them is not said, and they are not modelled here: docs/step-time.md,
-  "Korthikanti et al. 2022", gives what each would change.)
+  send/recv, the separate gradient-accumulation add, no ZeRO or CP. (Two Megatron-LM features
+  of that time would shorten its steps — gradient-accumulation fusion, in apex's port of
+  Megatron's tensor-parallel layers by March 2022 (NVIDIA/apex PR 1317), and the backward's TP
+  all-reduce overlapped with the weight-gradient GEMM; whether the paper's runs had them is not
+  said, so they are not modelled here: docs/step-time.md, "Korthikanti et al. 2022", gives
+  what each would change.)
 - megatron-core: Megatron-Core ≥ 0.5 defaults a large run turns on: flash attention, sequence
   parallel, `--overlap-grad-reduce` / `--overlap-param-gather` (the data-parallel reduce hides
   behind the last micro-batch's backward), context-parallel ring attention overlapping each K/V

@@ -190,7 +190,9 @@ def korthikanti_2022_run(p: str, m: ModelSpec, pp: int, vpp: int, world: int, ba
 
 
 KORTHIKANTI_2022 = tuple(
-    korthikanti_2022_run(p, gpt(p, a, h, l), pp, vpp, n, b, mb, t, sel)
+    korthikanti_2022_run(p, replace(gpt(p, a, h, l), name=f"GPT {p}B (Korthikanti et al. 2022)",
+                                    source="Korthikanti et al. 2022 (arXiv 2205.05198) Table 3"),
+                         pp, vpp, n, b, mb, t, sel)
     for p, a, h, l, pp, vpp, n, b, mb, t_full, t_sel in _KORTHIKANTI_TABLE5
     for t, sel in ((t_full, False), (t_sel, True)))
 
