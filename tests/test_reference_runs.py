@@ -50,8 +50,8 @@ RANK_MISSES = {  # the published layout's rank among the planner's layouts (its 
                                                  "2 (vpp=12) is 13.71 vs 14.36 s",
     "Korthikanti 2022 GPT 530B, full recompute": "layout 2 / 4: the same axes at micro-batch "
                                                  "2 is 54.52 vs 55.02 s",
-    "Korthikanti 2022 GPT 1000B, full recompute": "layout 2 / 4: the same axes interleaved "
-                                                  "(vpp=2) is 103.95 vs 108.57 s",
+    "Korthikanti 2022 GPT 1T, full recompute": "layout 2 / 4: the same axes interleaved "
+                                               "(vpp=2) is 103.95 vs 108.57 s",
 }
 
 

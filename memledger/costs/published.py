@@ -162,13 +162,13 @@ DEEPSEEK_V3 = PublishedRun(
     tflops_per_gpu=None, flops_convention="model", framework="megatron-core",
     source="DeepSeek-AI 2024 (arXiv 2412.19437) §3.2, §4.2 (H800, FP8; run here as H100 bf16)")
 
-# params (B), heads, hidden, layers, pp, vpp, GPUs, batch, micro-batch, seconds per step with
+# model, heads, hidden, layers, pp, vpp, GPUs, batch, micro-batch, seconds per step with
 # full recompute and with SP + selective (Korthikanti et al. 2022 Tables 3 and 5; tp 8, dp 1)
 _KORTHIKANTI_TABLE5 = (
-    ("22", 64, 6144, 48, 1, 1, 8, 4, 4, 1.42, 1.10),
-    ("175", 96, 12288, 96, 8, 3, 64, 64, 1, 18.13, 13.75),
-    ("530", 128, 20480, 105, 35, 3, 280, 280, 1, 49.05, 37.83),
-    ("1000", 160, 25600, 128, 64, 1, 512, 512, 1, 94.42, 71.49),
+    ("22B", 64, 6144, 48, 1, 1, 8, 4, 4, 1.42, 1.10),
+    ("175B", 96, 12288, 96, 8, 3, 64, 64, 1, 18.13, 13.75),
+    ("530B", 128, 20480, 105, 35, 3, 280, 280, 1, 49.05, 37.83),
+    ("1T", 160, 25600, 128, 64, 1, 512, 512, 1, 94.42, 71.49),
 )
 
 
@@ -177,7 +177,7 @@ def korthikanti_2022_run(p: str, m: ModelSpec, pp: int, vpp: int, world: int, ba
     """A run of Table 5 (tp 8, dp 1); its TFLOP/s per GPU from the measured step."""
     rc = "selective" if selective else "full"
     run = megatron_2021_run(
-        f"Korthikanti 2022 GPT {p}B, " + ("SP + selective" if selective else "full recompute"),
+        f"Korthikanti 2022 GPT {p}, " + ("SP + selective" if selective else "full recompute"),
         m, world, batch, 8, pp, mb, vpp, None, "Table 5")
     flops = (megatron_model_flops if selective else megatron_eq3_flops)(m, run.seq, batch)
     return replace(run, layout=run.layout | {"recompute": rc},
@@ -190,7 +190,7 @@ def korthikanti_2022_run(p: str, m: ModelSpec, pp: int, vpp: int, world: int, ba
 
 
 KORTHIKANTI_2022 = tuple(
-    korthikanti_2022_run(p, replace(gpt(p, a, h, l), name=f"GPT {p}B (Korthikanti et al. 2022)",
+    korthikanti_2022_run(p, replace(gpt(p, a, h, l), name=f"GPT {p} (Korthikanti et al. 2022)",
                                     source="Korthikanti et al. 2022 (arXiv 2205.05198) Table 3"),
                          pp, vpp, n, b, mb, t, sel)
     for p, a, h, l, pp, vpp, n, b, mb, t_full, t_sel in _KORTHIKANTI_TABLE5
