@@ -25,6 +25,9 @@ SCENARIOS = {
     "megatron-2021 GPT 18.4B": dict(model=MEGATRON_2021[3].model, hardware=gpu("a100-80gb"),
                                     worlds=(64,), seq=2048, global_batch=256,
                                     precision="fp16", framework="megatron-2021"),
+    "fp8 recipe, mixtral ep (fp8 GEMMs but the router's)": dict(
+        model=model("mixtral-8x7b"), hardware=gpu("h100"), worlds=(16,), seq=4096,
+        global_batch=32, precision="fp8", constraints=Constraints(max_vpp=2)),
     "megatron-2022 GPT 22B (SP, selective, scatter/gather off under SP)": dict(
         model=KORTHIKANTI_2022[0].model, hardware=gpu("a100-80gb"), worlds=(16,), seq=2048,
         global_batch=32, precision="fp16", profile="paper", attention="eager",

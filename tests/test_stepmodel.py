@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from memledger import gpu, model
 from memledger.costs import collectives as co
 from memledger.costs import gemm
+from memledger.model.params import layer_groups
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.planner.throughput import breakdown, throughput
 from memledger.planner.timing import PARTS
@@ -147,3 +148,29 @@ def test_an_fp16_optimizer_step_moves_52_bytes_a_parameter_bf16_with_fp32_gradie
     got = {r: optimizer_bytes_per_param(TrainSpec(precision=r))
            for r in ("fp16", "megatron", "mixed16", "bf16", "fp32")}
     assert got == {"fp16": 52, "megatron": 38, "mixed16": 34, "bf16": 16, "fp32": 32}
+
+
+def test_an_fp8_recipe_runs_the_layers_linear_gemms_at_the_fp8_peak_and_nothing_else():
+    """Transformer Engine fp8 (the `fp8` recipe): every linear GEMM of a layer at the GPU's dense
+    fp8 peak, 1,979 against 989 TFLOP/s on H100, on the same efficiency curve — so a Llama 3
+    layer's GEMM seconds scale by 989 / 1979; the MoE router, the attention core and the output
+    head stay bf16; an A100, without fp8 tensor cores, runs it all at its bf16 rate."""
+    from memledger.costs import stepmodel as sm
+    from memledger.costs.overlap import framework
+
+    def fwd(name, hw, fp8, kind="dense"):
+        su = sm.Setup(model(name), gpu(hw), framework("megatron-core"), 4096, 4, 1, 8, 8, 2,
+                      1, fp8)
+        return sm.layer_forward(su, kind, 8192.0), sm.head_forward(su, 8192.0, 128256)
+
+    (bf, head_bf), (f8, head_f8) = fwd("llama3-8b", "h100", False), fwd("llama3-8b", "h100", True)
+    assert f8["gemm"] == pytest.approx(bf["gemm"] * 989 / 1979)
+    assert (f8["attn"], f8["elem"], head_f8) == (bf["attn"], bf["elem"], head_bf)
+    a100 = fwd("llama3-8b", "a100-80gb", False)[0], fwd("llama3-8b", "a100-80gb", True)[0]
+    assert a100[0]["gemm"] == a100[1]["gemm"]
+    su = sm.Setup(model("deepseek-v3"), gpu("h100"), framework("megatron-core"), 4096, 1, 1, 8,
+                  8, 2, 1, True)
+    router = next(g for g in layer_groups(model("deepseek-v3"), "moe", active=True)
+                  if g.name == "moe.router")
+    assert sm._gemm_group(su, router, 4096.0, 8, 1) == pytest.approx(
+        gemm.gemm_seconds(su.hw, 4096.0, router.cols, router.rows, 1))

@@ -30,7 +30,15 @@ kernels run, as a fraction of the GPU's dense bf16 peak (or of its HBM bandwidth
   for the attention scores without flash — read and written about three times over a step
   (forward write, backward read and gradient write), at 80 % of HBM bandwidth (STREAM-like
   copy kernels).
-Ignores: wave quantisation steps (the curve is smooth), fp8 GEMMs, kernel launch gaps.
+- FP8: a recipe whose matrices are fp8 (`fp8`, Transformer Engine's fp8 weights) runs the
+  layers' linear GEMMs — forward, dgrad and wgrad — at the GPU's dense fp8 peak (twice bf16 on
+  H100) on the same curve: DeepGEMM's fine-grained-scaled FP8 GEMMs reach "up to 1550
+  TFLOPS" on H800 SXM (deepseek-ai/DeepGEMM README), 78 % of the 1,979 dense FP8 peak the
+  H800 shares with the H100, where the bf16 curve tops out at e_max = 0.78. The router, the
+  attention core and the output head stay in bf16, as Transformer Engine leaves them.
+Ignores: wave quantisation steps (the curve is smooth), kernel launch gaps, and FP8's cast
+kernels (each GEMM input's amax and quantisation, partly fused into the norms by Transformer
+Engine), so FP8 steps come out somewhat short.
 """
 from __future__ import annotations
 
@@ -78,10 +86,12 @@ def gemm_efficiency(hw, m, n, k):
     return c.clock * c.e_max * size / (size + c.n_half)
 
 
-def gemm_seconds(hw, m, n, k, count=1):
-    """Seconds of `count` GEMMs of M×K by K×N (forward; 2·M·N·K FLOPs each)."""
+def gemm_seconds(hw, m, n, k, count=1, fp8: bool = False):
+    """Seconds of `count` GEMMs of M×K by K×N (forward; 2·M·N·K FLOPs each); fp8: at the GPU's
+    dense fp8 peak where it has one (else bf16), on the same efficiency curve."""
     flops = 2.0 * np.asarray(m, np.float64) * n * k * count
-    return flops / (hw.bf16_flops * gemm_efficiency(hw, m, n, k))
+    peak = hw.fp8_flops if fp8 and hw.fp8_flops else hw.bf16_flops
+    return flops / (peak * gemm_efficiency(hw, m, n, k))
 
 
 def attention_seconds(hw, flops, q_rows):

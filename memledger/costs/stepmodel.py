@@ -66,6 +66,7 @@ class Setup:
     gpn: int  # GPUs per node
     act: int  # bytes per activation value
     pp: int = 1  # pipeline stages (what the framework overlaps can depend on it)
+    fp8: bool = False  # the layers' linear GEMMs run in fp8 (the recipe's `fp8_matrices`)
 
 
 def _kv_dim(m) -> int:
@@ -85,14 +86,15 @@ def _gemm_group(su: Setup, g, rows, ep, etp):
         imb = co.topk_imbalance(etp * t_r * x.top_k, ep)
         rows_e = ep * etp * t_r * x.top_k / x.n_experts * imb
         n, k = (g.cols / etp, g.rows) if g.rows == h else (g.cols, g.rows / etp)
-        return x.n_experts / ep * gemm.gemm_seconds(su.hw, rows_e, n, k, per_expert)
+        return x.n_experts / ep * gemm.gemm_seconds(su.hw, rows_e, n, k, per_expert, su.fp8)
     if g.shard == "tp":
         n, k = (g.cols / tp, g.rows) if g.rows == h else (g.cols, g.rows / tp)
     else:
         n, k = g.cols, g.rows
-    if g.name == "moe.router":
+    router = g.name == "moe.router"  # a plain linear in bf16 / fp32, even under fp8
+    if router:
         rows = rows / tp
-    return gemm.gemm_seconds(su.hw, rows, n, k, n_mats)
+    return gemm.gemm_seconds(su.hw, rows, n, k, n_mats, su.fp8 and not router)
 
 
 def layer_forward(su: Setup, kind: str, tokens, ep=1, etp=1) -> dict:

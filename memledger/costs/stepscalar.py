@@ -80,7 +80,8 @@ def step_parts(m, hw, fw: Framework, p: ParallelSpec, t: TrainSpec, gpus_per_nod
     """Seconds per step of each term (PARTS) of the layout `p` running `t`; they sum to the
     step time."""
     act = format_bytes(t.recipe.act_fmt, 1)
-    su = sm.Setup(m, hw, fw, t.seq, p.tp, p.cp, p.dp, gpus_per_node, act, p.pp)
+    su = sm.Setup(m, hw, fw, t.seq, p.tp, p.cp, p.dp, gpus_per_node, act, p.pp,
+                  t.recipe.fp8_matrices)
     tokens = t.micro_batch * t.seq / p.cp
     vocab = padded_vocab(m, p.tp, t.pad_multiple()) if m.vocab else 0
     L, rec = _layer_terms(su, t, tokens, p.ep, p.etp, vocab)

@@ -225,7 +225,7 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     (`_layers_from`)."""
     t = spec.base_train()
     su = sm.Setup(spec.model, spec.hardware, framework(spec.framework), spec.seq, tp, cp, dp,
-                  spec.node_size, format_bytes(t.recipe.act_fmt, 1), pf.pp)
+                  spec.node_size, format_bytes(t.recipe.act_fmt, 1), pf.pp, t.recipe.fp8_matrices)
     tokens = np.asarray(bs, np.float64) * spec.seq / cp
     ep_c, etp_c = np.asarray(ep)[:, None], np.asarray(etp)[:, None]
     L = _layers(su, pf, tokens, ep_c, etp_c) if layers is None else \

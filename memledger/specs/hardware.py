@@ -16,12 +16,14 @@ class Hardware:
     pcie_bw: int
     network_bw: int  # per GPU (one NIC each)
     gpus_per_node: int = 8
+    fp8_flops: int = 0  # dense fp8 FLOP/s (vendor figure); 0 = no fp8 tensor cores
     source: str = ""
 
     def __post_init__(self):
         for f in ("hbm_bytes", "bf16_flops", "hbm_bw", "pcie_bw", "network_bw", "gpus_per_node"):
             require_positive(f, getattr(self, f))
         require(self.nvlink_bw >= 0, "nvlink_bw", f"must be >= 0, got {self.nvlink_bw}")
+        require(self.fp8_flops >= 0, "fp8_flops", f"must be >= 0 (0: none), got {self.fp8_flops}")
 
     @property
     def intra_node_bw(self) -> int:
