@@ -69,6 +69,13 @@ class Setup:
     fp8: bool = False  # the layers' linear GEMMs run in fp8 (the recipe's `fp8_matrices`)
 
 
+def setup(m, hw, fw: Framework, t, tp: int, cp: int, dp: int, gpn: int, pp: int = 1) -> Setup:
+    """The `Setup` of a layout running the TrainSpec `t`: its sequence, and what its recipe
+    decides here — the bytes of an activation value and whether the linear GEMMs run in fp8."""
+    return Setup(m, hw, fw, t.seq, tp, cp, dp, gpn, format_bytes(t.recipe.act_fmt, 1), pp,
+                 t.recipe.fp8_matrices)
+
+
 def _kv_dim(m) -> int:
     if m.mla is not None:
         return m.n_heads * (m.mla.qk_dim + m.mla.v_dim)

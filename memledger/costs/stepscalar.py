@@ -27,7 +27,6 @@ from memledger.ledger.pipeline.schedules import bubble_fraction, last_stage_rank
 from memledger.model.params import layer_kind, padded_vocab
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
-from memledger.units import format_bytes
 
 PARTS = sm.PARTS
 
@@ -79,9 +78,7 @@ def step_parts(m, hw, fw: Framework, p: ParallelSpec, t: TrainSpec, gpus_per_nod
                runtime=None) -> dict[str, float]:
     """Seconds per step of each term (PARTS) of the layout `p` running `t`; they sum to the
     step time."""
-    act = format_bytes(t.recipe.act_fmt, 1)
-    su = sm.Setup(m, hw, fw, t.seq, p.tp, p.cp, p.dp, gpus_per_node, act, p.pp,
-                  t.recipe.fp8_matrices)
+    su = sm.setup(m, hw, fw, t, p.tp, p.cp, p.dp, gpus_per_node, p.pp)
     tokens = t.micro_batch * t.seq / p.cp
     vocab = padded_vocab(m, p.tp, t.pad_multiple()) if m.vocab else 0
     L, rec = _layer_terms(su, t, tokens, p.ep, p.etp, vocab)

@@ -25,7 +25,6 @@ from memledger.ledger.activations import get_profile
 from memledger.model.params import padded_vocab
 from memledger.planner.segmax import segment_max
 from memledger.planner.vec import VecParallel
-from memledger.units import format_bytes
 
 PARTS = sm.PARTS
 
@@ -224,8 +223,8 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     (planner.cells, planner.fused). `layers`: a cache shared by the blocks of one search
     (`_layers_from`)."""
     t = spec.base_train()
-    su = sm.Setup(spec.model, spec.hardware, framework(spec.framework), spec.seq, tp, cp, dp,
-                  spec.node_size, format_bytes(t.recipe.act_fmt, 1), pf.pp, t.recipe.fp8_matrices)
+    su = sm.setup(spec.model, spec.hardware, framework(spec.framework), t, tp, cp, dp,
+                  spec.node_size, pf.pp)
     tokens = np.asarray(bs, np.float64) * spec.seq / cp
     ep_c, etp_c = np.asarray(ep)[:, None], np.asarray(etp)[:, None]
     L = _layers(su, pf, tokens, ep_c, etp_c) if layers is None else \
