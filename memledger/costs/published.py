@@ -96,6 +96,11 @@ def megatron_model_flops(m: ModelSpec, seq: int, global_batch: int) -> float:
     return 72.0 * global_batch * seq * l * h * h * (1 + seq / (6 * h) + v / (12 * l * h))
 
 
+# a run's FLOP convention -> its FLOPs per step (m, seq, global batch); "model" is this
+# project's 3 × forward count (`planner.reference.step_flops`)
+FLOP_COUNTS = {"megatron-eq3": megatron_eq3_flops, "megatron-model": megatron_model_flops}
+
+
 # What these runs used beyond what the framework bounds (`costs.overlap`'s megatron-2021: no
 # ZeRO, no CP, 1F1B or interleaved with its limits, equal stages): full activation
 # recomputation, as the sc21 scripts run every Table 1 model (`--checkpoint-activations`)
@@ -175,14 +180,13 @@ _KORTHIKANTI_TABLE5 = (
 def korthikanti_2022_run(p: str, m: ModelSpec, pp: int, vpp: int, world: int, batch: int,
                          mb: int, seconds: float, selective: bool) -> PublishedRun:
     """A run of Table 5 (tp 8, dp 1); its TFLOP/s per GPU from the measured step."""
-    rc = "selective" if selective else "full"
+    rc, convention = ("selective", "megatron-model") if selective else ("full", "megatron-eq3")
     run = megatron_2021_run(
         f"Korthikanti 2022 GPT {p}, " + ("SP + selective" if selective else "full recompute"),
         m, world, batch, 8, pp, mb, vpp, None, "Table 5")
-    flops = (megatron_model_flops if selective else megatron_eq3_flops)(m, run.seq, batch)
+    flops = FLOP_COUNTS[convention](m, run.seq, batch)
     return replace(run, layout=run.layout | {"recompute": rc},
-                   tflops_per_gpu=flops / (seconds * world) / 1e12,
-                   flops_convention="megatron-model" if selective else "megatron-eq3",
+                   tflops_per_gpu=flops / (seconds * world) / 1e12, flops_convention=convention,
                    framework="megatron-2022" if selective else "megatron-2021",
                    source=f"Korthikanti et al. 2022 (arXiv 2205.05198) Tables 3 and 5: "
                           f"{seconds} s a step",

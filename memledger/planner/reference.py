@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from memledger.costs.published import (LAYOUT_FIGURES, REFERENCE_RUNS, LayoutFigure, PublishedRun,
-                                       megatron_eq3_flops, megatron_model_flops)
+from memledger.costs.published import (FLOP_COUNTS, LAYOUT_FIGURES, REFERENCE_RUNS, LayoutFigure,
+                                       PublishedRun)
 from memledger.planner import Constraints, PlanSpec, plan
 from memledger.planner.groups import GROUP_AXES
 from memledger.planner.groups import layout_rank as layout_rank_of
@@ -82,10 +82,9 @@ def _spec(run: PublishedRun, **fixed) -> PlanSpec:
 
 
 def step_flops(run: PublishedRun) -> float:
-    if run.flops_convention == "megatron-eq3":
-        return megatron_eq3_flops(run.model, run.seq, run.global_batch)
-    if run.flops_convention == "megatron-model":
-        return megatron_model_flops(run.model, run.seq, run.global_batch)
+    count = FLOP_COUNTS.get(run.flops_convention)
+    if count is not None:
+        return count(run.model, run.seq, run.global_batch)
     return 3.0 * forward_flops_per_token(run.model, run.seq) * run.seq * run.global_batch
 
 
