@@ -18,20 +18,17 @@ in Megatron's 1F1B). Per step:
   step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 traffic (exposed) + optimizer
          + gradient accumulation
 with t_mb the slowest rank's micro-batch; DP sync hidden behind one micro-batch's backward
-when the framework overlaps it (Megatron-LM 2021: only without pipelining, `overlap`;
-sharded gradients, ZeRO-2/3, are reduce-scattered every micro-batch, each behind its own
-backward; ZeRO-3's gathers behind the prefetching compute), and the optimizer memory-bound:
-every parameter's master, states, gradient read and weight written, ÷ the ZeRO shard, at HBM
-bandwidth. Gradient accumulation, where the framework does not fuse it into the weight-gradient
-GEMMs (`overlap`): each micro-batch's gradients added to the accumulated ones, a memory-bound
-kernel reading both and writing the sum. `costs/stepscalar.py` assembles one configuration
-from these terms with scalars.
+when the framework overlaps it (Megatron-LM 2021: only without pipelining, `overlap`; ZeRO-2/3
+reduce-scatter every micro-batch, each behind its own backward; ZeRO-3's gathers behind the
+prefetching compute); the optimizer and, where the framework does not fuse it into the
+weight-gradient GEMMs, the gradient accumulation are memory-bound passes
+(`optimizer_bytes_per_param`, `accumulation_seconds`). `costs/stepscalar.py` assembles one
+configuration from these terms with scalars.
 Ignores: expert-data-parallel groups (all gradients sync over dp·cp), the communication a
 recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps; that
-the gradient adds run inside each micro-batch's backward (so the bubble stretches with them:
-b/(1 − b) of a term of a few per cent); the all-reduce of tied word-embedding gradients between
-the first and last stages (V·h/tp values over two ranks once a step: 5–15 ms for the Megatron
-2021 models, ≤ 0.5 % of their steps).
+the gradient adds run inside each micro-batch's backward (the bubble stretching with them:
+b/(1 − b) of a few-per-cent term); the tied word-embedding gradients' all-reduce between the
+first and last stages (5–15 ms a step for the Megatron 2021 models, ≤ 0.5 %).
 """
 from __future__ import annotations
 
@@ -70,8 +67,7 @@ class Setup:
 
 
 def setup(m, hw, fw: Framework, t, tp: int, cp: int, dp: int, gpn: int, pp: int = 1) -> Setup:
-    """The `Setup` of a layout running the TrainSpec `t`: its sequence, and what its recipe
-    decides here — the bytes of an activation value and whether the linear GEMMs run in fp8."""
+    """The Setup of a layout running `t`: its seq; its recipe's activation bytes and fp8 GEMMs."""
     return Setup(m, hw, fw, t.seq, tp, cp, dp, gpn, format_bytes(t.recipe.act_fmt, 1), pp,
                  t.recipe.fp8_matrices)
 
@@ -124,11 +120,9 @@ def layer_forward(su: Setup, kind: str, tokens, ep=1, etp=1) -> dict:
 
 
 def cross_entropy_bytes_per_logit(act: int) -> int:
-    """Bytes the unfused vocab-parallel cross-entropy moves per logit, forward and backward
-    (Megatron's `_VocabParallelCrossEntropy`, in fp32): the max 4, subtracting it 4 + 4, exp in
-    place 4 + 4, the sum 4, dividing by it 4 + 4 (the softmax kept for backward), and backward
-    scaling it by the loss gradient 4 + 4; with 16-bit logits the cast to fp32 and the
-    gradient's cast back, (act + 4) each."""
+    """Bytes the unfused vocab-parallel cross-entropy (Megatron's `_VocabParallelCrossEntropy`,
+    fp32) moves per logit, forward and backward: max 4, subtract 4 + 4, exp 4 + 4, sum 4, divide
+    4 + 4 (the softmax kept), backward scaling 4 + 4; 16-bit logits add both casts, act + 4 each."""
     return 40 + (2 * (act + 4) if act < 4 else 0)
 
 
