@@ -1,6 +1,6 @@
 """The core's shape (docs/architecture.md): no import cycles between modules, and imports go one
 way between the layers — errors/units → specs → model/presets → ledger → costs → advisor →
-planner → trace/validation → views → cli. Function-level (lazy) imports count too."""
+planner → trace/validation/engine/snapshot → views → cli. Function-level (lazy) imports count too."""
 import ast
 from pathlib import Path
 
@@ -10,7 +10,7 @@ LAYERS = (("memledger.errors", "memledger.units", "memledger.divisors", "memledg
           ("memledger.specs",),
           ("memledger.model", "memledger.presets"), ("memledger.ledger",), ("memledger.costs",),
           ("memledger.advisor",), ("memledger.planner",),
-          ("memledger.trace", "memledger.validation", "memledger.engine"),
+          ("memledger.trace", "memledger.validation", "memledger.engine", "memledger.snapshot"),
           ("memledger.views",), ("memledger.cli",))
 MAX_CORE_LINES = 300
 

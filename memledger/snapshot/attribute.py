@@ -12,6 +12,7 @@ Ignores: sub-row detail beyond the rule's label and the module kind of activatio
 """
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from memledger.ledger.items import ROWS
 from memledger.snapshot import rules as R
 from memledger.snapshot.measure import Measured
+from memledger.snapshot.reader import MAX_FRAMES, SnapshotError, frames_ok
 
 UNATTRIBUTED = "unattributed"
 ATTRIBUTED_ROWS = ROWS + (UNATTRIBUTED,)
@@ -36,16 +38,25 @@ class Attribution:
 
 
 class _Rules:
-    """match() per distinct stack: torch shares one frames list per stack, so cache by id."""
+    """match() once per distinct stack: torch shares one dict per distinct frame, so a stack is
+    the tuple of its frames' ids (the entries keep them alive). A stack is checked here, the
+    first time it is seen (reader.frames_ok), not once per entry."""
 
     def __init__(self):
-        self._cache: dict[int, R.Rule | None] = {}
+        self._cache: dict[tuple, R.Rule | None] = {}
 
     def __call__(self, frames) -> R.Rule | None:
-        key = id(frames)
-        if key not in self._cache:
-            self._cache[key] = R.match(frames) if frames else None
-        return self._cache[key]
+        if not frames:
+            return None
+        key = tuple(map(id, frames))
+        try:
+            return self._cache[key]
+        except KeyError:
+            if not frames_ok(frames):
+                raise SnapshotError("a trace entry's or block's frames are not a list of at most "
+                                    f"{MAX_FRAMES} frames (dicts with 'filename', 'line', 'name')") from None
+            rule = self._cache[key] = R.match(frames)
+            return rule
 
 
 def _marker(rule) -> int:
@@ -63,7 +74,8 @@ def _marker(rule) -> int:
 def phases(entries, rule_of) -> np.ndarray:
     """Per entry: its phase (_F, _B, _O, or _NONE between steps / unknown)."""
     n = len(entries)
-    mark = np.fromiter((_marker(rule_of(e.get("frames") or None)) if e.get("frames") else _NONE
+    # allocations mark the phases (a free's stack is where it was freed, often a later phase)
+    mark = np.fromiter((_marker(rule_of(e.get("frames"))) if e["action"] == "alloc" else _NONE
                         for e in entries), dtype=np.int8, count=n)
     idx = np.arange(n)
     has = mark != _NONE
@@ -89,6 +101,16 @@ def _backward_end(ph: np.ndarray) -> np.ndarray:
 
 
 def attribute(m: Measured) -> Attribution:
+    enabled = gc.isenabled()
+    gc.disable()  # a key tuple per entry; the trace's million dicts need no cyclic rescans
+    try:
+        return _attribute(m)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _attribute(m: Measured) -> Attribution:
     rule_of = _Rules()
     ph = phases(m.entries, rule_of)
     bwd_end = _backward_end(ph)

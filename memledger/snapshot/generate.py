@@ -72,6 +72,7 @@ class StepModel:
     act_bytes: int = 2  # bf16 activations
     stacks: str = "python"  # "python" | "all": what backward's frames look like
     max_entries: int = 0  # 0 = keep every entry
+    depth: int = 0  # extra outer frames on every Python stack (launchers, trainers' loops)
 
 
 class _Allocator:
@@ -82,7 +83,8 @@ class _Allocator:
 
     def _emit(self, action, addr, size, frames):
         self.t += 7
-        self.trace.append({"action": action, "addr": addr, "frames": frames, "size": size,
+        # torch shares each distinct frame's dict, not the list (combined_traceback.cpp)
+        self.trace.append({"action": action, "addr": addr, "frames": list(frames), "size": size,
                            "stream": 0, "time_us": self.t})
 
     def alloc(self, size: int, row: str, frames) -> int:
@@ -151,7 +153,9 @@ class _Allocator:
 
 def generate(spec: StepModel = StepModel()) -> tuple[dict, dict]:
     """(snapshot dict in torch's format, {row: bytes at the generator's peak, "peak": bytes})."""
-    a, S = _Allocator(), STACKS
+    a = _Allocator()
+    outer = _fr(*((f"/site-packages/launcher/run{i}.py", 10 + i, f"run_{i}") for i in range(spec.depth)))
+    S = {k: v + outer for k, v in STACKS.items()}
     h, f, v, tok, ab = spec.hidden, spec.ffn, spec.vocab, spec.tokens, spec.act_bytes
     shapes = [v * h] + [4 * h * h, 3 * h * f] * spec.layers + [v * h]
     params = [a.alloc(4 * n, "weights", S["embed"] if i == 0 else S["weight"])

@@ -7,7 +7,7 @@ snapshot contains nothing else). Bounded before and while it runs:
   - the file's size (MAX_FILE_BYTES, the app passes its upload limit) and, for gzip, the
     decompressed size (MAX_PICKLE_BYTES), read with a limit so a gzip bomb stops there;
   - memory: the unpickler reads through a window that checks the process's resident memory
-    every few MiB against MAX_EXPANSION x the bytes consumed (a real snapshot expands ~6x);
+    every few MiB against MAX_EXPANSION x the bytes consumed (a real snapshot expands ~10x);
   - the shape: the result must be a dict with `segments` and `device_traces` lists; the number
     of trace entries, blocks and frames per stack is bounded, and the walk that checks them
     only follows torch's schema (fixed depth), so nesting or memo self-references cannot
@@ -18,6 +18,7 @@ as read and never interpreted.
 """
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import os
@@ -31,8 +32,8 @@ MAX_PICKLE_BYTES = 1 << 30  # decompressed
 MAX_TRACE_ENTRIES = 8_000_000  # all devices; torch's default max_entries is sys.maxsize
 MAX_BLOCKS = 4_000_000
 MAX_FRAMES = 1_024  # per stack; torch's C++ unwinder keeps every frame, real stacks are < 300
-MAX_EXPANSION = 40  # resident bytes per pickle byte consumed, beyond a 512 MiB allowance
-_RSS_SLACK = 512 << 20
+MAX_EXPANSION = 24  # resident bytes per pickle byte consumed, beyond a 256 MiB allowance
+_RSS_SLACK = 256 << 20
 _CHECK_EVERY = 4 << 20
 STATES_PENDING = ("active_pending_free", "active_awaiting_free")  # torch writes / docs say
 STATES = ("active_allocated", "inactive") + STATES_PENDING
@@ -131,6 +132,8 @@ def read_bytes(data: bytes, name: str = "snapshot", max_bytes: int = MAX_FILE_BY
         what = "JSON" if data.lstrip()[:1] in (b"{", b"[") else "not a pickle"
         raise SnapshotError(f"{shown} is {what}; expected a pickle from "
                             "torch.cuda.memory._dump_snapshot (optionally gzipped)")
+    enabled = gc.isenabled()
+    gc.disable()  # millions of new containers: the cyclic collector would rescan them all
     try:
         obj = _NoGlobals(_Window(data)).load()
     except SnapshotError:
@@ -141,6 +144,9 @@ def read_bytes(data: bytes, name: str = "snapshot", max_bytes: int = MAX_FILE_BY
             AttributeError, RecursionError, OverflowError) as e:
         raise SnapshotError(f"{shown} is not a readable pickle ({type(e).__name__}: "
                             f"{str(e)[:120]}); truncated or corrupt?") from None
+    finally:
+        if enabled:
+            gc.enable()
     check_shape(obj, shown)
     return obj
 
@@ -156,8 +162,9 @@ def _gunzip(data: bytes, shown: str) -> bytes:
     return out
 
 
-def _frames_ok(frames) -> bool:
-    if not isinstance(frames, list) or len(frames) > MAX_FRAMES:
+def frames_ok(frames) -> bool:
+    """A stack as torch writes it: at most MAX_FRAMES dicts with string name and filename."""
+    if type(frames) is not list or len(frames) > MAX_FRAMES:
         return False
     return all(type(f) is dict and type(f.get("name", "")) is str
                and type(f.get("filename", "")) is str for f in frames)
@@ -174,7 +181,6 @@ def check_shape(obj, shown: str = "snapshot") -> None:
     if n_entries > MAX_TRACE_ENTRIES:
         raise SnapshotError(f"{shown} has {n_entries:,} trace entries; at most "
                             f"{MAX_TRACE_ENTRIES:,} (record with max_entries)")
-    seen_frames: set[int] = set()  # torch shares one list per distinct stack
     n_blocks = 0
     for i, seg in enumerate(obj["segments"]):
         if type(seg) is not dict or type(seg.get("blocks")) is not list \
@@ -188,7 +194,7 @@ def check_shape(obj, shown: str = "snapshot") -> None:
             if type(b) is not dict or type(b.get("size")) is not int or b.get("state") not in STATES:
                 raise SnapshotError(f"{shown}: segments[{i}].blocks[{j}] is not a block (integer "
                                     f"'size', 'state' one of {', '.join(STATES)})")
-            _check_frames(b.get("frames", []), seen_frames, shown, f"segments[{i}].blocks[{j}]")
+            _check_frames(b.get("frames", []), shown, f"segments[{i}].blocks[{j}]")
     for d, tr in enumerate(obj["device_traces"]):
         if type(tr) is not list:
             raise SnapshotError(f"{shown}: device_traces[{d}] is not a list")
@@ -197,13 +203,12 @@ def check_shape(obj, shown: str = "snapshot") -> None:
                     or type(e.get("size", 0)) is not int or type(e.get("addr", 0)) is not int:
                 raise SnapshotError(f"{shown}: device_traces[{d}][{k}] is not a trace entry "
                                     "(dict with 'action', integer 'addr' and 'size')")
-            _check_frames(e.get("frames", []), seen_frames, shown, f"device_traces[{d}][{k}]")
+            _check_frames(e.get("frames", []), shown, f"device_traces[{d}][{k}]")
 
 
-def _check_frames(frames, seen: set, shown: str, where: str) -> None:
-    if id(frames) in seen:
-        return
-    if not _frames_ok(frames):
+def _check_frames(frames, shown: str, where: str) -> None:
+    """The list itself; its frames are checked once per distinct stack where they are read
+    (attribute._Rules), which is what keeps a million-entry trace fast."""
+    if type(frames) is not list or len(frames) > MAX_FRAMES:
         raise SnapshotError(f"{shown}: {where}.frames is not a list of at most {MAX_FRAMES} "
                             "frames (dicts with 'filename', 'line', 'name')")
-    seen.add(id(frames))
