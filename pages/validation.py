@@ -2,17 +2,18 @@
 
 Measurements come from the stored runs of `memledger validate` (validation/validation-*.json);
 predictions are re-derived with the current ledger on every load, never read from the files.
-Needs no model sidebar: the shared configuration only travels on in the share link.
+Needs no model sidebar, except while "Your run" is open: an uploaded PyTorch memory snapshot is
+compared with the sidebar's configuration (memledger.views.validation.snapshot_section).
 """
 from pathlib import Path
 
 import streamlit as st
 
-from memledger.views import export, ui
+from memledger.views import export, sidebar, ui
 from memledger.views.frame import page_frame
 from memledger.views.state import BadValue, PageParam
 from memledger.views.sync import resolve
-from memledger.views.validation import charts, data, engine_section
+from memledger.views.validation import charts, data, engine_section, snapshot_section
 from memledger.views.validation import timeline as timeline_validation
 
 page_frame("validation")
@@ -146,6 +147,9 @@ with st.expander("How it was measured", icon=":material/science:"):
     st.markdown(HOW)
 
 engine_section.render(folder)
+
+if snapshot_section.render(res, stem):  # the snapshot is compared with the sidebar's configuration
+    sidebar.draw(res)
 
 ui.finish(res, SPECS, {"rows": tuple(rows) or data.ROW_ORDER, "env": env, "case": case},
           share=share)

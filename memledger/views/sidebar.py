@@ -135,7 +135,7 @@ def _import_widgets() -> None:
                   help="Read from memledger's shipped catalog, this server's Hugging Face "
                        "cache, or the Hub.")
     st.button("Load from the Hub", on_click=_load_hub, key="hub_go")
-    st.file_uploader("config.json", type=["json"], key="import_file")
+    st.file_uploader("config.json", type=["json"], key="import_file", max_upload_size=2)
     st.text_area("…or paste it", key="import_text", height=100)
     st.button("Use this config", on_click=_import_config, key="import_go")
     if st.session_state.get("_ml_import_error"):
