@@ -4,7 +4,9 @@ Generates a snapshot in torch's format (memledger.snapshot.generate; a 48-layer 
 until the trace has ~1 M entries, each entry with its own frames list of shared frame dicts, as
 torch writes them), pickles it (~200 MB), then in a fresh process reads it with the safe reader,
 measures and attributes it, and prints the time of each stage and the process's peak RSS.
-Target (issue 29): <= 10 s. Run: PYTHONPATH=. python benchmarks/bench_snapshot.py [entries]
+Target (issue 29): <= 10 s for ~200 MB / ~1 M entries.
+Run: PYTHONPATH=. python benchmarks/bench_snapshot.py [entries [outer frames per stack]]
+(1,000,000 entries with 84 outer frames is ~200 MB.)
 """
 from __future__ import annotations
 
@@ -35,13 +37,13 @@ print(f"read {t2 - t1:.2f} s  measure {t3 - t2:.2f} s  attribute {t4 - t3:.2f} s
 """
 
 
-def main(entries: int = 1_000_000) -> None:
+def main(entries: int = 1_000_000, depth: int = DEPTH) -> None:
     from memledger.snapshot.generate import StepModel, generate
     one, two = (len(generate(StepModel(layers=48, steps=k, tokens=2048))[0]["device_traces"][0])
                 for k in (1, 2))
     t0 = time.perf_counter()
     snap, _ = generate(StepModel(layers=48, steps=max(1, (entries - one) // (two - one) + 1),
-                                 tokens=2048, stacks="python", depth=DEPTH))
+                                 tokens=2048, stacks="python", depth=depth))
     gen_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "snapshot.pickle")
@@ -60,4 +62,4 @@ def main(entries: int = 1_000_000) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
+    main(*(int(a) for a in sys.argv[1:3]))
