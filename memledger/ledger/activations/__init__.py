@@ -18,9 +18,36 @@ def register(name: str, profile: Profile) -> None:
 
 
 def get_profile(name: str) -> Profile:
+    """The registered profile, seen through fine-tuning (activations/finetune.py: frozen
+    weights keep fewer inputs, adapters keep theirs); unchanged for full fine-tuning."""
     if "megatron" not in _REGISTRY:  # a traced profile may have been registered first
         _load_builtins()
-    return lookup("profile", _REGISTRY, name, "activation profile", ordered=False)
+    prof = lookup("profile", _REGISTRY, name, "activation profile", ordered=False)
+    wrapped = _FINETUNED.get(id(prof))
+    if wrapped is None or wrapped.base is not prof:
+        wrapped = _FINETUNED[id(prof)] = Finetuned(prof)
+    return wrapped
+
+
+class Finetuned:
+    """A profile whose layer and last-stage inventories follow TrainSpec.finetune."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __getattr__(self, attr):
+        return getattr(self.base, attr)
+
+    def layer(self, m, kind, t, p):
+        from memledger.ledger.activations.finetune import finetune_tensors
+        return finetune_tensors(self.base.layer(m, kind, t, p), m, kind, t)
+
+    def last_stage(self, m, t, p):
+        from memledger.ledger.activations.finetune import finetune_tensors
+        return finetune_tensors(self.base.last_stage(m, t, p), m, "last", t, outer=True)
+
+
+_FINETUNED: dict[int, Finetuned] = {}
 
 
 def _load_builtins() -> None:
