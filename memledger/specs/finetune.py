@@ -130,9 +130,6 @@ class FinetuneSpec:
             raise SpecError("base_weights", f"{self.base_weights!r} is a quantised base, which "
                                             f"only qlora runs; with finetune={self.mode!r} valid: "
                                             f"bf16, fp16, fp32")
-        if self.mode == "freeze":
-            require(len(self.freeze) > 0, "freeze", "finetune=freeze needs modules or layer "
-                                                    "ranges to freeze, e.g. embeddings or layers:0-15")
         for name in self.freeze:
             rng = parse_range(name)
             if rng is not None:

@@ -42,6 +42,10 @@ class Finetuned:
         from memledger.ledger.activations.finetune import finetune_tensors
         return finetune_tensors(self.base.layer(m, kind, t, p), m, kind, t)
 
+    def first_stage(self, m, t, p):
+        from memledger.ledger.activations.finetune import finetune_tensors
+        return finetune_tensors(self.base.first_stage(m, t, p), m, "first", t, outer=True)
+
     def last_stage(self, m, t, p):
         from memledger.ledger.activations.finetune import finetune_tensors
         return finetune_tensors(self.base.last_stage(m, t, p), m, "last", t, outer=True)

@@ -45,7 +45,7 @@ _HF = {
     "moe.in": ("moe.router", "shared.fc1:gate", "shared.fc1:up"),
     "shared.gate_in": ("moe.shared_gate",),
     "experts.in": ("experts.fc1:gate", "experts.fc1:up"), "experts.down_in": ("experts.fc2",),
-    "head.in": ("head",),
+    "head.in": ("head",), "embedding.ids": ("embedding",),
 }
 _MEGATRON = {
     "attn.qkv_in": _QKV, "attn.down_in": ("attn.q_down", "attn.kv_down"),
@@ -54,6 +54,7 @@ _MEGATRON = {
     "moe.in": ("moe.router", "shared.fc1:gate", "shared.fc1:up"),
     "experts.in": ("experts.fc1:gate", "experts.fc1:up"), "experts.act_out": ("experts.fc2",),
     "shared.act_out": ("shared.fc2",), "head.input": ("head",),
+    "embedding.ids": ("embedding",),
 }
 # Per profile: which tensors are kept only for some weights' gradients.
 KEPT_FOR = {"hf": _HF, "hf-cpu": _HF, "megatron": _MEGATRON}
@@ -99,10 +100,11 @@ def finetune_tensors(tensors: tuple[ActTensor, ...], m: ModelSpec, kind: str,
         return tensors
     spec, table = t.finetune, KEPT_FOR[t.profile]
     if outer:
-        trains = frozenset(x for x, on in (("head", spec.train_head or
-                                                   (spec.mode == "freeze" and "head" not in spec.frozen_pieces)),
-                                                  ("final_norm", spec.mode == "freeze" and
-                                                   "norms" not in spec.frozen_pieces)) if on)
+        free = spec.mode == "freeze"  # embedding backward needs the ids for the weight only
+        trains = frozenset(x for x, on in (
+            ("head", spec.train_head or (free and "head" not in spec.frozen_pieces)),
+            ("embedding", spec.train_embeddings or (free and "embeddings" not in spec.frozen_pieces)),
+            ("final_norm", free and "norms" not in spec.frozen_pieces)) if on)
         return tuple(_drop_frozen(tensors, table, trains))
     trains, adapted = live_pieces(m, kind, spec)
     kept = _drop_frozen(tensors, table, trains)
@@ -126,8 +128,10 @@ def _adapter_tensors(tensors, kept, adapted, t: TrainSpec) -> list[ActTensor]:
         split = src.split if src is not None else "none"
         cls = src.cls if src is not None else "norm_out"
         tag = f"lora.{piece}"  # n adapted matrices of the piece (k and v of attn.kv), each its own
-        if spec.lora_dropout_pct:
-            out += [ActTensor(f"{tag}.dropout_mask", cls, n * d_in, "bool", split, per),
+        if spec.lora_dropout_pct:  # CUDA native_dropout keeps a bool mask; the CPU kernel
+            # (aten/src/ATen/native/Dropout.cpp _dropout_impl) a noise tensor in the input dtype
+            mask = fmt if t.profile == "hf-cpu" else "bool"
+            out += [ActTensor(f"{tag}.dropout_mask", cls, n * d_in, mask, split, per),
                     ActTensor(f"{tag}.dropout_out", cls, n * d_in, fmt, split, per)]
         elif not same_dtype:  # x.to(lora dtype): one copy per adapter
             out.append(ActTensor(f"{tag}.x_cast", cls, n * d_in, fmt, split, per))

@@ -186,3 +186,37 @@ def live_pieces(m: ModelSpec, kind: str, spec: FinetuneSpec) -> tuple[frozenset[
                      h.group.count // (h.group.rows * h.group.cols), h.group.expert)
                     for h in helds if h.group.name.endswith(".lora_A"))
     return trains, adapted
+
+
+def check_finetune(m: ModelSpec, spec: FinetuneSpec) -> None:
+    """Targets and frozen names the model has, a rank no larger than a target's width, and
+    layer ranges inside the model; SpecError naming the field and the valid values."""
+    from memledger.errors import SpecError
+    from memledger.model.params import layer_groups
+    kinds = ("dense", "moe") if m.moe is not None else ("dense",)
+    groups = [g for k in kinds for g in layer_groups(m, k)]
+    have = {piece_key(g.name) for g in groups}
+    have |= {f"{k}:{h}" for k in have for h in _HALVES.get(k, ())}
+    from memledger.specs.finetune import MODULES, TARGET_SETS
+    valid = sorted(n for n, ps in MODULES.items() if any(p in have for p in ps))
+    for field, names in (("lora_targets", spec.lora_targets if spec.adapters else ()),
+                         ("freeze", spec.freeze)):
+        for n in names:
+            if n in TARGET_SETS or n in ("embeddings", "head", "norms", "layers") or ":" in n:
+                continue
+            if not any(p in have for p in MODULES[n]):
+                raise SpecError(field, f"model {m.name!r} has no {n!r} module; valid: "
+                                       f"{', '.join(valid + list(TARGET_SETS))}")
+    for lo, hi in spec.frozen_ranges:
+        if hi >= m.n_layers:
+            raise SpecError("freeze", f"layer range {lo}-{hi} is outside the model's layers "
+                                      f"0-{m.n_layers - 1}")
+    if spec.adapters:
+        widths = [min(g.rows, g.cols) for g in groups if g.matrix and
+                  _selected(piece_key(g.name), spec.target_pieces)]
+        if not widths:
+            raise SpecError("lora_targets", f"none of {', '.join(spec.lora_targets)} is a linear "
+                                            f"of model {m.name!r}; valid: {', '.join(valid)}")
+        if spec.lora_rank > min(widths):
+            raise SpecError("lora_rank", f"rank {spec.lora_rank} exceeds the narrowest target's "
+                                         f"width {min(widths)}; valid: 1..{min(widths)}")
