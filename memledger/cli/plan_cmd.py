@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from memledger.cli.args import add_model_args, add_train_args, load_model, runtime_from_args
+from memledger.cli.args import (add_model_args, add_train_args, finetune_from_args, load_model,
+                               runtime_from_args)
 from memledger.errors import SpecError
 from memledger.presets import GPUS, gpu
 from memledger.units import gib
@@ -75,7 +76,7 @@ def spec_from_args(args):
                     optimizer=args.optimizer, profile=args.profile, attention=args.attention,
                     headroom=args.headroom, runtime=runtime_from_args(args),
                     mfu_pct=args.mfu, framework=args.framework,
-                    constraints=Constraints(**fixed, **bounds))
+                    constraints=Constraints(**fixed, **bounds), finetune=finetune_from_args(args))
 
 
 def run(args) -> int:

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from memledger.errors import SpecError, require, require_choice, require_positive
-from memledger.specs.bounds import check_bound, check_length
+from memledger.specs.bounds import BOUNDS, check_bound, check_length
 from memledger.specs.hashing import cache_hash
 
 MODES = ("full", "lora", "qlora", "freeze")
@@ -101,9 +101,12 @@ class FinetuneSpec:
 
     def __post_init__(self):
         require_choice("finetune", self.mode, MODES)
-        for f in ("lora_rank", "lora_alpha", "nf4_block", "dq_block"):
+        r, top = self.lora_rank, BOUNDS["hidden"].limit
+        require(isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= top, "lora_rank",
+                f"must be an integer, valid: 1..{top:,} (and at most the narrowest target's "
+                f"width), got {r!r}")
+        for f in ("lora_alpha", "nf4_block", "dq_block"):
             require_positive(f, getattr(self, f))
-        check_bound("hidden", self.lora_rank, "lora_rank")
         for f in ("nf4_block", "dq_block"):
             require(self.nf4_block <= 4096 and self.dq_block <= 4096, f,
                     f"must be 1..4096 values per block, got {getattr(self, f)}")

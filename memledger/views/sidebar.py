@@ -207,13 +207,57 @@ MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
                "attention": "Attention kernel"}
 
 
+FT_KEYS = ("ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",
+           "freeze")
+FT_HELP = {
+    "ft": "*full*: every parameter trains. *lora*: the base is frozen, rank-r adapters train "
+          "(Hu et al. 2021). *qlora*: LoRA on a base quantised to NF4 / int8 / fp8 (Dettmers et "
+          "al. 2023). *freeze*: the named modules or layer ranges do not train.",
+    "lora_targets": "Comma separated: attention, mlp, all-linear (peft's), experts, router, or "
+                    "module names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                    "down_proj, linear_qkv, ...).",
+    "lora_dtype": "The adapters' storage dtype: peft upcasts bf16/fp16 adapters to fp32 "
+                  "(autocast_adapter_dtype=True).",
+    "base": "Storage of the frozen base: auto = nf4 for qlora (block 64, double quantisation), "
+            "else bf16.",
+    "freeze": "Comma separated modules (embeddings, head, norms, attention, mlp, q_proj, ...) "
+              "or layer ranges (layers:0-15) that do not train.",
+}
+
+
+def _finetune_section(res: Resolved) -> None:
+    cfg = res.cfg
+    _ft_choice("ft", "Fine-tuning", res)
+    if cfg.ft in ("lora", "qlora"):
+        c1, c2 = st.columns(2)
+        with c1:
+            st.number_input("LoRA rank r", *INT_LIMITS["lora_r"], key=W + "lora_r")
+        with c2:
+            st.number_input("LoRA alpha", *INT_LIMITS["lora_alpha"], key=W + "lora_alpha")
+        st.text_input("LoRA targets", key=W + "lora_targets", help=FT_HELP["lora_targets"])
+        st.number_input("LoRA dropout (%)", *INT_LIMITS["lora_dropout"], key=W + "lora_dropout")
+        _ft_choice("lora_dtype", "Adapter dtype", res)
+        _ft_choice("base", "Base weights", res)
+    if cfg.ft in ("freeze", "lora", "qlora"):
+        st.text_input("Frozen modules / layers", key=W + "freeze", help=FT_HELP["freeze"])
+    for note in res.notes:  # a fine-tuning setting the core refused, moved back (options.repair)
+        if note.split(" ", 1)[0] in FT_KEYS:
+            st.error(safe_text.md(note, 600))
+
+
+def _ft_choice(key: str, label: str, res: Resolved) -> None:
+    opts = valid_values(res.model, res.cfg, key)
+    st.selectbox(label, opts, key=W + key, help=FT_HELP.get(key), disabled=len(opts) < 2)
+
+
 SECTIONS = {"model": ("Model & GPUs", _model_section),
             "parallel": ("Parallelism", _parallel_section),
             "train": ("Training", _train_section),
-            "workload": ("Workload", _workload_section)}
+            "workload": ("Workload", _workload_section),
+            "finetune": ("Fine-tuning", _finetune_section)}
 
 
-ALL_SECTIONS = ("model", "parallel", "train")
+ALL_SECTIONS = ("model", "parallel", "train", "finetune")
 
 
 def draw(res: Resolved, sections: tuple[str, ...] = ALL_SECTIONS) -> None:

@@ -67,14 +67,14 @@ def _named(piece: str, names: frozenset[str]) -> bool:
 def frozen_by_name(g: ParamGroup, section: str, spec: FinetuneSpec) -> bool:
     """Whether `freeze` names this whole group (a half named alone splits it: `split`)."""
     names, key = spec.frozen_pieces, piece_key(g.name)
-    if section == "embedding" or g.name == "pos_embedding":
+    if g.name in ("embedding", "pos_embedding"):  # also the MTP modules' embedding copy
         return "embeddings" in names
     if g.name == "head":
         return "head" in names
+    if "layers" in names and (section.endswith("layers") or section == "mtp"):
+        return True
     if key in _NORMS:
         return "norms" in names
-    if "layers" in names and section.endswith("layers"):
-        return True
     if key in _OWNER:
         return all(_named(o, names) for o in _OWNER[key])
     halves = _HALVES.get(key)
