@@ -15,11 +15,15 @@ SavedVariable; derivatives.yaml mm: grad of mat2 needs self, grad of self needs 
   input in the adapter dtype (lora_A's input); without dropout, lora_A's input = the input cast
   to the adapter dtype (a copy per adapter when the dtypes differ; the base input itself,
   shared, when they match); and lora_A's rank-r output in the adapter dtype (lora_B's input).
-Ignores: the first trained layer's input when nothing before it trains (its input needs no
-gradient, so its norm keeps nothing: the rule assumes the input requires grad, as under HF
-Trainer / peft's `enable_input_require_grads` with gradient checkpointing); layers of a frozen
-range keep the inventory of a live layer (docs/finetune.md, limits); the adapters' fp32 result
-(out values, transient in forward).
+- a frozen embedding: layer 0's norm keeps nothing (`_NO_INPUT_GRAD`, hf profiles, pp = 1).
+Ignores: `enable_input_require_grads()` (HF Trainer with gradient checkpointing on a peft
+model, peft's prepare_model_for_kbit_training), under which layer 0 keeps its pair after all
+(4h + 4 bytes per token, once); layer 0's q/k/v adapters' dropout masks, not kept when the
+embedding is frozen (n_qkv · h mask values per token, once), and its q/k norms (Qwen3) after
+a projection without adapter (their input needs no gradient); a layer 0 whose first trained op
+is not q/k/v (targets only o or the MLP: its attention keeps nothing either); layers of a frozen range keep the inventory of
+a live layer, and the leading frozen layers of `freeze` keep nothing at all in PyTorch
+(docs/finetune.md, limits); the adapters' fp32 result (out values, transient in forward).
 """
 from __future__ import annotations
 
@@ -75,6 +79,23 @@ _INPUT = {
 _INPUT["hf-cpu"] = _INPUT["hf"]
 
 
+# A frozen embedding's output needs no gradient, so the first layer's RMSNorm keeps neither
+# its fp32 input nor rstd (they serve only the input gradient). Every layer's inventory still
+# lists its norm's pair; with one pipeline stage the final norm's pair (same size: h + 1 fp32
+# values per token) is dropped instead: the same total, layer 0's pair counted where the final
+# norm's would be. With several stages the first and last stage are different ranks holding
+# different numbers of micro-batches, so nothing moves: the first rank is over by one pair per
+# micro-batch it holds.
+_NO_INPUT_GRAD = {"hf": ("final_norm.x_fp32", "final_norm.rstd"),
+                  "hf-cpu": ("final_norm.x_fp32", "final_norm.rstd")}
+
+
+def embeddings_train(spec) -> bool:
+    if spec.adapters:
+        return spec.train_embeddings
+    return spec.mode == "full" or "embeddings" not in spec.frozen_pieces
+
+
 def applies(t: TrainSpec) -> bool:
     return not t.finetune.trains_everything and t.profile in KEPT_FOR
 
@@ -93,7 +114,7 @@ def _drop_frozen(tensors, table, trains) -> list[ActTensor]:
 
 
 def finetune_tensors(tensors: tuple[ActTensor, ...], m: ModelSpec, kind: str,
-                     t: TrainSpec, outer: bool = False) -> tuple[ActTensor, ...]:
+                     t: TrainSpec, outer: bool = False, p_stages: int = 1) -> tuple[ActTensor, ...]:
     """The inventory of a layer of `kind` (or, `outer`, the first/last stage's) under
     t.finetune; unchanged for full fine-tuning and for profiles without a table."""
     if not applies(t):
@@ -101,6 +122,9 @@ def finetune_tensors(tensors: tuple[ActTensor, ...], m: ModelSpec, kind: str,
     spec, table = t.finetune, KEPT_FOR[t.profile]
     if outer:
         free = spec.mode == "freeze"  # embedding backward needs the ids for the weight only
+        if kind == "last" and t.profile in _NO_INPUT_GRAD and not embeddings_train(spec) \
+                and p_stages == 1:
+            tensors = tuple(x for x in tensors if x.name not in _NO_INPUT_GRAD[t.profile])
         trains = frozenset(x for x, on in (
             ("head", spec.train_head or (free and "head" not in spec.frozen_pieces)),
             ("embedding", spec.train_embeddings or (free and "embeddings" not in spec.frozen_pieces)),
