@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from memledger import build_ledger
@@ -48,7 +48,8 @@ def _valid_targets(m: ModelSpec, names):
     return tuple(keep)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.sampled_from(MODELS), st.sampled_from(LAYOUTS), st.sampled_from((1, 8, 64, 256)),
        st.sets(st.sampled_from(TARGETS), min_size=1, max_size=4),
        st.sampled_from(("fp32", "bf16")), st.sampled_from(("megatron", "mixed16", "bf16")))
