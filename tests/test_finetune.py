@@ -265,3 +265,19 @@ def test_links_made_before_fine_tuning_open_the_same_configuration():
 def test_bad_fine_tuning_link_values_name_the_parameter(key, value, words):
     _, issues = parse_params({key: value})
     assert len(issues) == 1 and issues[0].key == key and words in issues[0].message
+
+
+# -- the advisor ----------------------------------------------------------------------------
+def test_advisor_prices_freezing_and_adapters_in_bytes_for_the_trainable_fraction():
+    from memledger.advisor import advise
+    from memledger.presets import gpu
+    led = build_ledger(model("llama3-70b"), ParallelSpec(tp=8, pp=4, dp=1, sp=True),
+                       TrainSpec(seq=4096), hardware=gpu("h100"))
+    ft = advise(led).finetune
+    assert ft.mode == "full" and ft.trainable_pct == 100.0
+    opts = {o.label.split(" (")[0]: o for o in ft.options}
+    lora, qlora = opts["LoRA r=16 on all-linear"], opts["QLoRA NF4 r=16 on all-linear"]
+    assert 0 < lora.trainable_pct < 2 and lora.saved_bytes > 0
+    assert qlora.saved_bytes > lora.saved_bytes  # the 4-bit base on top of the adapters
+    emb = opts["freeze embeddings and head"]
+    assert 90 < emb.trainable_pct < 100 and emb.saved_bytes > 0

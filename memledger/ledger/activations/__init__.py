@@ -46,8 +46,7 @@ class _Finetuned:
 
     def last_stage(self, m, t, p):
         from memledger.ledger.activations.finetune import finetune_tensors
-        return finetune_tensors(super().last_stage(m, t, p), m, "last", t, outer=True,
-                                p_stages=p.n_stages)
+        return finetune_tensors(super().last_stage(m, t, p), m, "last", t, outer=True)
 
 
 _VIEWS: dict[tuple, tuple] = {}

@@ -15,7 +15,7 @@ SavedVariable; derivatives.yaml mm: grad of mat2 needs self, grad of self needs 
   input in the adapter dtype (lora_A's input); without dropout, lora_A's input = the input cast
   to the adapter dtype (a copy per adapter when the dtypes differ; the base input itself,
   shared, when they match); and lora_A's rank-r output in the adapter dtype (lora_B's input).
-- a frozen embedding: layer 0's norm keeps nothing (`_NO_INPUT_GRAD`, hf profiles, pp = 1).
+- a frozen embedding: layer 0's norm keeps nothing (`_NO_INPUT_GRAD`, hf profiles).
 Ignores: `enable_input_require_grads()` (HF Trainer with gradient checkpointing on a peft
 model, peft's prepare_model_for_kbit_training), under which layer 0 keeps its pair after all
 (4h + 4 bytes per token, once); layer 0's q/k/v adapters' dropout masks, not kept when the
@@ -81,11 +81,11 @@ _INPUT["hf-cpu"] = _INPUT["hf"]
 
 # A frozen embedding's output needs no gradient, so the first layer's RMSNorm keeps neither
 # its fp32 input nor rstd (they serve only the input gradient). Every layer's inventory still
-# lists its norm's pair; with one pipeline stage the final norm's pair (same size: h + 1 fp32
-# values per token) is dropped instead: the same total, layer 0's pair counted where the final
-# norm's would be. With several stages the first and last stage are different ranks holding
-# different numbers of micro-batches, so nothing moves: the first rank is over by one pair per
-# micro-batch it holds.
+# lists its norm's pair; the final norm's pair (same size: h + 1 fp32 values per token) is
+# dropped instead: the same total with one pipeline stage, layer 0's pair counted where the
+# final norm's would be. With several stages (the rule does not depend on the layout, so the
+# planner's per-layout tables stay exact) the first rank is over and the last rank under by
+# one pair per micro-batch each holds.
 _NO_INPUT_GRAD = {"hf": ("final_norm.x_fp32", "final_norm.rstd"),
                   "hf-cpu": ("final_norm.x_fp32", "final_norm.rstd")}
 
@@ -114,7 +114,7 @@ def _drop_frozen(tensors, table, trains) -> list[ActTensor]:
 
 
 def finetune_tensors(tensors: tuple[ActTensor, ...], m: ModelSpec, kind: str,
-                     t: TrainSpec, outer: bool = False, p_stages: int = 1) -> tuple[ActTensor, ...]:
+                     t: TrainSpec, outer: bool = False) -> tuple[ActTensor, ...]:
     """The inventory of a layer of `kind` (or, `outer`, the first/last stage's) under
     t.finetune; unchanged for full fine-tuning and for profiles without a table."""
     if not applies(t):
@@ -122,8 +122,7 @@ def finetune_tensors(tensors: tuple[ActTensor, ...], m: ModelSpec, kind: str,
     spec, table = t.finetune, KEPT_FOR[t.profile]
     if outer:
         free = spec.mode == "freeze"  # embedding backward needs the ids for the weight only
-        if kind == "last" and t.profile in _NO_INPUT_GRAD and not embeddings_train(spec) \
-                and p_stages == 1:
+        if kind == "last" and t.profile in _NO_INPUT_GRAD and not embeddings_train(spec):
             tensors = tuple(x for x in tensors if x.name not in _NO_INPUT_GRAD[t.profile])
         trains = frozenset(x for x, on in (
             ("head", spec.train_head or (free and "head" not in spec.frozen_pieces)),
