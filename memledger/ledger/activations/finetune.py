@@ -85,7 +85,10 @@ _INPUT["hf-cpu"] = _INPUT["hf"]
 # dropped instead: the same total with one pipeline stage, layer 0's pair counted where the
 # final norm's would be. With several stages (the rule does not depend on the layout, so the
 # planner's per-layout tables stay exact) the first rank is over and the last rank under by
-# one pair per micro-batch each holds.
+# one pair per micro-batch each holds. Under full / every-k recompute layer 0's pair is not in
+# the kept inventory (its input is, as a checkpoint) while the final norm's still is: the last
+# rank is then under by one pair per micro-batch (the rule does not depend on the recompute
+# either, for the same reason).
 _NO_INPUT_GRAD = {"hf": ("final_norm.x_fp32", "final_norm.rstd"),
                   "hf-cpu": ("final_norm.x_fp32", "final_norm.rstd")}
 
