@@ -190,7 +190,7 @@ def test_bad_spec_names_the_field_and_the_valid_values(kw, field, words):
 
 @pytest.mark.parametrize("name,kw,field,words", [
     ("llama3-8b", dict(mode="lora", lora_targets=("q_a_proj",)), "lora_targets", "valid:"),
-    ("llama3-8b", dict(mode="lora", lora_targets=("experts",)), "lora_targets", "no 'experts'"),
+    ("llama3-8b", dict(mode="lora", lora_targets=("experts",)), "lora_targets", "'experts'"),
     ("deepseek-v3", dict(mode="lora", lora_targets=("q_proj",)), "lora_targets", "q_a_proj"),
     ("llama3-8b", dict(mode="lora", lora_rank=1025, lora_targets=("k_proj",)), "lora_rank",
      "1..1024"),

@@ -205,8 +205,8 @@ def check_finetune(m: ModelSpec, spec: FinetuneSpec) -> None:
             if n in TARGET_SETS or n in ("embeddings", "head", "norms", "layers") or ":" in n:
                 continue
             if not any(p in have for p in MODULES[n]):
-                raise SpecError(field, f"model {m.name!r} has no {n!r} module; valid: "
-                                       f"{', '.join(valid + list(TARGET_SETS))}")
+                raise SpecError(field, f"{field} names {n!r}, a module model {m.name!r} does "
+                                       f"not have; valid: {', '.join(valid + list(TARGET_SETS))}")
     for lo, hi in spec.frozen_ranges:
         if hi >= m.n_layers:
             raise SpecError("freeze", f"layer range {lo}-{hi} is outside the model's layers "
