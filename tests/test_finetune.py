@@ -281,3 +281,21 @@ def test_advisor_prices_freezing_and_adapters_in_bytes_for_the_trainable_fractio
     assert qlora.saved_bytes > lora.saved_bytes  # the 4-bit base on top of the adapters
     emb = opts["freeze embeddings and head"]
     assert 90 < emb.trainable_pct < 100 and emb.saved_bytes > 0
+
+
+def test_leading_frozen_layers_keep_nothing_and_the_planner_sends_them_to_the_ledger():
+    """With a frozen embedding nothing before the first trained layer requires grad: those
+    layers keep no activations (measured: validation/finetune-cpu.json). The planner's
+    per-kind tables cannot express it, so it refuses and names the field."""
+    from memledger.planner import PlanSpec
+    from memledger.presets import gpu
+    m = model("llama3-8b")
+    half = FinetuneSpec(mode="freeze", freeze=("embeddings", f"layers:0-{m.n_layers // 2 - 1}"))
+    emb = FinetuneSpec(mode="freeze", freeze=("embeddings",))
+    acts = {n: build_ledger(m, ParallelSpec(), TrainSpec(seq=1024, finetune=ft)).ranks[0]
+            .rows["activations"] for n, ft in (("half", half), ("emb", emb))}
+    assert acts["half"] < 0.6 * acts["emb"]
+    with pytest.raises(SpecError) as e:
+        PlanSpec(model=m, hardware=gpu("h100"), worlds=(8,), seq=1024, global_batch=8,
+                 finetune=half)
+    assert e.value.field == "freeze" and "memledger ledger" in str(e.value)

@@ -17,6 +17,7 @@ CASES = {c.name: c for c in FINETUNE_CPU_CASES}
 RUNS = {r.name: r for r in LOOP_RUNS}
 GRID = [("llama-tiny lora q,v r8", "set_to_none foreach"),
         ("llama-tiny freeze embeddings+attention", "persistent foreach"),
+        ("llama-tiny freeze embeddings+layers 0-1 (LLaMA-Factory freeze)", "set_to_none foreach"),
         ("qwen3-moe-tiny lora attention dropout", "set_to_none foreach"),
         ("llama-tiny lora all-linear r16 8 layers dropout", "persistent foreach")]
 

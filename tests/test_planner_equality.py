@@ -141,9 +141,9 @@ SCENARIOS = {
         model="mixtral-8x7b", worlds=(8,), seq=2048, global_batch=16,
         finetune=FinetuneSpec(mode="qlora", lora_targets=("attention",), base_weights="nf4"),
         constraints=Constraints(max_vpp=2)),
-    "freeze embeddings, attention and layers 0-15": dict(
+    "freeze head, attention and layers 8-15 (the embedding trains)": dict(
         model="llama3-8b", worlds=(8,), seq=2048, global_batch=16, profile="hf",
-        finetune=FinetuneSpec(mode="freeze", freeze=("embeddings", "attention", "layers:0-15"))),
+        finetune=FinetuneSpec(mode="freeze", freeze=("head", "attention", "layers:8-15"))),
 }
 SAMPLES = 300
 

@@ -122,6 +122,10 @@ class PlanSpec:
                 "deepseek), got 'pytorch'; check a layout with `memledger ledger`")
         self._check_framework()
         self.base_train()  # validates precision, optimizer, profile, attention
+        from memledger.ledger.activations.finetune import graphless_layers
+        require(graphless_layers(self.model, self.base_train()) == 0, "freeze",
+                "leading frozen layers keep no activations, which the planner's per-kind "
+                "tables do not express; check this fine-tuning with `memledger ledger`")
         for knob in ("optimizer_offload", "grad_offload"):
             require(not getattr(self.runtime, knob), knob,
                     "the planner does not model ZeRO-Offload; check such a layout with "

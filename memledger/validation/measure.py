@@ -62,11 +62,18 @@ def apply_finetune(model, spec):
         from memledger.specs.finetune import TARGET_SETS
         names = sorted({n for t in spec.lora_targets for n in TARGET_SETS.get(t, (t,))})
         present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        n_layers = model.config.num_hidden_layers
+        frozen = {i for lo, hi in spec.frozen_ranges for i in range(lo, hi + 1)}
         cfg = LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha,
                          lora_dropout=spec.lora_dropout_pct / 100,
-                         target_modules=[n for n in names if n in present])
+                         target_modules=[n for n in names if n in present],
+                         layers_to_transform=[i for i in range(n_layers) if i not in frozen]
+                         if frozen else None)
         return get_peft_model(model, cfg, autocast_adapter_dtype=spec.lora_dtype == "fp32")
-    keys = tuple(k for name in spec.freeze for k in _HF_FREEZE.get(name, (name,)))
+    from memledger.specs.finetune import parse_range
+    keys = tuple(k for name in spec.freeze if parse_range(name) is None
+                 for k in _HF_FREEZE.get(name, ("layers." if name == "layers" else name,)))
+    keys += tuple(f"layers.{i}." for lo, hi in spec.frozen_ranges for i in range(lo, hi + 1))
     for name, p in model.named_parameters():
         is_norm = "norm" in name.rsplit(".", 2)[-2] if "." in name else False
         if any(k in name for k in keys if k != "norm") or ("norm" in keys and is_norm):

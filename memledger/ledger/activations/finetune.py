@@ -27,6 +27,8 @@ a live layer, and the leading frozen layers of `freeze` keep nothing at all in P
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from memledger.ledger.activations.inventory import ActTensor
 from memledger.ledger.static.finetune import live_pieces
 from memledger.specs.model import ModelSpec
@@ -166,3 +168,22 @@ def _adapter_tensors(tensors, kept, adapted, t: TrainSpec) -> list[ActTensor]:
             out.append(src)
         out.append(ActTensor(f"{tag}.rank_out", cls, n * spec.lora_rank, fmt, "none", per))
     return out
+
+
+@lru_cache(maxsize=4096)
+def graphless_layers(m: ModelSpec, t: TrainSpec) -> int:
+    """Leading layers that keep nothing for backward: with a frozen embedding, no tensor
+    requires grad before the first layer holding a trainable parameter, so autograd records no
+    graph there (not even checkpoints: a checkpointed region without grad-requiring inputs or
+    parameters saves nothing). 0 when the embedding trains or everything does."""
+    spec = t.finetune
+    if spec.trains_everything or embeddings_train(spec):
+        return 0
+    from memledger.model.params import layer_kind
+    ranges = spec.frozen_ranges
+    kinds = ("dense", "moe") if m.moe is not None else ("dense",)
+    live = {k: any(live_pieces(m, k, spec)) for k in kinds}
+    for i in range(m.n_layers):
+        if not any(lo <= i <= hi for lo, hi in ranges) and live[layer_kind(m, i)]:
+            return i
+    return m.n_layers
