@@ -15,15 +15,19 @@ SavedVariable; derivatives.yaml mm: grad of mat2 needs self, grad of self needs 
   input in the adapter dtype (lora_A's input); without dropout, lora_A's input = the input cast
   to the adapter dtype (a copy per adapter when the dtypes differ; the base input itself,
   shared, when they match); and lora_A's rank-r output in the adapter dtype (lora_B's input).
-- a frozen embedding: layer 0's norm keeps nothing (`_NO_INPUT_GRAD`, hf profiles).
+- a frozen embedding: layer 0's norm keeps nothing (`_NO_INPUT_GRAD`, hf profiles), and the
+  layers before the first one with a trainable parameter keep nothing at all
+  (`graphless_layers`: no graph there; activations/held.py and the timeline skip them).
+- with dropout, the mask: bool on CUDA (native_dropout), the noise in the input dtype on the
+  CPU (aten Dropout.cpp _dropout_impl).
 Ignores: `enable_input_require_grads()` (HF Trainer with gradient checkpointing on a peft
 model, peft's prepare_model_for_kbit_training), under which layer 0 keeps its pair after all
 (4h + 4 bytes per token, once); layer 0's q/k/v adapters' dropout masks, not kept when the
 embedding is frozen (n_qkv · h mask values per token, once), and its q/k norms (Qwen3) after
-a projection without adapter (their input needs no gradient); a layer 0 whose first trained op
-is not q/k/v (targets only o or the MLP: its attention keeps nothing either); layers of a frozen range keep the inventory of
-a live layer, and the leading frozen layers of `freeze` keep nothing at all in PyTorch
-(docs/finetune.md, limits); the adapters' fp32 result (out values, transient in forward).
+a projection without adapter (their input needs no gradient); a layer 0 whose first trained
+op is not q/k/v (targets only o or the MLP: its attention keeps nothing either); frozen
+layers after trained ones keep the inventory of a live layer (only input-gradient tensors in
+PyTorch; docs/finetune.md, limits); the adapters' fp32 result (out values, forward transient).
 """
 from __future__ import annotations
 
