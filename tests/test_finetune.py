@@ -299,3 +299,17 @@ def test_leading_frozen_layers_keep_nothing_and_the_planner_sends_them_to_the_le
         PlanSpec(model=m, hardware=gpu("h100"), worlds=(8,), seq=1024, global_batch=8,
                  finetune=half)
     assert e.value.field == "freeze" and "memledger ledger" in str(e.value)
+
+
+@pytest.mark.parametrize("field", ["nf4_block", "dq_block"])
+def test_a_quantisation_block_out_of_range_names_its_own_field(field):
+    with pytest.raises(SpecError) as e:
+        FinetuneSpec(mode="qlora", base_weights="nf4", **{field: 5000})
+    assert e.value.field == field and "1..4096" in str(e.value) and "5000" in str(e.value)
+
+
+def test_nf4_without_double_quantisation_is_4_5_bits():
+    """QLoRA §3: fp32 absmax per 64 values = 32/64 = 0.5 bits per parameter on top of 4."""
+    n = 64 * 256 * 10
+    assert format_bytes("nf4:64:0", n) * 8 / n == 4.5
+    assert format_bytes("nf4:64:256", n) * 8 / n == pytest.approx(4 + 8 / 64 + 32 / (64 * 256))

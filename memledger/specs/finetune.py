@@ -108,7 +108,7 @@ class FinetuneSpec:
         for f in ("lora_alpha", "nf4_block", "dq_block"):
             require_positive(f, getattr(self, f))
         for f in ("nf4_block", "dq_block"):
-            require(self.nf4_block <= 4096 and self.dq_block <= 4096, f,
+            require(getattr(self, f) <= 4096, f,
                     f"must be 1..4096 values per block, got {getattr(self, f)}")
         require(isinstance(self.lora_dropout_pct, int) and not isinstance(self.lora_dropout_pct, bool)
                 and 0 <= self.lora_dropout_pct < 100, "lora_dropout",
