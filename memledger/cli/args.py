@@ -31,13 +31,28 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--model", choices=sorted(MODELS), metavar="PRESET",
                      help=f"model preset: {', '.join(MODELS)}")
     src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
     src.add_argument("--hf-id", metavar="ORG/NAME",
                      help="a Hugging Face Hub model id (e.g. meta-llama/Llama-3.1-8B): memledger's "
                           "shipped catalog, the local Hugging Face cache, then the Hub")
+    src.add_argument("--model-spec", metavar="spec:…",
+                     help="a memledger model code (the app's share links and `memledger config` "
+                          "print it)")
+    add_config_file_args(p)
+
+
+def add_config_file_args(p: argparse.ArgumentParser) -> None:
+    from memledger.configs import FORMATS
+    g = p.add_argument_group("framework configuration files (docs/configs.md)")
+    g.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="a Megatron-LM launch script / YAML, torchtitan TOML or dumped JSON, "
+                        "DeepSpeed JSON, TrainingArguments, accelerate or LLaMA-Factory YAML "
+                        "(repeatable); flags given explicitly override it")
+    g.add_argument("--config-format", choices=FORMATS, default=None,
+                   help="force the format (default: detected from the content)")
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
@@ -198,12 +213,20 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_model(args):
+    if getattr(args, "config_model", None) is not None:
+        return args.config_model
+    if getattr(args, "model_spec", None):
+        from memledger.views.model_codec import decode_model
+        return decode_model(args.model_spec)
     if getattr(args, "hf_id", None):
         from memledger.model.hub import hub_model
         return hub_model(args.hf_id)
     if args.hf_config:
         from memledger.model.hf_config import load_hf_config
         return load_hf_config(args.hf_config)
+    if not args.model:
+        raise SpecError("model", "give one of --model, --hf-config, --hf-id, --model-spec or a "
+                                 "--config that names the model")
     return model(args.model)
 
 
@@ -212,6 +235,13 @@ def _layout(text: str | None, n_layers: int, n_stages: int):
         return None
     if text == "balanced":
         return balanced_layout(n_layers, n_stages)
+    if text.startswith("torchtitan:"):  # torchtitan's split: first/last stage_less_layers
+        from memledger.configs.torchtitan import torchtitan_layout
+        try:
+            first, last = (int(x) for x in text[len("torchtitan:"):].split(","))
+            return torchtitan_layout(n_layers, n_stages, first, last)
+        except ValueError as e:
+            raise SpecError("layout", f"torchtitan:FIRST,LAST: {e}") from None
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:

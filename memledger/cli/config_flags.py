@@ -1,0 +1,106 @@
+"""`--config FILE` on every configuration sub-command: the files' settings fill every flag the
+command line did not give explicitly (explicit flags override the file), then the rules that
+need the whole configuration run — micro-batches from a global batch, DeepSpeed's "auto"
+buckets — with errors naming the file, line and key."""
+from __future__ import annotations
+
+import argparse
+
+from memledger.configs import read_files
+from memledger.configs.source import ConfigError
+from memledger.presets.defaults import DEFAULTS as D
+
+MODEL_DESTS = ("model", "hf_config", "hf_id", "model_spec")
+
+
+def explicit_dests(parser: argparse.ArgumentParser, argv: list[str], command: str) -> set[str]:
+    """The dests the command line set itself: parse again with every default suppressed."""
+    sub = parser._subparsers._group_actions[0].choices[command]
+    saved = [(a, a.default) for a in sub._actions]
+    try:
+        for a, _ in saved:
+            a.default = argparse.SUPPRESS
+        ns = parser.parse_args(argv)
+    finally:
+        for a, d in saved:
+            a.default = d
+    return set(vars(ns)) & {a.dest for a, _ in saved}
+
+
+def apply_configs(args, parser, argv: list[str]):
+    """Fill `args` from its --config files; returns the Imported (None without files)."""
+    if not getattr(args, "config", None):
+        return None
+    imp = read_files(args.config, args.config_format)
+    explicit = explicit_dests(parser, argv, args.command)
+    values = imp.flags()
+    if not explicit & set(MODEL_DESTS):
+        if imp.model is not None:
+            args.config_model = imp.model
+        elif "model" in values or "hf_id" in values:
+            for d in MODEL_DESTS:
+                setattr(args, d, None)
+    if {"world", "dp"} & explicit:  # the command line sets the size: the file's yields
+        values = {k: v for k, v in values.items() if k not in ("world", "dp")}
+    for dest, value in values.items():
+        if dest.startswith("_") or dest in explicit or not hasattr(args, dest):
+            continue
+        if dest in MODEL_DESTS and explicit & set(MODEL_DESTS):
+            continue
+        setattr(args, dest, value)
+    if "micro_batches" not in explicit:
+        _micro_batches(args, imp, values)
+    _auto_buckets(args, imp, values, explicit)
+    return imp
+
+
+def _where(imp, dest: str, fallback: str = "") -> tuple[str, int, str]:
+    return imp.origin.get(dest) or imp.origin.get(fallback) or (imp.files[0], 0, "")
+
+
+def _dp(args, imp) -> int:
+    tp, pp, cp = args.tp, args.pp, args.cp
+    if args.dp is not None:
+        return args.dp
+    world = args.world if args.world is not None else D["world"]
+    if world % (tp * pp * cp):
+        name, line, key = _where(imp, "world", "tp")
+        raise ConfigError(name, f"world {world} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = "
+                                f"{tp * pp * cp}", line=line, key=key or "world")
+    return world // (tp * pp * cp)
+
+
+def _micro_batches(args, imp, values: dict) -> None:
+    gb, local = values.get("_global_batch"), values.get("_local_batch")
+    if gb in (None, -1) and local is None:
+        return
+    dp, mb = _dp(args, imp), args.micro_batch
+    if gb not in (None, -1):
+        name, line, key = _where(imp, "_global_batch")
+        per = mb * dp if local is None else local * dp
+        if gb % per:
+            raise ConfigError(name, f"global batch {gb} is not divisible by "
+                                    f"{'micro' if local is None else 'local'} batch "
+                                    f"{per // dp} × dp {dp} = {per}", line=line, key=key)
+        samples = gb // dp
+    else:
+        samples = local
+    if samples % mb:
+        name, line, key = _where(imp, "micro_batch")
+        raise ConfigError(name, f"{samples} samples per dp rank are not a multiple of the "
+                                f"micro-batch {mb}", line=line, key=key)
+    args.micro_batches = samples // mb
+
+
+def _auto_buckets(args, imp, values: dict, explicit: set) -> None:
+    """DeepSpeed "auto" buckets as the HF integration fills them (hidden², 0.9·hidden²)."""
+    if not (values.get("_auto_reduce_bucket") or values.get("_auto_prefetch_bucket")):
+        return
+    from memledger.cli.args import load_model
+    if not (getattr(args, "config_model", None) or any(getattr(args, d, None) for d in MODEL_DESTS)):
+        return  # no model yet: `memledger config` still explains the file
+    h = load_model(args).hidden
+    if values.get("_auto_reduce_bucket") and "reduce_bucket" not in explicit:
+        args.reduce_bucket = float(h * h)
+    if values.get("_auto_prefetch_bucket") and "zero3_prefetch_bucket" not in explicit:
+        args.zero3_prefetch_bucket = float(int(0.9 * h * h))

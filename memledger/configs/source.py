@@ -1,0 +1,129 @@
+"""Reading a framework configuration file safely: size limit, safe parsers, and error messages
+that name the file, the line and the key.
+
+YAML goes through `yaml.safe_load` only (a `!!python/object` tag is refused by the safe loader,
+never constructed); TOML through `tomllib`; JSON through `json` with duplicate keys refused.
+Nothing read is executed or evaluated. Ignores: YAML anchors' provenance (a key's line is the
+first line that spells it).
+"""
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BYTES = 1_000_000  # larger files are refused before they are parsed
+
+
+class ConfigError(ValueError):
+    """Bad configuration input: the message is one line naming file, line and key."""
+
+    def __init__(self, name: str, message: str, *, line: int = 0, key: str = ""):
+        where = f"{name}:{line}" if line else name
+        super().__init__(f"{where}: {key + ': ' if key else ''}{message}")
+        self.name, self.line, self.key, self.message = name, line, key, message
+
+
+@dataclass(frozen=True)
+class Source:
+    """One configuration file's text and the name messages use for it."""
+
+    name: str
+    text: str
+
+    def line_of(self, key: str) -> int:
+        """1-based line of the first occurrence of `key` as a word; 0 when not found."""
+        if not key:
+            return 0
+        leaf = key.rsplit(".", 1)[-1]
+        spell = "|".join(map(re.escape, dict.fromkeys((leaf, leaf.replace("_", "-")))))
+        pat = re.compile(r"(?<![\w-])(?:--)?(?:" + spell + r")(?![\w-])")
+        for i, line in enumerate(self.text.splitlines(), 1):
+            if pat.search(line):
+                return i
+        return 0
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(self.name, message, line=self.line_of(key), key=key)
+
+
+def from_path(path: str | Path) -> Source:
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise ConfigError(str(path), f"cannot read: {e.strerror or e}") from None
+    if size > MAX_BYTES:
+        raise ConfigError(str(path), f"file is {size:,} bytes; configuration files over "
+                                     f"{MAX_BYTES:,} bytes are refused")
+    return from_bytes(p.read_bytes(), str(path))
+
+
+def from_bytes(data: bytes, name: str) -> Source:
+    if len(data) > MAX_BYTES:
+        raise ConfigError(name, f"{len(data):,} bytes; configuration files over {MAX_BYTES:,} "
+                                f"bytes are refused")
+    try:
+        return Source(name, data.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(name, f"not UTF-8 text (byte {e.start})") from None
+
+
+def parse_yaml(src: Source):
+    import yaml
+    try:
+        return yaml.safe_load(src.text)
+    except yaml.constructor.ConstructorError as e:  # !!python/object and other unsafe tags
+        mark = e.problem_mark
+        raise ConfigError(src.name, f"refused YAML tag: {e.problem}",
+                          line=mark.line + 1 if mark else 0) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(src.name, f"unparseable YAML: {getattr(e, 'problem', None) or e}",
+                          line=mark.line + 1 if mark else 0) from None
+
+
+def parse_toml(src: Source) -> dict:
+    try:
+        return tomllib.loads(src.text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        raise ConfigError(src.name, f"unparseable TOML: {str(e).split(' (at')[0]}",
+                          line=int(m.group(1)) if m else 0) from None
+
+
+def _no_dupes(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def parse_json(src: Source):
+    try:
+        return json.loads(src.text, object_pairs_hook=_no_dupes,
+                          parse_constant=lambda c: _bad_constant(c))
+    except json.JSONDecodeError as e:
+        raise ConfigError(src.name, f"unparseable JSON: {e.msg}", line=e.lineno) from None
+    except ValueError as e:
+        raise ConfigError(src.name, f"unparseable JSON: {e}") from None
+
+
+def _bad_constant(c: str):
+    raise ValueError(f"{c} is not a number JSON allows")
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    """Nested mappings as dotted keys (`zero_optimization.stage`)."""
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
