@@ -44,6 +44,10 @@ CASES = [  # (files, flags the files cannot say)
     (["accelerate_fsdp2.yaml"], ["--hf-id", "Qwen/Qwen3-8B", "--seq", "4096", "--micro-batch", "2"]),
     (["llamafactory_full_sft.yaml"], ["--world", "8"]),
     (["llamafactory_lora_sft.yaml"], ["--world", "4"]),
+    (["torchtitan03_llama3_8b_dump.json"], ["--world", "16"]),
+    (["megatron_functional_model_config.yaml"], ["--world", "8"]),
+    (["megatron_yaml_cfg.yaml"], ["--world", "16"]),
+    (["megatron_bridge_override.yaml"], ["--model", "llama3-8b", "--world", "64"]),
 ]
 
 
@@ -97,6 +101,39 @@ def test_torchtitan_minus_one_is_the_leftover_ranks(capsys):
     led = ledger(["--config", FIX / "llama3_405b_torchtitan.toml", "--world", "512"], capsys)
     led64 = ledger(["--config", FIX / "llama3_405b_torchtitan.toml", "--world", "64"], capsys)
     assert led["ranks"][0]["rows"]["weights"] < led64["ranks"][0]["rows"]["weights"]  # dp 64 vs 8
+
+
+def _pairs(flags: list[str]) -> dict[str, str]:
+    return {f: (flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else "")
+            for i, f in enumerate(flags) if f.startswith("--")}
+
+
+@pytest.mark.parametrize("name,extra,want", [
+    ("megatron_functional_model_config.yaml", ["--world", "8"],  # MODEL_ARGS: 32 / (4 · dp 2)
+     {"--tp": "2", "--pp": "2", "--micro-batch": "4", "--micro-batches": "4", "--seq": "1024",
+      "--zero": "1", "--recompute": "full", "--precision": "megatron"}),
+    ("megatron_yaml_cfg.yaml", ["--world", "16"],  # nested sections: 64 / (2 · dp 8)
+     {"--tp": "2", "--sp": "", "--micro-batches": "4", "--seq": "4096", "--zero": "1"}),
+    ("megatron_bridge_override.yaml", ["--model", "llama3-8b"],  # 256 / (1 · dp 8)
+     {"--tp": "4", "--pp": "2", "--micro-batches": "32", "--seq": "8192",
+      "--recompute": "selective", "--precision": "megatron"}),
+    ("torchtitan03_llama3_8b_dump.json", ["--world", "16"],  # 0.3 SelectiveAC = op; 32/(2·8)
+     {"--hf-id": "meta-llama/Llama-3.1-8B", "--tp": "2", "--zero": "3", "--micro-batch": "2",
+      "--micro-batches": "2", "--recompute": "op", "--precision": "fsdp2-mixed",
+      "--loop": "torchtitan", "--tp-engine": "dtensor"}),
+    ("accelerate_fsdp2.yaml", [], {"--world": "16", "--zero": "3", "--zero3-impl": "fsdp",
+                                   "--precision": "fsdp2-mixed", "--recompute": "full",
+                                   "--fsdp-reshard-after-forward": "default"}),
+    ("llamafactory_lora_sft.yaml", [], {"--finetune": "lora", "--lora-rank": "16",
+                                        "--lora-alpha": "32", "--lora-targets": "all-linear",
+                                        "--seq": "2048", "--micro-batches": "8"}),
+    ("llamafactory_full_sft.yaml", [], {"--zero": "3", "--zero3-impl": "deepspeed",
+                                        "--precision": "mixed16", "--loop": "deepspeed",
+                                        "--reduce-bucket": str(float(4096 ** 2))}),
+])
+def test_each_form_maps_its_documented_keys(name, extra, want, capsys):
+    got = _pairs(equivalent([FIX / name, *extra], capsys)["flags"])
+    assert {k: got.get(k) for k in want} == want
 
 
 def test_explicit_flags_override_the_file(capsys):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from memledger.configs import read_files
-from memledger.configs.source import ConfigError
+from memledger.configs.resolve import data_parallel, micro_batches
 from memledger.presets.defaults import DEFAULTS as D
 
 MODEL_DESTS = ("model", "hf_config", "hf_id", "model_spec")
@@ -54,42 +54,12 @@ def apply_configs(args, parser, argv: list[str]):
     return imp
 
 
-def _where(imp, dest: str, fallback: str = "") -> tuple[str, int, str]:
-    return imp.origin.get(dest) or imp.origin.get(fallback) or (imp.files[0], 0, "")
-
-
-def _dp(args, imp) -> int:
-    tp, pp, cp = args.tp, args.pp, args.cp
-    if args.dp is not None:
-        return args.dp
-    world = args.world if args.world is not None else D["world"]
-    if world % (tp * pp * cp):
-        name, line, key = _where(imp, "world", "tp")
-        raise ConfigError(name, f"world {world} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = "
-                                f"{tp * pp * cp}", line=line, key=key or "world")
-    return world // (tp * pp * cp)
-
-
 def _micro_batches(args, imp, values: dict) -> None:
-    gb, local = values.get("_global_batch"), values.get("_local_batch")
-    if gb in (None, -1) and local is None:
-        return
-    dp, mb = _dp(args, imp), args.micro_batch
-    if gb not in (None, -1):
-        name, line, key = _where(imp, "_global_batch")
-        per = mb * dp if local is None else local * dp
-        if gb % per:
-            raise ConfigError(name, f"global batch {gb} is not divisible by "
-                                    f"{'micro' if local is None else 'local'} batch "
-                                    f"{per // dp} × dp {dp} = {per}", line=line, key=key)
-        samples = gb // dp
-    else:
-        samples = local
-    if samples % mb:
-        name, line, key = _where(imp, "micro_batch")
-        raise ConfigError(name, f"{samples} samples per dp rank are not a multiple of the "
-                                f"micro-batch {mb}", line=line, key=key)
-    args.micro_batches = samples // mb
+    world = args.world if args.world is not None else D["world"]
+    dp = data_parallel(imp, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp, world=world)
+    m = micro_batches(imp, values, dp=dp, micro_batch=args.micro_batch)
+    if m is not None:
+        args.micro_batches = m
 
 
 def _auto_buckets(args, imp, values: dict, explicit: set) -> None:

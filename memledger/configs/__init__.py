@@ -33,15 +33,16 @@ def _parse(src: Source):
             if not any(":" in line.split("=", 1)[0] for line in text.splitlines()
                        if line.strip() and not line.lstrip().startswith(("#", "["))):
                 raise  # no YAML mapping line: it was meant as TOML
-    looks_shell = text.startswith("#!") or "--" in text and not text.startswith(("MODEL_ARGS", "---"))
-    if not looks_shell or ":" in text.splitlines()[0]:
-        try:
-            data = S.parse_yaml(src)
-            if isinstance(data, dict):
-                return "yaml", data
-        except ConfigError as e:
-            if "refused" in e.message or not looks_shell:
-                raise
+    if text.startswith("#!"):
+        return "text", None
+    try:
+        data = S.parse_yaml(src)
+    except ConfigError as e:
+        if "refused" in e.message or "--" not in text:
+            raise  # an unsafe tag, or plain broken YAML (not a command line)
+        return "text", None
+    if isinstance(data, dict) and any(v is not None for v in data.values()):
+        return "yaml", data
     return "text", None
 
 

@@ -74,7 +74,8 @@ def apply(src: Source, data: dict, rules: tuple[Rule, ...], *, unmodelled: dict[
     """Map `data` (flat key -> value) through `rules` into `imp`; returns the unread keys."""
     seen = set()
     for rule in rules:
-        key = next((k for k in (rule.key, *rule.aliases) if k in data), None)
+        # null / an empty YAML value means unset: the framework's default applies
+        key = next((k for k in (rule.key, *rule.aliases) if data.get(k) is not None), None)
         if key is None:
             if rule.default is MISSING:
                 continue
@@ -91,9 +92,12 @@ def apply(src: Source, data: dict, rules: tuple[Rule, ...], *, unmodelled: dict[
         imp.row(kind, shown, src, value=value, flags=tuple(out.items()), source=rule.source)
     rest = {}
     for key, value in data.items():
-        if key in seen or key in skip:
+        if key in seen or key in skip or value is None:
             continue
         why = _lookup(unmodelled, key)
+        if why and _off(value):  # the feature is off: nothing memledger leaves out
+            imp.row("ignored", key, src, value=value, why=f"off ({why}: not modelled when on)")
+            continue
         if why:
             imp.row("unmodelled", key, src, value=value, why=why)
             continue
@@ -102,6 +106,10 @@ def apply(src: Source, data: dict, rules: tuple[Rule, ...], *, unmodelled: dict[
                 why=_lookup(ignored, key) or "not a key memledger maps: no per-GPU memory "
                                              "effect it models")
     return rest
+
+
+def _off(value) -> bool:
+    return value in (False, 0, "", "none", "no", "false", "False") or value == []
 
 
 def _lookup(table: dict[str, str], key: str) -> str:

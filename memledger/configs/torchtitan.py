@@ -71,6 +71,8 @@ RULES = (
     Rule(key="parallelism.fsdp_reshard_after_forward", dest="fsdp_reshard_after_forward",
          default="default", source=JC,
          conv=lambda v: choice(v, {"default": "default", "always": "always", "never": "never"})),
+    Rule(key="parallelism.enable_sequence_parallel", dest="_tt_sp", conv=as_bool, default=True,
+         source="torchtitan/config/configs.py"),
     Rule(key="parallelism.disable_loss_parallel", dest="loss_parallel",
          conv=lambda v: not as_bool(v), default=False, source=JC),
     Rule(key="training.mixed_precision_param", dest="_mp_param", default="bfloat16", source=JC,
@@ -110,7 +112,11 @@ IGNORED = {p: "no effect on per-GPU memory (I/O, logging or schedule)" for p in 
     "model_spec.", "training.steps", "training.dataset", "training.dataset_path",
     "training.max_norm", "training.seed", "training.deterministic", "training.gc_freq",
     "optimizer.lr", "optimizer.eps", "optimizer.weight_decay", "optimizer.beta1",
-    "optimizer.beta2", "training.mixed_precision_reduce", "parallelism.pipeline_parallel_split_points")}
+    "optimizer.beta2", "training.mixed_precision_reduce", "parallelism.pipeline_parallel_split_points",
+    "optimizer.param_groups", "optimizer.optimizer_factory_kwargs_by_name", "training.gc_debug",
+    "training.disable_cuda_graphs", "parallelism.spmd_backend", "parallelism.enable_fsdp_symm_mem",
+    "parallelism.pipeline_parallel_schedule_csv", "parallelism.context_parallel_load_balancer",
+    "compile.backend", "compile.enable_async_tensor_parallel")}
 
 
 def _pct(v) -> int:
@@ -207,7 +213,7 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
     else:
         imp.set("micro_batch", f["_local_batch"], src, "training.local_batch_size")
         imp.set("layout", "even", src, "", default=True)
-    imp.set("sp", f.get("tp", 1) > 1, src, "parallelism.tensor_parallel_degree")  # TP = SP here
+    imp.set("sp", f.get("tp", 1) > 1 and f["_tt_sp"], src, "parallelism.enable_sequence_parallel")
     for dest, value in (("loop", "torchtitan"), ("tp_engine", "dtensor"), ("profile", "megatron")):
         imp.set(dest, value, src, "", default=True)
     return imp
