@@ -257,3 +257,32 @@ def test_accelerate_round_trip(tmp_path, capsys, tp, dp, fsdp, rec, reshard):
                     "hf-trainer", "--profile", "hf", "--zero3-impl", "fsdp", "--no-sp",
                     "--tp-engine", "dtensor" if tp > 1 else "megatron"]
     _roundtrip(tmp_path, capsys, "accelerate", flags, keep=base)
+
+
+def test_plan_takes_the_world_and_global_batch_from_the_file(capsys):
+    """The planner searches the layout: a launch gives it the model, workload, world and batch."""
+    f = FIX / "llama3_70b_megatron.sh"
+    rc, out, err = run(["plan", "--config", f, "--gpu", "h100", "--top", "1", "--json"], capsys)
+    assert rc == 0, err
+    explicit = run(["plan", "--config", f, "--gpu", "h100", "--top", "1", "--json", "--world", "64",
+                    "--global-batch", "128"], capsys)[1]
+    got, want = json.loads(out), json.loads(explicit)
+    assert got["worlds"] == [64] and got["configurations"] == want["configurations"]
+    rc, _, err = run(["plan", "--model", "llama3-8b", "--gpu", "h100"], capsys)
+    assert rc == 2 and "--world" in err
+
+
+def test_config_text_names_every_kind_and_the_missing_world(capsys):
+    rc, out, _ = run(["config", FIX / "ds_zero3_offload.json"], capsys)
+    assert rc == 0
+    for title in ("read:", "framework defaults used", "change memory, NOT modelled",
+                  "ignored:", "note: world size", "note: model", "equivalent flags:"):
+        assert title in out, title
+    assert "offload_param" not in out or "NOT modelled" in out
+
+
+def test_null_means_the_framework_default(tmp_path, capsys):
+    p = _bad(tmp_path, "ds.json", '{"train_micro_batch_size_per_gpu": null, "zero_optimization": '
+                                  '{"stage": 2, "reduce_bucket_size": null}}')
+    got = _pairs(equivalent([p], capsys)["flags"])
+    assert got["--micro-batch"] == "1" and got["--reduce-bucket"] == "500000000.0"

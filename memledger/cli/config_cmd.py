@@ -9,6 +9,7 @@ import json
 
 from memledger.cli.args import add_config_args, load_model, parallel_from_args
 from memledger.configs.export import TARGETS, WRITERS
+from memledger.presets.defaults import DEFAULTS as D
 
 SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "zero", "sp", "schedule", "layout",
          "micro_batch", "seq", "micro_batches", "precision", "optimizer", "profile", "recompute",
@@ -46,7 +47,12 @@ def _flag(p, dest: str, value) -> list[str]:
 
 def equivalent(args, parser, imp) -> list[str]:
     """The explicit memledger flags that reproduce the configuration the files set."""
-    set_by_files = set(imp.flags()) | {"micro_batches", "reduce_bucket", "zero3_prefetch_bucket"}
+    f = imp.flags()
+    known = getattr(args, "config_model", None) or args.model or args.hf_id or args.hf_config \
+        or args.model_spec
+    set_by_files = set(f) | {"micro_batches"} | {  # DeepSpeed "auto" buckets, once sized
+        d for d, auto in (("reduce_bucket", "_auto_reduce_bucket"),
+                          ("zero3_prefetch_bucket", "_auto_prefetch_bucket")) if f.get(auto) and known}
     out: list[str] = []
     if getattr(args, "config_model", None) is not None:
         from memledger.views.model_codec import encode_model
@@ -81,6 +87,13 @@ def run(args) -> int:
     args.config = list(args.files) + list(args.config)
     imp = apply_configs(args, parser, ["config", *args.files])
     flags = equivalent(args, parser, imp)
+    notes = []
+    if not {"world", "dp"} & set(imp.flags()) and args.world is None and args.dp is None:
+        notes.append(f"world size: not in the files; memledger's default {D['world']} is used "
+                     f"for dp and the micro-batches (give --world)")
+    if not (getattr(args, "config_model", None) or args.model or args.hf_id or args.hf_config
+            or args.model_spec):
+        notes.append("model: not in the files; give --model, --hf-id or --hf-config")
     rows = [{"kind": r.kind, "file": r.file, "line": r.line, "key": r.key,
              "value": r.value if isinstance(r.value, (int, float, str, bool, type(None)))
              else str(r.value),
@@ -88,7 +101,7 @@ def run(args) -> int:
              "why": r.why} for r in imp.rows]
     if args.json:
         print(json.dumps({"format": imp.format, "files": list(imp.files), "rows": rows,
-                          "flags": flags}))
+                          "flags": flags, "notes": notes}))
         return 0
     for kind, title in (("read", "read"), ("default", "framework defaults used (absent keys)"),
                         ("unmodelled", "change memory, NOT modelled by memledger"),
@@ -103,5 +116,7 @@ def run(args) -> int:
             note = f"  [{r['source']}]" if r["source"] else ""
             why = f"  ({r['why']})" if r["why"] else ""
             print(f"  {r['file']}:{r['line']} {r['key']} = {r['value']!s:.60}{tail}{note}{why}")
+    for n in notes:
+        print("note:", n)
     print("equivalent flags:", " ".join(flags))
     return 0

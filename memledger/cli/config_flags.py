@@ -34,6 +34,8 @@ def apply_configs(args, parser, argv: list[str]):
     imp = read_files(args.config, args.config_format)
     explicit = explicit_dests(parser, argv, args.command)
     values = imp.flags()
+    if args.command == "plan":
+        values = _for_planner(args, imp, values, explicit)
     if not explicit & set(MODEL_DESTS):
         if imp.model is not None:
             args.config_model = imp.model
@@ -48,10 +50,32 @@ def apply_configs(args, parser, argv: list[str]):
         if dest in MODEL_DESTS and explicit & set(MODEL_DESTS):
             continue
         setattr(args, dest, value)
-    if "micro_batches" not in explicit:
+    if "micro_batches" not in explicit and args.command != "plan":
         _micro_batches(args, imp, values)
     _auto_buckets(args, imp, values, explicit)
     return imp
+
+
+# The planner searches the layout, micro-batch and recompute: a file gives it the model, the
+# workload, the world size and the global batch only.
+PLANNER_SEARCHES = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp", "schedule",
+                    "layout", "micro_batch", "micro_batches", "recompute", "recompute_every")
+
+
+def _for_planner(args, imp, values: dict, explicit: set) -> dict:
+    f = dict(values)
+    tp, pp, cp = (f.get(k, 1) for k in ("tp", "pp", "cp"))
+    world = f.get("world") or (f["dp"] * tp * pp * cp if "dp" in f else None)
+    if world and "world" not in explicit:
+        args.world = [str(world)]
+    gb = f.get("_global_batch")
+    if gb in (None, -1) and world and "micro_batch" in f:
+        dp = data_parallel(imp, tp=tp, pp=pp, cp=cp, dp=f.get("dp"), world=world)
+        m = micro_batches(imp, f, dp=dp, micro_batch=f["micro_batch"])
+        gb = f["micro_batch"] * (m if m is not None else f.get("micro_batches", 1)) * dp
+    if gb not in (None, -1) and "global_batch" not in explicit:
+        args.global_batch = gb
+    return {k: v for k, v in f.items() if k not in PLANNER_SEARCHES and k != "world"}
 
 
 def _micro_batches(args, imp, values: dict) -> None:

@@ -129,12 +129,12 @@ LF_RULES = (
     Rule(key="disable_gradient_checkpointing", dest="recompute", default=False, source=LF_M,
          conv=lambda v: "none" if as_bool(v) else "full"),
 )
-LF_UNMODELLED = {"enable_liger_kernel": "Liger's fused kernels (chunked loss)",
+LF_UNMODELLED = {"stage": "a reference or reward model beside the trained one (dpo, kto, ppo, rm)","enable_liger_kernel": "Liger's fused kernels (chunked loss)",
                  "freeze_trainable_layers": "which layers train under finetuning_type freeze",
                  "use_unsloth": "Unsloth's kernels and offloaded checkpoints",
                  "pure_bf16": "pure bf16 training", "use_dora": "DoRA's magnitude vectors"}
 LF_IGNORED = {k: "no effect on per-GPU memory (data, template or I/O)" for k in (
-    "stage", "do_train", "dataset", "template", "overwrite_cache", "preprocessing_num_workers",
+    "do_train", "dataset", "template", "overwrite_cache", "preprocessing_num_workers",
     "dataloader_num_workers", "trust_remote_code", "flash_attn", "max_samples", "val_size",
     "eval_steps", "resume_from_checkpoint", "ddp_timeout", "packing", "neat_packing")}
 
@@ -144,6 +144,8 @@ def read_llamafactory(src: Source, data: dict, fmt: str = "llamafactory", load=N
     lf = {k: v for k, v in data.items() if k in {r.key for r in LF_RULES} or k in LF_UNMODELLED
           or k in LF_IGNORED}
     imp = Imported(format=fmt, files=(src.name,))
+    if lf.get("stage") in ("pt", "sft"):  # one model: nothing left out
+        imp.row("read", "stage", src, value=lf.pop("stage"), source=LF_F)
     apply(src, lf, LF_RULES, unmodelled=LF_UNMODELLED, ignored=LF_IGNORED, imp=imp)
     f = imp.flags()
     if "lora_alpha" not in imp.read:  # finetuning_args.py: lora_alpha or lora_rank * 2

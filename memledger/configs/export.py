@@ -169,8 +169,6 @@ def to_torchtitan(a: dict, m) -> str:
                    pipeline_parallel_microbatch_size=mb,
                    pipeline_parallel_first_stage_less_layers=int(first),
                    pipeline_parallel_last_stage_less_layers=int(last))
-    else:
-        _need(a["micro_batches"] == 1 or True, "torchtitan", "")
     if rec in TT_AC:
         mode, option = TT_AC[rec]
         ac = {"mode": mode, **({"selective_ac_option": option} if option else {})}

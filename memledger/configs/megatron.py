@@ -68,9 +68,6 @@ UNMODELLED = {
     "activation_offload_fraction": "activation offload fraction",
     "cpu_offloading": "Transformer Engine activation/weight CPU offload",
     "optimizer_offload_fraction": "a partial optimizer offload (memledger offloads all or none)",
-    "recompute_method": "block recompute of the first N layers per stage (memledger: uniform)",
-    "recompute_num_layers": "layers per recompute group other than 1",
-    "recompute_modules": "selective recompute of modules other than core_attn",
     "hierarchical_context_parallel_sizes": "hierarchical CP's extra buffers",
     "pipeline_model_parallel_layout": "a free-form layout string (use --layout)",
     "account_for_embedding_in_pipeline_split": "embedding counted as a layer in the split",
@@ -79,7 +76,6 @@ UNMODELLED = {
     "exp_avg_dtype": "optimizer state dtype", "exp_avg_sq_dtype": "optimizer state dtype",
     "main_grads_dtype": "main-grad dtype", "main_params_dtype": "main-param dtype",
     "moe_token_dispatcher_type": "DeepEP / flex dispatcher buffers (use --a2a deepep-ll)",
-    "moe_router_dtype": "read into the model only",
 }
 IGNORED = {k: "no effect on per-GPU memory (schedule, I/O or logging)" for k in (
     "lr", "min_lr", "lr_decay_style", "lr_warmup_iters", "lr_decay_iters", "weight_decay",
@@ -102,7 +98,7 @@ MODEL_FLAGS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_he
                "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "vocab_size",
                "normalization", "disable_bias_linear", "add_bias_linear", "add_qkv_bias",
                "qk_layernorm", "position_embedding_type", "use_rotary_position_embeddings",
-               "max_position_embeddings", "moe_router_enable_expert_bias")
+               "max_position_embeddings", "moe_router_enable_expert_bias", "moe_router_dtype")
 
 
 def flat_flags(src: Source, parsed) -> dict:
@@ -138,7 +134,8 @@ def read(src: Source, parsed=None, fmt: str = "megatron") -> Imported:
     return imp
 
 
-_MEGATRON_FSDP_KEYS = ("use_megatron_fsdp", "data_parallel_sharding_strategy",
+_MEGATRON_FSDP_KEYS = ("recompute_method", "recompute_num_layers", "recompute_modules",
+                       "use_megatron_fsdp", "data_parallel_sharding_strategy",
                        "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
                        "decoder_last_pipeline_num_layers", "nproc_per_node", "nnodes")
 
@@ -150,8 +147,26 @@ def _int_of(src, f, key, minimum=1):
         raise src.error(key, str(e)) from None
 
 
+def _recompute(src: Source, f: dict, imp: Imported) -> None:
+    """uniform recompute of one layer per group = memledger full; selective of core_attn =
+    memledger selective (transformer_config.py defaults); anything else is named."""
+    for key, plain in (("recompute_method", ("uniform",)), ("recompute_num_layers", ("1", 1)),
+                       ("recompute_modules", ("core_attn", ["core_attn"]))):
+        if key not in f:
+            continue
+        if f[key] in plain:
+            imp.row("read", key, src, value=f[key], source=TC,
+                    why="what memledger's full/selective recompute is")
+        else:
+            imp.row("unmodelled", key, src, value=f[key], why={
+                "recompute_method": "block recompute of the first N layers per stage",
+                "recompute_num_layers": "recompute groups of more than one layer",
+                "recompute_modules": "selective recompute of modules other than core_attn"}[key])
+
+
 def _finish(src: Source, f: dict, imp: Imported) -> None:
     """The rules that need several keys at once."""
+    _recompute(src, f, imp)
     flags = imp.flags()
     tp, pp = flags.get("tp", 1), flags.get("pp", 1)
     if "etp" not in imp.read:  # Megatron: expert_tensor_parallel_size None -> tp (MoE only)
@@ -167,6 +182,8 @@ def _finish(src: Source, f: dict, imp: Imported) -> None:
             raise src.error("data_parallel_sharding_strategy", str(e)) from None
         imp.set("zero", zero, src, "use_megatron_fsdp")
         imp.set("zero3_impl", "fsdp", src, "use_megatron_fsdp")
+        imp.row("read", "use_megatron_fsdp", src, value=strategy, source=ARGS,
+                flags=(("zero", zero), ("zero3_impl", "fsdp")))
     if "num_layers_per_virtual_pipeline_stage" in f and "num_layers" in f:
         per = _int_of(src, f, "num_layers_per_virtual_pipeline_stage")
         n = _int_of(src, f, "num_layers")
@@ -174,15 +191,22 @@ def _finish(src: Source, f: dict, imp: Imported) -> None:
             raise src.error("num_layers_per_virtual_pipeline_stage",
                             f"num_layers={n} is not a multiple of {per}·pp={per * pp}")
         imp.set("vpp", n // (per * pp), src, "num_layers_per_virtual_pipeline_stage")
+        imp.row("read", "num_layers_per_virtual_pipeline_stage", src, value=per, source=ARGS,
+                flags=(("vpp", n // (per * pp)),))
     first, last = (f.get(k) for k in ("decoder_first_pipeline_num_layers",
                                       "decoder_last_pipeline_num_layers"))
     if (first is not None or last is not None) and pp > 1 and "num_layers" in f:
-        imp.set("layout", _uneven(src, f, pp), src, "decoder_first_pipeline_num_layers")
-    if "nproc_per_node" in f and "nnodes" in f:
-        world = _int_of(src, f, "nproc_per_node") * _int_of(src, f, "nnodes")
+        layout = _uneven(src, f, pp)
+        imp.set("layout", layout, src, "decoder_first_pipeline_num_layers")
+        imp.row("read", "decoder_first_pipeline_num_layers", src, value=f"{first} / {last}",
+                source=ARGS, flags=(("layout", layout),))
+    if "nproc_per_node" in f:  # torchrun (torch/distributed/run.py): nnodes defaults to 1
+        world = _int_of(src, f, "nproc_per_node") * (_int_of(src, f, "nnodes") if "nnodes" in f
+                                                     else 1)
         imp.set("world", world, src, "nproc_per_node")
-    elif "nproc_per_node" in f:
-        imp.set("world", _int_of(src, f, "nproc_per_node"), src, "nproc_per_node")
+        imp.row("read", "nproc_per_node", src, value=f"{f['nproc_per_node']} × "
+                f"{f.get('nnodes', 1)} nodes", source="torch/distributed/run.py",
+                flags=(("world", world),))
 
 
 def _uneven(src: Source, f: dict, pp: int) -> str:

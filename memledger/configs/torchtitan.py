@@ -66,8 +66,6 @@ RULES = (
          conv=lambda v: as_int(v, 0), default=1, source=JC),
     Rule(key="parallelism.pipeline_parallel_last_stage_less_layers", dest="_pp_last_less",
          conv=lambda v: as_int(v, 0), default=1, source=JC),
-    Rule(key="parallelism.pipeline_parallel_layers_per_stage", dest="_pp_layers_per_stage",
-         conv=as_int, source=JC),
     Rule(key="parallelism.fsdp_reshard_after_forward", dest="fsdp_reshard_after_forward",
          default="default", source=JC,
          conv=lambda v: choice(v, {"default": "default", "always": "always", "never": "never"})),
@@ -102,6 +100,8 @@ UNMODELLED = {
     "parallelism.context_parallel_rotate_method": "CP rotate method's buffers",
     "parallelism.enable_async_tensor_parallel": "async TP's symmetric-memory buffers",
     "parallelism.module_fqns_per_model_part": "a free-form stage split (use --layout)",
+    "parallelism.pipeline_parallel_layers_per_stage": "stages per rank from layers per stage "
+                                                      "(memledger: 2 for multi-stage schedules)",
     "activation_checkpoint.early_stop": "early-stopped recompute",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": "op-SAC overrides",
 }
@@ -198,10 +198,7 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
     schedule = f["schedule"] if pp > 1 else "1f1b"
     stages = 1
     if schedule in MULTI_STAGE:
-        stages = 2
-        if f.get("_pp_layers_per_stage"):
-            imp.set("_pp_stages_from_layers", f["_pp_layers_per_stage"], src,
-                    "parallelism.pipeline_parallel_layers_per_stage")
+        stages = 2  # without layers_per_stage (pipeline_parallel.py)
     imp.set("schedule", schedule, src, "parallelism.pipeline_parallel_schedule")
     imp.set("vpp", stages if schedule == "interleaved" else 1, src,
             "parallelism.pipeline_parallel_schedule")
