@@ -124,6 +124,11 @@ def _pairs(flags: list[str]) -> dict[str, str]:
     ("accelerate_fsdp2.yaml", [], {"--world": "16", "--zero": "3", "--zero3-impl": "fsdp",
                                    "--precision": "fsdp2-mixed", "--recompute": "full",
                                    "--fsdp-reshard-after-forward": "default"}),
+    ("accelerate_fsdp1_shard_grad_op.yaml", [], {"--zero": "2", "--zero3-impl": "fsdp",
+                                                 "--world": "8"}),
+    ("accelerate_deepspeed.yaml", [], {"--zero": "2", "--zero3-impl": "deepspeed",
+                                       "--micro-batches": "4", "--optimizer-offload": "",
+                                       "--precision": "mixed16", "--loop": "deepspeed"}),
     ("llamafactory_lora_sft.yaml", [], {"--finetune": "lora", "--lora-rank": "16",
                                         "--lora-alpha": "32", "--lora-targets": "all-linear",
                                         "--seq": "2048", "--micro-batches": "8"}),
@@ -286,3 +291,23 @@ def test_null_means_the_framework_default(tmp_path, capsys):
                                   '{"stage": 2, "reduce_bucket_size": null}}')
     got = _pairs(equivalent([p], capsys)["flags"])
     assert got["--micro-batch"] == "1" and got["--reduce-bucket"] == "500000000.0"
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("deep.json", "[" * 5000 + "]" * 5000, "nests deeper than 64"),
+    ("deep.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n", "nests deeper than 64"),
+    ("deep.toml", "a = " + "[" * 5000 + "]" * 5000 + "\n", "nests deeper than 64"),
+    ("bomb.yaml", "a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+     "more than 50,000 values"),
+])
+def test_hostile_nesting_and_aliases_are_bounded(tmp_path, capsys, name, text, needle):
+    p = _bad(tmp_path, name, text)
+    rc, _, err = run(["config", p], capsys)
+    assert rc == 2 and needle in err and err.count("\n") == 1
+
+
+def test_a_device_or_a_folder_is_not_read(tmp_path, capsys):
+    for path in ("/dev/zero", tmp_path):
+        rc, _, err = run(["config", path], capsys)
+        assert rc == 2 and "not a regular file" in err

@@ -50,7 +50,8 @@ def equivalent(args, parser, imp) -> list[str]:
     f = imp.flags()
     known = getattr(args, "config_model", None) or args.model or args.hf_id or args.hf_config \
         or args.model_spec
-    set_by_files = set(f) | {"micro_batches"} | {  # DeepSpeed "auto" buckets, once sized
+    derived = {"micro_batches"} if {"_global_batch", "_local_batch"} & set(f) else set()
+    set_by_files = set(f) | derived | {  # DeepSpeed "auto" buckets, once sized
         d for d, auto in (("reduce_bucket", "_auto_reduce_bucket"),
                           ("zero3_prefetch_bucket", "_auto_prefetch_bucket")) if f.get(auto) and known}
     out: list[str] = []

@@ -82,6 +82,7 @@ def detect(src: Source, kind: str, data) -> str:
 def read_source(src: Source, fmt: str | None = None, *, base: Path | None = None) -> list[Imported]:
     """One file → its imports (LLaMA-Factory also pulls in the DeepSpeed JSON it names)."""
     kind, data = _parse(src)
+    S.check_size(src, data)
     fmt = fmt or detect(src, kind, data)
     if fmt not in FORMATS:
         raise ConfigError(src.name, f"unknown --config-format {fmt!r}; valid: {', '.join(FORMATS)}")
@@ -119,6 +120,7 @@ def _beside(src: Source, path: str, base: Path | None) -> Imported:
                                      f"another --config")
     s = S.from_path(p)
     kind, data = _parse(s)
+    S.check_size(s, data)
     if kind != "json" or not isinstance(data, dict):
         raise ConfigError(s.name, "expected a DeepSpeed JSON object")
     return deepspeed.read_deepspeed(s, data)

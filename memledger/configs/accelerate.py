@@ -22,6 +22,7 @@ from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choi
 from memledger.configs.source import Source, flatten
 
 CA = "accelerate/commands/config/config_args.py"
+LA = "accelerate/commands/launch.py"
 DC = "accelerate/utils/dataclasses.py"
 LF_M, LF_D, LF_F = ("llamafactory/hparams/model_args.py", "llamafactory/hparams/data_args.py",
                     "llamafactory/hparams/finetuning_args.py")
@@ -38,20 +39,22 @@ ACC_RULES = (
     Rule(key="fsdp_config.fsdp_sharding_strategy", dest="_acc_shard", default="FULL_SHARD",
          source=DC, conv=lambda v: choice(str(v).lower(), SHARDING)),
     Rule(key="fsdp_config.fsdp_version", dest="_acc_fsdp_v", conv=as_int, default=1, source=DC),
+    # FSDP 1 spells the sharding strategy here too (accelerate >= 1.6), FSDP 2 a bool
     Rule(key="fsdp_config.fsdp_reshard_after_forward", dest="_acc_reshard", default=True,
-         source=DC, conv=lambda v: SHARDING[str(v).lower()] == 3 if str(v).lower() in SHARDING
+         source=DC, conv=lambda v: SHARDING[str(v).lower()] if str(v).lower() in SHARDING
          else as_bool(v)),
     Rule(key="fsdp_config.fsdp_activation_checkpointing", dest="recompute", default=False,
          source=DC, conv=lambda v: "full" if as_bool(v) else "none"),
     Rule(key="parallelism_config.parallelism_config_tp_size", dest="tp", conv=as_int, default=1,
-         source=DC),
+         source=LA),
     Rule(key="parallelism_config.parallelism_config_cp_size", dest="cp", conv=as_int, default=1,
-         source=DC),
+         source=LA),
     Rule(key="parallelism_config.parallelism_config_dp_shard_size", dest="_acc_dp_shard",
-         conv=as_int, source=DC),
+         conv=as_int, source=LA),
     Rule(key="parallelism_config.parallelism_config_dp_replicate_size", dest="_acc_dp_rep",
-         conv=as_int, default=1, source=DC),
-    Rule(key="deepspeed_config.zero_stage", dest="zero", conv=lambda v: as_int(v, 0), source=CA),
+         conv=as_int, default=1, source=LA),
+    Rule(key="deepspeed_config.zero_stage", dest="_acc_ds_stage", conv=lambda v: as_int(v, 0),
+         source=DC, default=2),  # DeepSpeedPlugin: None -> ACCELERATE_DEEPSPEED_ZERO_STAGE or 2
     Rule(key="deepspeed_config.offload_optimizer_device", dest="optimizer_offload", source=CA,
          conv=lambda v: choice(v, {"none": False, "cpu": True, "nvme": True})),
     Rule(key="deepspeed_config.gradient_accumulation_steps", dest="micro_batches", conv=as_int,
@@ -84,14 +87,21 @@ def read_accelerate(src: Source, data: dict, fmt: str = "accelerate") -> Importe
     kind, mp = f["_acc_type"], f["_acc_mp"]
     fsdp = kind == "FSDP"
     if fsdp:
-        imp.set("zero", f["_acc_shard"], src, "fsdp_config.fsdp_sharding_strategy",
+        shard = f["_acc_shard"]
+        if type(f["_acc_reshard"]) is int:  # FSDP 1 strategy under its newer key
+            shard = f["_acc_reshard"]
+        imp.set("zero", shard, src, "fsdp_config.fsdp_sharding_strategy",
                 default="fsdp_config.fsdp_sharding_strategy" not in flat)
         imp.set("zero3_impl", "fsdp", src, "distributed_type")
         if f["_acc_fsdp_v"] == 2:  # FSDP2 has no strategy: reshard_after_forward says it
             imp.set("zero", 3, src, "fsdp_config.fsdp_version")
-            imp.set("fsdp_reshard_after_forward", "default" if f["_acc_reshard"] else "never",
+            imp.set("fsdp_reshard_after_forward", "never" if f["_acc_reshard"] in (False, 2)
+                    else "default",
                     src, "fsdp_config.fsdp_reshard_after_forward")
     elif kind == "DEEPSPEED":
+        if "deepspeed_config.deepspeed_config_file" not in flat:  # else the JSON says it
+            imp.set("zero", f["_acc_ds_stage"], src, "deepspeed_config.zero_stage",
+                    default="deepspeed_config.zero_stage" not in flat)
         imp.set("zero3_impl", "deepspeed", src, "distributed_type")
         imp.set("grad_buckets", "deepspeed", src, "distributed_type")
     elif "zero" not in imp.read:
@@ -108,6 +118,8 @@ def read_accelerate(src: Source, data: dict, fmt: str = "accelerate") -> Importe
     if f.get("tp", 1) > 1:
         imp.set("tp_engine", "dtensor", src, "parallelism_config.parallelism_config_tp_size")
     _implied(imp, src, "deepspeed" if kind == "DEEPSPEED" else "hf-trainer")
+    other = "fsdp_config." if kind != "FSDP" else "deepspeed_config."
+    imp.rows = [r for r in imp.rows if not (r.kind == "default" and r.key.startswith(other))]
     return imp
 
 

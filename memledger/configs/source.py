@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_BYTES = 1_000_000  # larger files are refused before they are parsed
+MAX_DEPTH = 64  # bracket nesting (JSON, TOML and YAML flow style), checked before parsing
+MAX_KEYS = 50_000  # leaves after flattening: YAML aliases may repeat a mapping many times
 
 
 class ConfigError(ValueError):
@@ -52,13 +54,23 @@ class Source:
 def from_path(path: str | Path) -> Source:
     p = Path(path)
     try:
-        size = p.stat().st_size
+        if not p.is_file():  # /dev/zero, a fifo or a folder would never end or never parse
+            raise ConfigError(str(path), "not a regular file" if p.exists() else "no such file")
+        with p.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise ConfigError(str(path), f"cannot read: {e.strerror or e}") from None
-    if size > MAX_BYTES:
-        raise ConfigError(str(path), f"file is {size:,} bytes; configuration files over "
-                                     f"{MAX_BYTES:,} bytes are refused")
-    return from_bytes(p.read_bytes(), str(path))
+    if len(data) > MAX_BYTES:
+        raise ConfigError(str(path), f"file is over {MAX_BYTES:,} bytes; configuration files "
+                                     f"over {MAX_BYTES:,} bytes are refused")
+    return from_bytes(data, str(path))
+
+
+def check_depth(src: Source) -> None:
+    """Bracket nesting bounded before any parser recurses into it."""
+    from memledger.safe_json import nesting_depth
+    if nesting_depth(src.text.encode()) > MAX_DEPTH:
+        raise ConfigError(src.name, f"nests deeper than {MAX_DEPTH} levels")
 
 
 def from_bytes(data: bytes, name: str) -> Source:
@@ -73,8 +85,11 @@ def from_bytes(data: bytes, name: str) -> Source:
 
 def parse_yaml(src: Source):
     import yaml
+    check_depth(src)
     try:
         return yaml.safe_load(src.text)
+    except RecursionError:
+        raise ConfigError(src.name, f"nests deeper than {MAX_DEPTH} levels") from None
     except yaml.constructor.ConstructorError as e:  # !!python/object and other unsafe tags
         mark = e.problem_mark
         raise ConfigError(src.name, f"refused YAML tag: {e.problem}",
@@ -86,8 +101,11 @@ def parse_yaml(src: Source):
 
 
 def parse_toml(src: Source) -> dict:
+    check_depth(src)
     try:
         return tomllib.loads(src.text)
+    except RecursionError:
+        raise ConfigError(src.name, f"nests deeper than {MAX_DEPTH} levels") from None
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"line (\d+)", str(e))
         raise ConfigError(src.name, f"unparseable TOML: {str(e).split(' (at')[0]}",
@@ -104,6 +122,7 @@ def _no_dupes(pairs):
 
 
 def parse_json(src: Source):
+    check_depth(src)
     try:
         return json.loads(src.text, object_pairs_hook=_no_dupes,
                           parse_constant=lambda c: _bad_constant(c))
@@ -117,8 +136,24 @@ def _bad_constant(c: str):
     raise ValueError(f"{c} is not a number JSON allows")
 
 
+def check_size(src: Source, data) -> None:
+    """At most MAX_KEYS values, counted as they would be walked (a YAML alias repeated at
+    every level is refused here, before anything walks 2^depth copies of it)."""
+    seen, stack = 0, [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for v in items:
+            seen += 1
+            if seen > MAX_KEYS or depth > MAX_DEPTH:
+                raise ConfigError(src.name, f"more than {MAX_KEYS:,} values or {MAX_DEPTH} "
+                                            f"levels; not a training configuration")
+            if isinstance(v, (dict, list)):
+                stack.append((v, depth + 1))
+
+
 def flatten(d: dict, prefix: str = "") -> dict[str, object]:
-    """Nested mappings as dotted keys (`zero_optimization.stage`)."""
+    """Nested mappings as dotted keys (`zero_optimization.stage`); bounded by check_size."""
     out: dict[str, object] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
