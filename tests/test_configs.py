@@ -4,6 +4,7 @@ line naming file, line and key; export → import round-trips to the same ledger
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -196,7 +197,7 @@ def test_forced_unknown_format_is_refused(capsys):
 # Each strategy draws only what its format can express (DeepSpeed's JSON has no model, pipeline
 # or sequence length: those stay explicit flags on both sides; torchtitan has no ZeRO-1/2 and
 # only its own named flavors; accelerate has no pipeline; Megatron has no torchtitan AC modes).
-COMMON = dict(deadline=None, max_examples=6, suppress_health_check=[HealthCheck.function_scoped_fixture])
+COMMON = dict(deadline=None, max_examples=int(os.environ.get("ML_ROUNDTRIP_EXAMPLES", 6)), suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _roundtrip(tmp_path, capsys, target, flags, keep=()):
@@ -207,41 +208,78 @@ def _roundtrip(tmp_path, capsys, target, flags, keep=()):
     assert ledger(["--config", p, *keep], capsys) == ledger(flags, capsys), text
 
 
+MEGATRON_MODELS = {"llama3.2-1b": ("--model", "llama3.2-1b"),
+                   "qwen3-moe": ("--hf-id", "Qwen/Qwen3-30B-A3B")}
+
+
 @settings(**COMMON)
-@given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2]),
-       zero=st.sampled_from([0, 1]), mb=st.sampled_from([1, 2]), m=st.sampled_from([1, 4]),
+@given(model=st.sampled_from(sorted(MEGATRON_MODELS)), tp=st.sampled_from([1, 2]),
+       pp=st.sampled_from([1, 2]), vpp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]),
+       ep=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2]), zero=st.sampled_from([0, 1, 2, 3]),
+       mb=st.sampled_from([1, 2]), m=st.sampled_from([1, 4]),
        precision=st.sampled_from(["megatron", "fp16", "fp8"]),
-       recompute=st.sampled_from(["none", "selective", "full"]))
-def test_megatron_round_trip(tmp_path, capsys, tp, pp, dp, zero, mb, m, precision, recompute):
-    flags = ["--model", "llama3.2-1b", "--tp", tp, "--pp", pp, "--dp", dp, "--zero", zero,
-             "--micro-batch", mb, "--micro-batches", m, "--seq", 1024, "--precision", precision,
-             "--recompute", recompute, "--layout", "even", "--loop", "megatron"]
+       optimizer=st.sampled_from(["adamw", "sgd-momentum"]),
+       recompute=st.sampled_from(["none", "selective", "full"]), offload=st.booleans())
+def test_megatron_round_trip(tmp_path, capsys, model, tp, pp, vpp, cp, ep, dp, zero, mb, m,
+                             precision, optimizer, recompute, offload):
+    # interleaving needs pp >= 2; ep only on the MoE model; CPU offload needs the distributed
+    # optimizer (Megatron's rule) — outside that Megatron cannot say it
+    vpp = vpp if pp > 1 else 1
+    ep = ep if model == "qwen3-moe" and (tp * cp * dp) % ep == 0 else 1
+    offload = offload and zero >= 1
+    flags = [*MEGATRON_MODELS[model], "--tp", tp, "--pp", pp, "--vpp", vpp, "--cp", cp, "--ep", ep,
+             "--etp", 1, "--dp", dp, "--zero", zero, "--micro-batch", mb, "--micro-batches", m,
+             "--seq", 1024, "--precision", precision, "--optimizer", optimizer,
+             "--recompute", recompute, "--layout", "even", "--loop", "megatron",
+             "--sp" if tp > 1 else "--no-sp"] + (["--optimizer-offload"] if offload else [])
+    if zero >= 2:
+        flags += ["--zero3-impl", "fsdp"]
     _roundtrip(tmp_path, capsys, "megatron", flags)
 
 
+TT_MODELS = {"405b": ("--model", "llama3.1-405b"), "8b": ("--hf-id", "meta-llama/Llama-3.1-8B")}
+
+
 @settings(**COMMON)
-@given(tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 4]), zero=st.sampled_from([0, 3]),
-       mb=st.sampled_from([1, 2]), rec=st.sampled_from(["none", "full", "op", "interval",
-                                                        "memory-budget"]),
-       compile_=st.booleans())
-def test_torchtitan_round_trip(tmp_path, capsys, tp, dp, zero, mb, rec, compile_):
-    zero = zero if dp > 1 else 0  # torchtitan applies FSDP only for a shard degree > 1
-    flags = ["--model", "llama3.1-405b", "--tp", tp, "--pp", 1, "--dp", dp, "--zero", zero,
-             "--micro-batch", mb, "--micro-batches", 1, "--seq", 2048,
+@given(model=st.sampled_from(sorted(TT_MODELS)), tp=st.sampled_from([1, 2]),
+       pp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 4]),
+       zero=st.sampled_from([0, 3]), mb=st.sampled_from([1, 2]), m=st.sampled_from([1, 2]),
+       schedule=st.sampled_from(["1f1b", "gpipe", "interleaved", "zb-v"]),
+       rec=st.sampled_from(["none", "full", "op", "interval", "memory-budget"]),
+       reshard=st.sampled_from(["default", "always", "never"]), compile_=st.booleans(),
+       loss_parallel=st.booleans())
+def test_torchtitan_round_trip(tmp_path, capsys, model, tp, pp, cp, dp, zero, mb, m, schedule,
+                               rec, reshard, compile_, loss_parallel):
+    # torchtitan applies FSDP only for a shard degree > 1; accumulation without PP is the
+    # global batch, under PP the local batch is split into micro-batches; multi-stage schedules
+    # hold 2 stages per rank and split the layers its own way (layout torchtitan:1,1)
+    zero = zero if dp > 1 else 0
+    schedule = schedule if pp > 1 else "1f1b"
+    flags = [*TT_MODELS[model], "--tp", tp, "--pp", pp, "--cp", cp, "--dp", dp, "--zero", zero,
+             "--micro-batch", mb, "--micro-batches", m, "--seq", 2048,
              "--precision", "fsdp2-mixed" if zero == 3 else "amp", "--recompute", rec,
-             "--recompute-every", 2 if rec == "interval" else 0, "--layout", "even",
-             "--loop", "torchtitan", "--tp-engine", "dtensor", "--zero3-impl", "fsdp",
-             "--sp" if tp > 1 else "--no-sp"] + (["--torch-compile"] if compile_ else [])
+             "--recompute-every", 2 if rec == "interval" else 0, "--recompute-budget-pct", 30,
+             "--schedule", schedule, "--vpp", 2 if schedule == "interleaved" else 1,
+             "--layout", "torchtitan:1,1" if pp > 1 else "even", "--loop", "torchtitan",
+             "--tp-engine", "dtensor", "--zero3-impl", "fsdp", "--fsdp-reshard-after-forward",
+             reshard, "--sp" if tp > 1 else "--no-sp", "--optimizer-impl", "fused"]
+    flags += (["--torch-compile"] if compile_ else []) + ([] if loss_parallel else
+                                                         ["--no-loss-parallel"])
     _roundtrip(tmp_path, capsys, "torchtitan", flags)
 
 
 @settings(**COMMON)
-@given(zero=st.sampled_from([0, 1, 2, 3]), dp=st.sampled_from([1, 8]), mb=st.sampled_from([1, 4]),
-       m=st.sampled_from([1, 2]), precision=st.sampled_from(["mixed16", "fp16", "fp32"]),
-       offload=st.booleans(), overlap=st.booleans())
-def test_deepspeed_round_trip(tmp_path, capsys, zero, dp, mb, m, precision, offload, overlap):
+@given(zero=st.sampled_from([0, 1, 2, 3]), tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 8]),
+       mb=st.sampled_from([1, 4]), m=st.sampled_from([1, 2]),
+       precision=st.sampled_from(["mixed16", "fp16", "fp32"]), offload=st.booleans(),
+       overlap=st.booleans(), buckets=st.sampled_from([(5e8, 5e7), (2e8, 1e7)]))
+def test_deepspeed_round_trip(tmp_path, capsys, zero, tp, dp, mb, m, precision, offload, overlap,
+                              buckets):
     base = ["--hf-id", "meta-llama/Llama-3.2-1B", "--seq", 1024]
-    flags = base + ["--tp", 1, "--pp", 1, "--dp", dp, "--zero", zero, "--micro-batch", mb,
+    # AutoTP has no sequence parallelism; DeepSpeed's JSON has no pipeline (PipelineModule)
+    flags = base + ["--tp", tp, "--no-sp", "--reduce-bucket", buckets[0],
+                    "--allgather-bucket", buckets[0], "--zero3-prefetch-bucket", buckets[1],
+                    "--pp", 1, "--dp", dp, "--zero", zero, "--micro-batch", mb,
                     "--micro-batches", m, "--precision", precision, "--layout", "even",
                     "--loop", "deepspeed", "--profile", "hf", "--zero3-impl", "deepspeed",
                     "--grad-buckets", "deepspeed", "--overlap-comm" if overlap else "--no-overlap-comm",
@@ -250,13 +288,14 @@ def test_deepspeed_round_trip(tmp_path, capsys, zero, dp, mb, m, precision, offl
 
 
 @settings(**COMMON)
-@given(tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 4]), fsdp=st.booleans(),
-       rec=st.sampled_from(["none", "full"]), reshard=st.sampled_from(["default", "never"]))
-def test_accelerate_round_trip(tmp_path, capsys, tp, dp, fsdp, rec, reshard):
+@given(tp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 4]),
+       fsdp=st.booleans(), rec=st.sampled_from(["none", "full"]),
+       reshard=st.sampled_from(["default", "never"]))
+def test_accelerate_round_trip(tmp_path, capsys, tp, cp, dp, fsdp, rec, reshard):
     base = ["--hf-id", "Qwen/Qwen3-8B", "--seq", 2048, "--micro-batch", 1, "--micro-batches", 2]
     if not fsdp:
         rec, reshard = "none", "default"
-    flags = base + ["--tp", tp, "--pp", 1, "--dp", dp, "--zero", 3 if fsdp else 0,
+    flags = base + ["--tp", tp, "--cp", cp, "--pp", 1, "--dp", dp, "--zero", 3 if fsdp else 0,
                     "--precision", "fsdp2-mixed" if fsdp else "amp", "--recompute", rec,
                     "--fsdp-reshard-after-forward", reshard, "--layout", "even", "--loop",
                     "hf-trainer", "--profile", "hf", "--zero3-impl", "fsdp", "--no-sp",
