@@ -89,7 +89,8 @@ IGNORED = {k: "no effect on per-GPU memory (schedule, I/O or logging)" for k in 
     "tokenizer_model", "vocab_file", "merge_file", "data_cache_path", "exit_duration_in_mins",
     "use_megatron_fsdp", "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-    "log_throughput", "bf16_mixed", "manual_gc")}
+    "log_throughput", "manual_gc", "ckpt_format", "log_params_norm", "log_num_zeros_in_grad",
+    "train_iters", "rotary_percent", "make_vocab_size_divisible_by")}
 MODEL_FLAGS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                "num_query_groups", "group_query_attention", "kv_channels", "swiglu",
                "untie_embeddings_and_output_weights", "num_experts", "moe_router_topk",
@@ -130,7 +131,8 @@ def read(src: Source, parsed=None, fmt: str = "megatron") -> Imported:
                         source="megatron/training/arguments.py")
     imp.set("loop", "megatron", src, "", default=True)
     imp.set("profile", "megatron", src, "", default=True)
-    imp.set("layout", imp.read.get("layout", "even"), src, "", default="layout" not in imp.read)
+    if "layout" not in imp.read:  # Megatron splits the layers evenly unless told otherwise
+        imp.set("layout", "even", src, "", default=True)
     return imp
 
 

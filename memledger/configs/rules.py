@@ -8,7 +8,7 @@ walks them over a file's flat key → value mapping and returns an `Imported`: t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from memledger.configs.source import Source
@@ -62,6 +62,12 @@ class Imported:
         (self.defaults if default else self.read)[dest] = value
         if not default or dest not in self.origin:
             self.origin[dest] = (src.name, src.line_of(key), key)
+        for i in range(len(self.rows) - 1, -1, -1):  # the key's row shows what it set
+            r = self.rows[i]
+            if r.key == key and r.file == src.name:
+                kept = tuple(kv for kv in r.flags if kv[0] != dest)
+                self.rows[i] = replace(r, flags=kept + ((dest, value),))
+                break
 
 
 def _as_dict(rule: Rule, value) -> dict:

@@ -36,19 +36,27 @@ class Source:
     text: str
 
     def line_of(self, key: str) -> int:
-        """1-based line of the first occurrence of `key` as a word; 0 when not found."""
+        """1-based line of `key` (a dotted key: its leaf after the line naming its first
+        section, so `compile.enable` is found under [compile]); 0 when not found."""
         if not key:
             return 0
-        leaf = key.rsplit(".", 1)[-1]
-        spell = "|".join(map(re.escape, dict.fromkeys((leaf, leaf.replace("_", "-")))))
-        pat = re.compile(r"(?<![\w-])(?:--)?(?:" + spell + r")(?![\w-])")
-        for i, line in enumerate(self.text.splitlines(), 1):
-            if pat.search(line):
-                return i
-        return 0
+        lines = self.text.splitlines()
+        parts = key.split(".")
+        start = _find(lines, parts[0], 0) if len(parts) > 1 else 0
+        hit = _find(lines, parts[-1], max(start - 1, 0))
+        return hit or _find(lines, parts[-1], 0)
 
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError(self.name, message, line=self.line_of(key), key=key)
+
+
+def _find(lines: list[str], word: str, start: int) -> int:
+    spell = "|".join(map(re.escape, dict.fromkeys((word, word.replace("_", "-")))))
+    pat = re.compile(r"(?<![\w-])(?:--)?(?:" + spell + r")(?![\w-])")
+    for i in range(start, len(lines)):
+        if pat.search(lines[i]):
+            return i + 1
+    return 0
 
 
 def from_path(path: str | Path) -> Source:
