@@ -350,3 +350,12 @@ def test_a_device_or_a_folder_is_not_read(tmp_path, capsys):
     for path in ("/dev/zero", tmp_path):
         rc, _, err = run(["config", path], capsys)
         assert rc == 2 and "not a regular file" in err
+
+
+def test_config_format_forces_the_reader(capsys):
+    """A TrainingArguments JSON read as DeepSpeed: only the key both spell alike is read."""
+    info = equivalent([FIX / "training_args.json", "--config-format", "deepspeed"], capsys)
+    assert info["format"] == "deepspeed"
+    read = [r["key"] for r in info["rows"] if r["kind"] == "read"]
+    assert read == ["gradient_accumulation_steps"] and any(r["key"] == "per_device_train_batch_size" and r["kind"] == "ignored"
+                              for r in info["rows"])
