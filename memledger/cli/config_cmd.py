@@ -17,7 +17,8 @@ SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "zero", "sp", "sch
          "allgather_bucket", "overlap_comm", "zero3_impl", "zero3_prefetch_bucket",
          "zero3_max_live", "optimizer_offload", "grad_buckets", "tp_engine",
          "fsdp_reshard_after_forward", "torch_compile", "loss_parallel", "loop", "optimizer_impl",
-         "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "base_weights")
+         "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "base_weights",
+         "freeze")
 
 
 def add(sub) -> None:
@@ -51,6 +52,8 @@ def equivalent(args, parser, imp) -> list[str]:
     known = getattr(args, "config_model", None) or args.model or args.hf_id or args.hf_config \
         or args.model_spec
     derived = {"micro_batches"} if {"_global_batch", "_local_batch"} & set(f) else set()
+    if f.get("finetune") == "freeze" and "_lf_trainable_layers" in f:
+        derived.add("freeze")
     set_by_files = set(f) | derived | {  # DeepSpeed "auto" buckets, once sized
         d for d, auto in (("reduce_bucket", "_auto_reduce_bucket"),
                           ("zero3_prefetch_bucket", "_auto_prefetch_bucket")) if f.get(auto) and known}

@@ -53,6 +53,11 @@ def apply_configs(args, parser, argv: list[str]):
     if "micro_batches" not in explicit and args.command != "plan":
         _micro_batches(args, imp, values)
     _auto_buckets(args, imp, values, explicit)
+    if values.get("finetune") == "freeze" and "_lf_trainable_layers" in values \
+            and "freeze" not in explicit:
+        from memledger.cli.args import load_model
+        from memledger.configs.accelerate import lf_freeze
+        args.freeze = lf_freeze(load_model(args).n_layers, values["_lf_trainable_layers"])
     return imp
 
 

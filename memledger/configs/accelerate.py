@@ -138,17 +138,39 @@ LF_RULES = (
     Rule(key="quantization_bit", dest="", source=LF_M,
          conv=lambda v: {"finetune": "qlora", "base_weights": choice(as_int(v), {4: "nf4",
                                                                                 8: "int8"})}),
+    Rule(key="freeze_trainable_layers", dest="_lf_trainable_layers", default=2, source=LF_F,
+         conv=lambda v: _nonzero(as_int(v, -10**6))),
     Rule(key="disable_gradient_checkpointing", dest="recompute", default=False, source=LF_M,
          conv=lambda v: "none" if as_bool(v) else "full"),
 )
-LF_UNMODELLED = {"stage": "a reference or reward model beside the trained one (dpo, kto, ppo, rm)","enable_liger_kernel": "Liger's fused kernels (chunked loss)",
-                 "freeze_trainable_layers": "which layers train under finetuning_type freeze",
+LF_UNMODELLED = {"stage": "a reference or reward model beside the trained one (dpo, kto, ppo, rm)",
+                 "enable_liger_kernel": "Liger's fused kernels (chunked loss)",
+                 "freeze_trainable_modules": "freeze tuning of named modules only (memledger: "
+                                             "whole layers)",
+                 "freeze_extra_modules": "extra trainable modules under freeze tuning",
                  "use_unsloth": "Unsloth's kernels and offloaded checkpoints",
                  "pure_bf16": "pure bf16 training", "use_dora": "DoRA's magnitude vectors"}
 LF_IGNORED = {k: "no effect on per-GPU memory (data, template or I/O)" for k in (
     "do_train", "dataset", "template", "overwrite_cache", "preprocessing_num_workers",
     "dataloader_num_workers", "trust_remote_code", "flash_attn", "max_samples", "val_size",
     "eval_steps", "resume_from_checkpoint", "ddp_timeout", "packing", "neat_packing")}
+
+
+def _nonzero(n: int) -> int:
+    if n == 0:
+        raise ValueError("expected a non-zero number of layers (last n if > 0, first n if < 0)")
+    return n
+
+
+def lf_freeze(n_layers: int, trainable: int) -> str:
+    """LLaMA-Factory freeze tuning as memledger's --freeze: everything but the last (n > 0) or
+    first (n < 0) |n| layers; the final norm, which it also freezes, memledger cannot name."""
+    k = min(abs(trainable), n_layers)
+    frozen = (0, n_layers - k - 1) if trainable > 0 else (k, n_layers - 1)
+    parts = ["embeddings", "head"]
+    if frozen[0] <= frozen[1]:
+        parts.append(f"layers:{frozen[0]}-{frozen[1]}")
+    return ",".join(parts)
 
 
 def read_llamafactory(src: Source, data: dict, fmt: str = "llamafactory", load=None) -> list:
