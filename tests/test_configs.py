@@ -362,3 +362,13 @@ def test_config_format_forces_the_reader(capsys):
     read = [r["key"] for r in info["rows"] if r["kind"] == "read"]
     assert read == ["gradient_accumulation_steps"] and any(
         r["key"] == "per_device_train_batch_size" and r["kind"] == "ignored" for r in info["rows"])
+
+
+def test_only_the_megatron_launch_line_is_read(tmp_path, capsys):
+    """A script that preprocesses data first: that command's --seq-length is not the run's."""
+    p = _bad(tmp_path, "run.sh", "#!/bin/bash\npython tools/preprocess_data.py --seq-length 99 "
+             "--workers 64\ntorchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 "
+             "--hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 128 "
+             "--micro-batch-size 1\n")
+    got = _pairs(equivalent([p], capsys)["flags"])
+    assert got["--seq"] == "128" and got["--world"] == "8"

@@ -50,10 +50,16 @@ def _logical_lines(text: str) -> list[str]:
     return out
 
 
+_ENTRY = re.compile(r"pretrain_\w+\.py|megatron\.training|run_pretrain")
+
+
 def argv_tokens(src: Source) -> list[str]:
-    """Every token of the script after substituting the file's own plain assignments."""
+    """The launch's tokens after substituting the file's own plain assignments: the command
+    lines that run a Megatron entry point (pretrain_*.py) when there are any (a script may
+    preprocess data first), else every command line."""
     env: dict[str, str] = {}
     tokens: list[str] = []
+    launch: list[str] = []
     for line in _logical_lines(src.text):
         if not line:
             continue
@@ -66,10 +72,13 @@ def argv_tokens(src: Source) -> list[str]:
                 if "$(" not in value and "`" not in value:
                     env[name] = " ".join(shlex.quote(p) for p in parts)
                 continue
-        tokens += _split(src, _expand(line, env))
+        words = _split(src, _expand(line, env))
+        tokens += words
+        if any(_ENTRY.search(w) for w in words):
+            launch += words
         if len(tokens) > MAX_TOKENS:
             raise ConfigError(src.name, f"more than {MAX_TOKENS} tokens; not a launch script")
-    return tokens
+    return launch or tokens
 
 
 def _split(src: Source, text: str) -> list[str]:
