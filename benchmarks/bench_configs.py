@@ -9,7 +9,11 @@ from memledger.configs import read_files
 FIX = Path(__file__).parent.parent / "tests" / "fixtures" / "configs"
 SETS = [["llama3_70b_megatron.sh"], ["deepseek_v3_megatron.sh"], ["llama3_405b_torchtitan.toml"],
         ["ds_zero3_offload.json", "training_args.json"], ["accelerate_fsdp2.yaml"],
-        ["llamafactory_full_sft.yaml"], ["llamafactory_lora_sft.yaml"]]
+        ["llamafactory_full_sft.yaml"], ["llamafactory_lora_sft.yaml"],
+        ["llamafactory_freeze_sft.yaml"], ["torchtitan03_llama3_8b_dump.json"],
+        ["megatron_functional_model_config.yaml"], ["megatron_yaml_cfg.yaml"],
+        ["megatron_bridge_override.yaml"], ["accelerate_fsdp1_shard_grad_op.yaml"],
+        ["accelerate_deepspeed.yaml"]]
 
 
 def main() -> None:
