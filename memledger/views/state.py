@@ -21,7 +21,7 @@ from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelS
 from memledger.specs.finetune import (BASE_WEIGHTS, FREEZE_ONLY, LORA_DTYPES, MODES, MODULES,
                                       TARGET_SETS, FinetuneSpec, parse_range)
 from memledger.specs.hardware import Hardware
-from memledger.specs.runtime import LOOP_CHOICES, RuntimeSpec
+from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD, RuntimeSpec
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.model_codec import PREFIX as SPEC_PREFIX
 from memledger.views.model_codec import decode_model
@@ -29,8 +29,9 @@ from memledger.views.model_codec import decode_model
 # The share-link keys, in URL order (the planner builds links with the same names).
 KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
         "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile", "attention",
-        "recompute", "loop", "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout",
-        "lora_dtype", "base", "freeze")
+        "recompute", "loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel",
+        "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",
+        "freeze")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -72,6 +73,12 @@ class Config:
     lora_dtype: str = "fp32"
     base: str = "auto"  # base_weights; auto = nf4 for qlora, else bf16
     freeze: str = ""  # comma separated modules or layers:A-B
+    # torchtitan / FSDP2 (docs/torchtitan.md); links made before they existed open at defaults
+    recompute_every: int = 0  # every-k / interval k
+    budget: int = 50  # memory-budget: TrainSpec.recompute_budget_pct
+    reshard: str = "default"  # RuntimeSpec.fsdp_reshard_after_forward
+    compile: bool = False  # RuntimeSpec.torch_compile
+    loss_parallel: bool = True  # RuntimeSpec.loss_parallel
 
     @property
     def dp(self) -> int:
@@ -86,17 +93,18 @@ CONFIG_KEYS = tuple(f.name for f in fields(Config))
 INT_LIMITS: dict[str, tuple[int, int]] = {
     "world": (1, 262_144), "tp": (1, 1024), "pp": (1, 1024), "vpp": (1, 64), "ep": (1, 4096),
     "etp": (1, 1024), "cp": (1, 1024), "dp": (1, 262_144), "zero": (0, 3), "mb": (1, 1024),
-    "seq": (1, 4_194_304), "m": (1, 65_536),
+    "seq": (1, 4_194_304), "m": (1, 65_536), "recompute_every": (0, 1024), "budget": (0, 100),
     "lora_r": (1, 204_800), "lora_alpha": (1, 1_000_000), "lora_dropout": (0, 99),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
     "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
-    "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES,
+    "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES, "reshard": RESHARD_AFTER_FORWARD,
     "ft": MODES, "lora_dtype": LORA_DTYPES, "base": ("auto",) + BASE_WEIGHTS,
 }
 NAME_KEYS = {"lora_targets": tuple(MODULES) + tuple(TARGET_SETS),
              "freeze": tuple(MODULES) + tuple(TARGET_SETS) + FREEZE_ONLY + ("layers:A-B",)}
+BOOL_KEYS = ("sp", "compile", "loss_parallel")
 BOOL_WORDS = {"1": True, "true": True, "on": True, "yes": True,
               "0": False, "false": False, "off": False, "no": False}
 LAYOUT_WORDS = ("balanced", "even")
@@ -186,7 +194,7 @@ def parse_value(key: str, raw: str):
         return parse_int(key, raw)
     if key in CHOICES:
         return parse_choice(key, raw)
-    if key == "sp":
+    if key in BOOL_KEYS:
         return parse_bool(raw)
     if key == "layout":
         return parse_layout(raw)
@@ -267,8 +275,10 @@ def hardware(cfg: Config) -> Hardware:
 
 
 def runtime(cfg: Config, **kw) -> RuntimeSpec:
-    """The runtime spec a configuration implies: its training loop (the rest at defaults)."""
-    return RuntimeSpec(loop=cfg.loop, **kw)
+    """The runtime spec a configuration implies: its training loop and FSDP2 / compile / loss
+    knobs (the rest at defaults)."""
+    return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
+                       torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel, **kw)
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:
@@ -293,6 +303,7 @@ def to_specs(cfg: Config, m: ModelSpec) -> tuple[ParallelSpec, TrainSpec]:
     train = TrainSpec(micro_batch=cfg.mb, seq=cfg.seq, micro_batches=cfg.m,
                       precision=cfg.precision, optimizer=cfg.optimizer, profile=cfg.profile,
                       attention=cfg.attention, recompute=cfg.recompute,
+                      recompute_every=cfg.recompute_every, recompute_budget_pct=cfg.budget,
                       finetune=finetune_spec(cfg))
     return par, train
 
