@@ -132,3 +132,15 @@ def test_compare_json_has_the_contract_keys():
     assert set(doc["errors"]) >= set(meas["rows"]) | {"peak_allocated", "peak_reserved"}
     diffs = [abs(x["difference_bytes"]) for x in doc["explaining"]]
     assert diffs == sorted(diffs, reverse=True)
+
+
+def test_compare_takes_the_configuration_from_a_framework_file():
+    """The shared builder gives `compare` the `--config` of every configuration command."""
+    cfg = Path(__file__).parent / "fixtures" / "configs" / "llama3_405b_torchtitan.toml"
+    flags = subprocess.run([sys.executable, "-m", "memledger", "compare", "--snapshot", str(FIXTURE),
+                            "--config", str(cfg), "--json"], capture_output=True, text=True,
+                           timeout=120)
+    assert flags.returncode == 0, flags.stderr
+    doc = json.loads(flags.stdout)
+    assert doc["measured"]["peak_allocated_bytes"] == 517_472_256
+    assert doc["predicted"]["peak_allocated_bytes"] > 10 * 2**30  # Llama 3 405B, not a default model
