@@ -110,6 +110,7 @@ def test_the_innermost_rule_decides_and_contexts_win(frames, row):
     assert (r.row if r else None) == row
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.pickle.gz")), ids=lambda p: p.name)
 def test_every_fixture_is_read_by_torchs_own_memory_viz(path):
     """torch.cuda._memory_viz's text views walk every segment, block and trace entry (segsum
