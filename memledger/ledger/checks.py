@@ -62,3 +62,11 @@ def check_all(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
     check_model_parallel(m, p)
     check_train(m, p, t)
     check_schedule(p, t)
+
+
+def check_runtime(p: ParallelSpec, t: TrainSpec, rt) -> None:
+    """What torchtitan's Trainer.Config refuses: the memory budget is the compiler's."""
+    if t.recompute == "memory-budget" and not rt.torch_compile:
+        raise SpecError("torch_compile", "recompute=memory-budget is torch.compile's partitioner "
+                                         "(torchtitan MemoryBudgetAC requires compile); set "
+                                         "torch_compile=True (--torch-compile)")
