@@ -16,7 +16,8 @@ from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
 from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
                                      NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, TP_ENGINES,
-                                     W_HOLDS, ZERO1_PARTITIONS, ZERO3_IMPLS, RuntimeSpec)
+                                     RESHARD_AFTER_FORWARD, W_HOLDS, ZERO1_PARTITIONS,
+                                     ZERO3_IMPLS, RuntimeSpec)
 from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from memledger.units import GIB
 
@@ -77,7 +78,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="(default: %(default)s)")
     g.add_argument("--recompute", choices=RECOMPUTE, default=D["recompute"],
                    help="(default: %(default)s)")
-    g.add_argument("--recompute-every", type=int, default=0, help="k for every-k (0 = ceil(sqrt L))")
+    g.add_argument("--recompute-every", type=int, default=0,
+                   help="k for every-k (0 = ceil(sqrt L)) and for interval (torchtitan: every "
+                        "k-th block fully checkpointed; required)")
+    g.add_argument("--recompute-budget-pct", type=int, default=50,
+                   help="memory-budget: torchtitan memory_budget x 100 (0 = full checkpointing, "
+                        "100 = the compiler's default saved set; default: %(default)s)")
     g.add_argument("--gpu", choices=sorted(GPUS), default=D["gpu"],
                    help="GPU preset: capacity and links (default: %(default)s)")
     g.add_argument("--policy", action="append", default=[], metavar="CLASS=POLICY",
@@ -127,6 +133,15 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--zero1-partition", choices=ZERO1_PARTITIONS, default="even",
                    help="ZeRO-1 states: even N/d (Megatron) or greedy-params (torch "
                         "ZeroRedundancyOptimizer: whole tensors; the most loaded dp rank)")
+    r.add_argument("--fsdp-reshard-after-forward", choices=RESHARD_AFTER_FORWARD,
+                   default="default",
+                   help="FSDP2 (ZeRO-3): default reshards after forward unless PP is on "
+                        "(torchtitan); never keeps every unsharded unit from forward to backward")
+    r.add_argument("--torch-compile", action="store_true",
+                   help="torch.compile the model (torchtitan [compile]): the partitioner's saved set")
+    r.add_argument("--no-loss-parallel", dest="loss_parallel", action="store_false",
+                   help="torchtitan disable_loss_parallel: with tp > 1 the logits are gathered "
+                        "to full V on every tp rank")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
     add_loop_args(p)
 
@@ -176,7 +191,8 @@ def train_from_args(args) -> TrainSpec:
     t = TrainSpec(micro_batch=args.micro_batch, seq=args.seq, micro_batches=args.micro_batches,
                   precision=args.precision, optimizer=args.optimizer, profile=args.profile,
                   attention=args.attention, recompute=args.recompute,
-                  recompute_every=args.recompute_every)
+                  recompute_every=args.recompute_every,
+                  recompute_budget_pct=getattr(args, "recompute_budget_pct", 50))
     preset = getattr(args, "policy_preset", None)
     rules = parse_rules(getattr(args, "policy", None))
     return apply_policy(t, preset, rules) if preset or rules else t
@@ -212,7 +228,9 @@ def runtime_from_args(args) -> RuntimeSpec:
                        grad_offload_chunk_params=_count("grad_offload_chunk", args.grad_offload_chunk),
                        muon_gather=args.muon_gather, pp_engine=args.pp_engine,
                        zb_w_holds=args.zb_w_holds, tp_engine=args.tp_engine,
-                       zero1_partition=args.zero1_partition)
+                       zero1_partition=args.zero1_partition,
+                       fsdp_reshard_after_forward=args.fsdp_reshard_after_forward,
+                       torch_compile=args.torch_compile, loss_parallel=args.loss_parallel)
 
 
 def specs_from_args(args):

@@ -61,7 +61,22 @@ HELP = {
                  "(needs the paper or hf profile).",
     "recompute": "Activation recomputation: *selective* re-runs attention core, norms and "
                  "activation functions; *full* keeps only each layer's input; *every-k* keeps "
-                 "every ⌈√L⌉-th layer's input (Chen et al. 2016).",
+                 "every ⌈√L⌉-th layer's input (Chen et al. 2016). torchtitan's: *op* (per-"
+                 "operator save list: every other matmul, attention outputs, reduce-scatter / "
+                 "all-to-all outputs), *interval* (every k-th block fully checkpointed), "
+                 "*memory-budget* (torch.compile's partitioner at a budget; needs compile). "
+                 "See docs/torchtitan.md.",
+    "recompute_every": "k for every-k (0 = ⌈√L⌉) and for interval (every k-th block fully "
+                       "checkpointed, k ≥ 1).",
+    "budget": "memory-budget: torchtitan memory_budget × 100 — 0 = the activations of full "
+              "checkpointing, 100 = the compiler's default saved set.",
+    "reshard": "FSDP2 reshard_after_forward (ZeRO-3): *default* reshards after forward unless "
+               "PP is on (torchtitan); *never* keeps each unit's unsharded copy from forward to "
+               "backward, beside its shard.",
+    "compile": "torch.compile the model (torchtitan [compile]): the partitioner recomputes the "
+               "fused pointwise outputs (norms, SwiGLU) instead of saving them.",
+    "loss_parallel": "torchtitan loss parallel (with tp > 1): the logits stay vocab-sharded; "
+                     "off gathers them to full V on every tp rank.",
     "loop": "Which framework runs the step, and so when memory is alive: *auto* follows the "
             "profile (hf → plain PyTorch, megatron/paper → Megatron). "
             + " ".join(f"*{k}*: {v.grad_lifetime} gradients, {v.optimizer_impl} optimizer, MTP "
@@ -192,19 +207,24 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
         _choice("recompute", "Recompute", res)
     # rarely changed: built only while open (a closed widget keeps its value: sync reads the
     # configuration, not the widget)
-    box = lazy_expander("More: " + ", ".join(MORE_LABELS[k].lower() for k in MORE_KEYS
-                                             if with_recompute or k != "loop"),
+    keys = [k for k in MORE_KEYS if with_recompute or k not in TRAIN_ONLY]
+    box = lazy_expander("More: " + ", ".join(MORE_LABELS[k].lower() for k in keys),
                         MORE_OPEN, icon=":material/tune:")
     if box is not None:
         with box:
-            for k in MORE_KEYS:
-                if with_recompute or k != "loop":
-                    _choice(k, MORE_LABELS[k], res)
+            for k in keys:
+                fmt = (lambda v: "on" if v else "off") if k in ("compile", "loss_parallel") else str
+                _choice(k, MORE_LABELS[k], res, fmt)
 
 
-MORE_KEYS = ("loop", "profile", "attention")
+MORE_KEYS = ("loop", "profile", "attention", "recompute_every", "budget", "reshard", "compile",
+             "loss_parallel")
 MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
-               "attention": "Attention kernel"}
+               "attention": "Attention kernel", "recompute_every": "Recompute k",
+               "budget": "Memory budget %", "reshard": "FSDP2 reshard after forward",
+               "compile": "torch.compile", "loss_parallel": "Loss parallel"}
+# not on the planner's workload section: its search varies recompute and runs its own loop
+TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel")
 
 
 SECTIONS = {"model": ("Model & GPUs", _model_section),

@@ -19,7 +19,7 @@ from memledger.presets.defaults import DEFAULTS as D
 from memledger.presets.layouts import LAYOUT_KEYS, start_layout
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
 from memledger.specs.hardware import Hardware
-from memledger.specs.runtime import LOOP_CHOICES, RuntimeSpec
+from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD, RuntimeSpec
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.model_codec import PREFIX as SPEC_PREFIX
 from memledger.views.model_codec import decode_model
@@ -27,7 +27,7 @@ from memledger.views.model_codec import decode_model
 # The share-link keys, in URL order (the planner builds links with the same names).
 KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
         "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile", "attention",
-        "recompute", "loop")
+        "recompute", "loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -59,6 +59,12 @@ class Config:
     attention: str = D["attention"]
     recompute: str = D["recompute"]
     loop: str = "auto"  # training-loop preset (specs/loop.py); auto follows the profile
+    # torchtitan / FSDP2 (docs/torchtitan.md); links made before they existed open at defaults
+    recompute_every: int = 0  # every-k / interval k
+    budget: int = 50  # memory-budget: TrainSpec.recompute_budget_pct
+    reshard: str = "default"  # RuntimeSpec.fsdp_reshard_after_forward
+    compile: bool = False  # RuntimeSpec.torch_compile
+    loss_parallel: bool = True  # RuntimeSpec.loss_parallel
 
     @property
     def dp(self) -> int:
@@ -73,13 +79,14 @@ CONFIG_KEYS = tuple(f.name for f in fields(Config))
 INT_LIMITS: dict[str, tuple[int, int]] = {
     "world": (1, 262_144), "tp": (1, 1024), "pp": (1, 1024), "vpp": (1, 64), "ep": (1, 4096),
     "etp": (1, 1024), "cp": (1, 1024), "dp": (1, 262_144), "zero": (0, 3), "mb": (1, 1024),
-    "seq": (1, 4_194_304), "m": (1, 65_536),
+    "seq": (1, 4_194_304), "m": (1, 65_536), "recompute_every": (0, 1024), "budget": (0, 100),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
     "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
-    "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES,
+    "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES, "reshard": RESHARD_AFTER_FORWARD,
 }
+BOOL_KEYS = ("sp", "compile", "loss_parallel")
 BOOL_WORDS = {"1": True, "true": True, "on": True, "yes": True,
               "0": False, "false": False, "off": False, "no": False}
 LAYOUT_WORDS = ("balanced", "even")
@@ -156,7 +163,7 @@ def parse_value(key: str, raw: str):
         return parse_int(key, raw)
     if key in CHOICES:
         return parse_choice(key, raw)
-    if key == "sp":
+    if key in BOOL_KEYS:
         return parse_bool(raw)
     if key == "layout":
         return parse_layout(raw)
@@ -235,8 +242,10 @@ def hardware(cfg: Config) -> Hardware:
 
 
 def runtime(cfg: Config, **kw) -> RuntimeSpec:
-    """The runtime spec a configuration implies: its training loop (the rest at defaults)."""
-    return RuntimeSpec(loop=cfg.loop, **kw)
+    """The runtime spec a configuration implies: its training loop and FSDP2 / compile / loss
+    knobs (the rest at defaults)."""
+    return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
+                       torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel, **kw)
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:
@@ -260,7 +269,8 @@ def to_specs(cfg: Config, m: ModelSpec) -> tuple[ParallelSpec, TrainSpec]:
     par = replace(probe, layout=layout) if layout is not None else probe
     train = TrainSpec(micro_batch=cfg.mb, seq=cfg.seq, micro_batches=cfg.m,
                       precision=cfg.precision, optimizer=cfg.optimizer, profile=cfg.profile,
-                      attention=cfg.attention, recompute=cfg.recompute)
+                      attention=cfg.attention, recompute=cfg.recompute,
+                      recompute_every=cfg.recompute_every, recompute_budget_pct=cfg.budget)
     return par, train
 
 
