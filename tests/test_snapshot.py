@@ -144,3 +144,18 @@ def test_the_reader_refuses_globals_without_running_them(tmp_path):
     with pytest.raises(SnapshotError, match="names a Python object"):
         read_bytes(pickle.dumps({"segments": [], "device_traces": [Evil()]}))
     assert not marker.exists()
+
+
+def test_the_trace_counts_requested_bytes_and_the_segments_fill_in_the_same_unit():
+    """torch traces `alloc`/`free_completed` with the size asked for (CUDACachingAllocator.cpp:
+    orig_size, block->requested_size), blocks are rounded to 512 B: the state before a cut
+    trace is taken from requested_size, so a cut and a whole trace agree to the byte."""
+    snap, truth = generate(StepModel(tokens=8192))
+    blocks = [b for s in snap["segments"] for b in s["blocks"] if b["state"] != "inactive"]
+    assert any(e["size"] % 512 for e in snap["device_traces"][0] if e["action"] == "alloc")
+    m = measure(snap)
+    assert m.end_allocated_bytes == sum(b["requested_size"] for b in blocks)
+    cut = measure(generate(StepModel(tokens=8192, max_entries=150))[0])
+    assert cut.partial and cut.end_allocated_bytes == m.end_allocated_bytes
+    assert cut.timeline[-1][2] == m.timeline[-1][2]
+    assert cut.peak_allocated_bytes == truth["peak"]  # the kept 150 of 219 entries hold the peak

@@ -6,7 +6,8 @@ steps with Adam — weights created by nn.Linear.__init__, activations in each m
 the loss, backward on the autograd engine's thread (frames: none for stacks="python", the
 engine's C++ frames for stacks="all"), gradients by AccumulateGrad, Adam's states in
 _init_group, its foreach temporaries, zero_grad(set_to_none=True) — through a small model of
-the caching allocator (blocks rounded to 512 B, small requests in 2 MiB segments, large ones
+the caching allocator (blocks rounded to 512 B, the trace and requested_size keeping the size
+asked for, as torch does; small requests in 2 MiB segments, large ones
 in segments of their size rounded to 2 MiB, first fit with splitting and coalescing). The
 result has torch's keys and types (torch/cuda/memory.py `_snapshot`), shares one frames list
 per distinct stack as torch does, and optionally keeps only the last `max_entries` entries
@@ -87,15 +88,15 @@ class _Allocator:
         self.trace.append({"action": action, "addr": addr, "frames": list(frames), "size": size,
                            "stream": 0, "time_us": self.t})
 
-    def alloc(self, size: int, row: str, frames) -> int:
-        size = max(_ROUND, -(-size // _ROUND) * _ROUND)
+    def alloc(self, asked: int, row: str, frames) -> int:
+        size = max(_ROUND, -(-asked // _ROUND) * _ROUND)
         small = size <= _SMALL
         for seg in self.segments:
             if (seg["segment_type"] == "small") != small:
                 continue
             for i, b in enumerate(seg["blocks"]):
                 if b["state"] == "inactive" and b["size"] >= size:
-                    return self._take(seg, i, size, row, frames)
+                    return self._take(seg, i, size, asked, row, frames)
         total = _SEG_SMALL if small else -(-size // _SEG_SMALL) * _SEG_SMALL
         seg = {"device": 0, "address": self.next_addr, "total_size": total, "allocated_size": 0,
                "active_size": 0, "requested_size": 0, "stream": 0,
@@ -106,18 +107,18 @@ class _Allocator:
         self.next_addr += total + (1 << 21)
         self.segments.append(seg)
         self._emit("segment_alloc", seg["address"], total, frames)
-        return self._take(seg, 0, size, row, frames)
+        return self._take(seg, 0, size, asked, row, frames)
 
-    def _take(self, seg, i, size, row, frames) -> int:
+    def _take(self, seg, i, size, asked, row, frames) -> int:
         b = seg["blocks"][i]
         if b["size"] > size:
             rest = {"address": b["address"] + size, "size": b["size"] - size, "requested_size": 0,
                     "state": "inactive", "frames": []}
             seg["blocks"].insert(i + 1, rest)
-        b.update(size=size, requested_size=size, state="active_allocated", frames=frames)
+        b.update(size=size, requested_size=asked, state="active_allocated", frames=frames)
         self.live[b["address"]] = (seg, row)
-        self._emit("alloc", b["address"], size, frames)
-        self.rows[row] += size
+        self._emit("alloc", b["address"], asked, frames)  # torch traces the size asked for
+        self.rows[row] += asked
         if sum(self.rows.values()) > self.best:
             self.best, self.best_rows = sum(self.rows.values()), dict(self.rows)
         return b["address"]
@@ -126,9 +127,9 @@ class _Allocator:
         seg, row = self.live.pop(addr)
         i = next(k for k, b in enumerate(seg["blocks"]) if b["address"] == addr)
         b = seg["blocks"][i]
-        self._emit("free_requested", addr, b["size"], list(frames))
-        self._emit("free_completed", addr, b["size"], list(frames))
-        self.rows[row] -= b["size"]
+        self._emit("free_requested", addr, b["requested_size"], list(frames))
+        self._emit("free_completed", addr, b["requested_size"], list(frames))
+        self.rows[row] -= b["requested_size"]
         b.update(state="inactive", requested_size=0, frames=[])
         blocks = seg["blocks"]
         for k in (i, i - 1):  # coalesce with the neighbours
@@ -171,7 +172,8 @@ def generate(spec: StepModel = StepModel()) -> tuple[dict, dict]:
             tmp = a.alloc(tok * h * 4, "runtime", S["norm"])
             a.free(tmp, S["free_fwd"])
             saved += [a.alloc(2 * tok * f * ab, "activations", S["linear"]),
-                      a.alloc(tok * f * ab, "activations", S["mlp"])]
+                      a.alloc(tok * f * ab, "activations", S["mlp"]),
+                      a.alloc(3 * tok + 2, "activations", S["mlp"])]  # a mask: not a 512 multiple
         saved.append(a.alloc(tok * v * 4, "activations", S["loss"]))
         for i in range(len(shapes) - 1, -1, -1):  # backward, last parameter first
             g = a.alloc(tok * h * ab * 2, "runtime", bwd_frames("act_grad"))

@@ -2,11 +2,13 @@
 allocations alive at the peak.
 
 Allocated is the running sum over one device's trace of `alloc` (+size) and `free_completed`
-(−size) — the bytes torch.cuda.memory_allocated() counts (a block freed on one stream but in
-use on another stays allocated until free_completed). Reserved is the running sum of
+(−size); torch records each with the size asked for (CUDACachingAllocator.cpp: `orig_size`,
+`block->requested_size`), so this is requested bytes — torch.cuda.memory_allocated() counts
+the blocks rounded up to 512 B, at most 511 B more per allocation. A block freed on one stream
+but in use on another stays allocated until free_completed. Reserved is the running sum of
 `segment_alloc` / `segment_map` (+) and `segment_free` / `segment_unmap` (−). Both start from
-what was already there when the trace began: the segments' state at the dump (blocks
-active_allocated or pending free; segments' total_size) minus the trace's net change, since
+what was already there when the trace began: the segments' state at the dump (the
+requested_size of blocks active_allocated or pending free; segments' total_size) minus the trace's net change, since
 _dump_snapshot takes both together. A trace that does not start from nothing — cut by
 `max_entries` (frees of allocations it never saw) or started after allocations were made — is
 reported partial, with why.
@@ -67,7 +69,7 @@ def measure(snap: dict) -> Measured:
     device = device_of(snap)
     entries = snap["device_traces"][device] if snap["device_traces"] else []
     segs = _segments(snap, device)
-    end_alloc = sum(b["size"] for s in segs for b in s["blocks"]
+    end_alloc = sum(_requested(b) for s in segs for b in s["blocks"]
                     if b["state"] == "active_allocated" or b["state"] in STATES_PENDING)
     end_res = sum(s["total_size"] for s in segs)
     n = len(entries)
@@ -127,6 +129,12 @@ def measure(snap: dict) -> Measured:
                     alive=alive, entries=entries)
 
 
+def _requested(block: dict) -> int:
+    """The bytes the trace counts for a block (torch >= 2.1 writes requested_size)."""
+    r = block.get("requested_size")
+    return r if type(r) is int else block["size"]
+
+
 def _alive_at(p: int, entries, open_at, free_of, orphans, segs) -> tuple[Alive, ...]:
     """Allocations alive just after entry p (1-based; 0 = before the first)."""
     out = [Alive(size_bytes=entries[j - 1]["size"], frames=entries[j - 1].get("frames", []),
@@ -135,7 +143,7 @@ def _alive_at(p: int, entries, open_at, free_of, orphans, segs) -> tuple[Alive, 
     out += [Alive(size_bytes=sz, frames=[], alloc_index=-1, free_index=k - 1)
             for k, sz, _ in orphans if k > p]
     traced = set(open_at)  # addresses whose live block the trace allocated
-    out += [Alive(size_bytes=b["size"], frames=b.get("frames", []), alloc_index=-1, free_index=-1,
+    out += [Alive(size_bytes=_requested(b), frames=b.get("frames", []), alloc_index=-1, free_index=-1,
                   from_segments=True)
             for s in segs for b in s["blocks"]
             if (b["state"] == "active_allocated" or b["state"] in STATES_PENDING)
