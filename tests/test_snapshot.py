@@ -22,11 +22,13 @@ def _pickle(obj) -> bytes:
 
 
 @pytest.mark.parametrize("stacks", ["python", "all"])
-@pytest.mark.parametrize("tokens", [512, 8192])
-def test_peak_and_rows_match_what_the_generator_allocated(stacks, tokens):
+@pytest.mark.parametrize("tokens, micro_batches", [(512, 1), (8192, 1), (8192, 3)])
+def test_peak_and_rows_match_what_the_generator_allocated(stacks, tokens, micro_batches):
     """The generator tracks, independently of the reader, each row's bytes at its peak: the
-    measured peak is that to the byte and every row is attributed, frameless backward included."""
-    snap, truth = generate(StepModel(stacks=stacks, tokens=tokens))
+    measured peak is that to the byte and every row is attributed, frameless backward included
+    — also under gradient accumulation, where a micro-batch's frameless backward is followed by
+    the next micro-batch's forward, not by the optimizer (the gradients come from the first)."""
+    snap, truth = generate(StepModel(stacks=stacks, tokens=tokens, micro_batches=micro_batches))
     m = measure(read_bytes(_pickle(snap)))
     a = attribute(m)
     assert m.peak_allocated_bytes == truth["peak"]

@@ -24,7 +24,7 @@ from memledger.snapshot.reader import MAX_FRAMES, SnapshotError, frames_ok
 
 UNATTRIBUTED = "unattributed"
 ATTRIBUTED_ROWS = ROWS + (UNATTRIBUTED,)
-_F, _B, _O, _NONE = 1, 2, 3, 0  # phase markers
+_F, _B, _O, _NONE, _BARE = 1, 2, 3, 0, 4  # phase markers; _BARE: an allocation with no frames
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +75,10 @@ def phases(entries, rule_of) -> np.ndarray:
     """Per entry: its phase (_F, _B, _O, or _NONE between steps / unknown)."""
     n = len(entries)
     # allocations mark the phases (a free's stack is where it was freed, often a later phase)
-    mark = np.fromiter((_marker(rule_of(e.get("frames"))) if e["action"] == "alloc" else _NONE
-                        for e in entries), dtype=np.int8, count=n)
+    mark = np.fromiter(((_marker(rule_of(e["frames"])) if e.get("frames") else _BARE)
+                        if e["action"] == "alloc" else _NONE for e in entries), dtype=np.int8, count=n)
+    bare = mark == _BARE
+    mark[bare] = _NONE
     idx = np.arange(n)
     has = mark != _NONE
     prev_i = np.maximum.accumulate(np.where(has, idx, -1)) if n else idx
@@ -90,6 +92,10 @@ def phases(entries, rule_of) -> np.ndarray:
     out[same] = prev_m[same]
     bwd = ~has & np.isin(prev_m, (_F, _B)) & np.isin(next_m, (_O, _B))
     out[bwd] = _B
+    # with stacks="python" every forward allocation has Python frames (the main thread); one
+    # with none after a forward is the autograd engine's thread: backward, even when the next
+    # marker is the next micro-batch's forward (gradient accumulation)
+    out[bare & np.isin(prev_m, (_F, _B))] = _B
     return out
 
 

@@ -70,6 +70,7 @@ class StepModel:
     vocab: int = 4096
     tokens: int = 512  # micro-batch x sequence
     steps: int = 2
+    micro_batches: int = 1  # forward + backward per step; gradients allocated in the first
     act_bytes: int = 2  # bf16 activations
     stacks: str = "python"  # "python" | "all": what backward's frames look like
     max_entries: int = 0  # 0 = keep every entry
@@ -164,27 +165,28 @@ def generate(spec: StepModel = StepModel()) -> tuple[dict, dict]:
     states, grads = [], {}
     bwd_frames = (lambda k: _CPP[k]) if spec.stacks == "all" else (lambda k: [])
     for _ in range(spec.steps):
-        saved = [a.alloc(tok * h * ab, "activations", S["linear"])]
-        for _layer in range(spec.layers):
-            saved.append(a.alloc(tok * h * ab, "activations", S["norm"]))
-            saved += [a.alloc(3 * tok * h * ab, "activations", S["linear"]),
-                      a.alloc(tok * h * ab, "activations", S["attention"])]
-            tmp = a.alloc(tok * h * 4, "runtime", S["norm"])
-            a.free(tmp, S["free_fwd"])
-            saved += [a.alloc(2 * tok * f * ab, "activations", S["linear"]),
-                      a.alloc(tok * f * ab, "activations", S["mlp"]),
-                      a.alloc(3 * tok + 2, "activations", S["mlp"])]  # a mask: not a 512 multiple
-        saved.append(a.alloc(tok * v * 4, "activations", S["loss"]))
-        for i in range(len(shapes) - 1, -1, -1):  # backward, last parameter first
-            g = a.alloc(tok * h * ab * 2, "runtime", bwd_frames("act_grad"))
-            if i not in grads:
-                grads[i] = a.alloc(4 * shapes[i], "gradients", bwd_frames("grad"))
-            k = max(1, len(saved) // (len(shapes) - i)) if saved else 0
-            for _ in range(min(k, len(saved))):
+        for _mb in range(spec.micro_batches):  # gradient accumulation: forward, backward
+            saved = [a.alloc(tok * h * ab, "activations", S["linear"])]
+            for _layer in range(spec.layers):
+                saved.append(a.alloc(tok * h * ab, "activations", S["norm"]))
+                saved += [a.alloc(3 * tok * h * ab, "activations", S["linear"]),
+                          a.alloc(tok * h * ab, "activations", S["attention"])]
+                tmp = a.alloc(tok * h * 4, "runtime", S["norm"])
+                a.free(tmp, S["free_fwd"])
+                saved += [a.alloc(2 * tok * f * ab, "activations", S["linear"]),
+                          a.alloc(tok * f * ab, "activations", S["mlp"]),
+                          a.alloc(3 * tok + 2, "activations", S["mlp"])]  # a mask: not a 512 multiple
+            saved.append(a.alloc(tok * v * 4, "activations", S["loss"]))
+            for i in range(len(shapes) - 1, -1, -1):  # backward, last parameter first
+                g = a.alloc(tok * h * ab * 2, "runtime", bwd_frames("act_grad"))
+                if i not in grads:
+                    grads[i] = a.alloc(4 * shapes[i], "gradients", bwd_frames("grad"))
+                k = max(1, len(saved) // (len(shapes) - i)) if saved else 0
+                for _ in range(min(k, len(saved))):
+                    a.free(saved.pop())
+                a.free(g)
+            while saved:
                 a.free(saved.pop())
-            a.free(g)
-        while saved:
-            a.free(saved.pop())
         if not states:
             states = [a.alloc(4 * n, "optimizer", S["states"]) for n in shapes for _ in (0, 1)]
         tmps = [a.alloc(4 * n, "runtime", S["step_tmp"]) for n in shapes[:2]]
