@@ -161,3 +161,16 @@ def test_the_trace_counts_requested_bytes_and_the_segments_fill_in_the_same_unit
     assert cut.partial and cut.end_allocated_bytes == m.end_allocated_bytes
     assert cut.timeline[-1][2] == m.timeline[-1][2]
     assert cut.peak_allocated_bytes == truth["peak"]  # the kept 150 of 219 entries hold the peak
+
+
+def test_the_docs_show_the_code_s_rules_and_limits():
+    from memledger.snapshot import reader
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "snapshots.md").read_text()
+    for r in RULES:
+        assert f"| `{r.name}` | {f'`{r.file}`' if r.file else 'any'} | {r.row} |" in doc, r.name
+    assert f"| 256 MiB (`--max-snapshot-mb`" in doc and reader.MAX_FILE_BYTES == 256 << 20
+    assert "| gzip, decompressed | 1 GiB |" in doc and reader.MAX_PICKLE_BYTES == 1 << 30
+    assert f"{reader.MAX_EXPANSION} x bytes read + {reader._RSS_SLACK >> 20} MiB" in doc
+    limits = (f"| {reader.MAX_TRACE_ENTRIES // 10**6} M, {reader.MAX_BLOCKS // 10**6} M, "
+              f"{reader.MAX_FRAMES:,} |")
+    assert limits in doc
