@@ -74,3 +74,14 @@ def test_hostile_file_is_an_error_and_the_page_stays_usable(app_test, tmp_path):
     at.file_uploader(key="snapshot_file").set_value(("run.pickle.gz", GOOD, "application/gzip"))
     ok(at.run())
     assert not at.error and _snapshot_titles(at)
+
+
+def test_an_upload_over_the_server_limit_is_an_error(app_test, monkeypatch):
+    """Streamlit refuses a body over server.maxUploadSize while it streams; the reader checks
+    the same limit again (here lowered to 1 MB)."""
+    from memledger.views.validation import snapshot_section
+    monkeypatch.setattr(snapshot_section, "upload_limit_mb", lambda: 1)
+    at = _opened(app_test)
+    at.file_uploader(key="snapshot_file").set_value(("big.pickle", b"\x80\x04" + b"N" * (2 << 20), "x"))
+    ok(at.run())
+    assert len(at.error) == 1 and "larger than the limit of 1,048,576 bytes" in at.error[0].value
