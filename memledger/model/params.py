@@ -24,14 +24,15 @@ class ParamGroup:
     rows: int = 1  # shape of one matrix of the group (for factored states and gathers)
     cols: int = 1
     fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router)
+    dim0: int = 0  # routed experts: experts along dim 0 of each 3-D tensor (FSDP2 chunks it)
 
     @property
     def expert(self) -> bool:
         return self.shard == "expert"
 
 
-def _mat(name, rows, cols, shard, n=1):
-    return ParamGroup(name, n * rows * cols, shard, True, rows, cols)
+def _mat(name, rows, cols, shard, n=1, dim0=0):
+    return ParamGroup(name, n * rows * cols, shard, True, rows, cols, dim0=dim0)
 
 
 def _vec(name, n, shard="replicated"):
@@ -73,11 +74,11 @@ def _mla(m: ModelSpec) -> list[ParamGroup]:
 
 
 def _mlp(m: ModelSpec, f: int, prefix: str, shard: str = "tp", n: int = 1) -> list[ParamGroup]:
-    h = m.hidden
+    h, e = m.hidden, n if shard == "expert" else 0
     if m.mlp == "swiglu":  # gate and up: two h×f matrices (Megatron fuses them, same count)
-        out = [_mat(f"{prefix}.fc1", h, f, shard, 2 * n), _mat(f"{prefix}.fc2", f, h, shard, n)]
+        out = [_mat(f"{prefix}.fc1", h, f, shard, 2 * n, e), _mat(f"{prefix}.fc2", f, h, shard, n, e)]
     else:
-        out = [_mat(f"{prefix}.fc1", h, f, shard, n), _mat(f"{prefix}.fc2", f, h, shard, n)]
+        out = [_mat(f"{prefix}.fc1", h, f, shard, n, e), _mat(f"{prefix}.fc2", f, h, shard, n, e)]
     if m.linear_bias:
         out += [_vec(f"{prefix}.fc1_bias", n * f * (2 if m.mlp == "swiglu" else 1), shard),
                 _vec(f"{prefix}.fc2_bias", n * h, "replicated" if shard == "tp" else shard)]

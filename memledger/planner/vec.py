@@ -44,9 +44,9 @@ class VecGroup:
 
     expert = ParamGroup.expert
 
-    def __init__(self, name, count, shard, matrix, rows, cols, fp32):
+    def __init__(self, name, count, shard, matrix, rows, cols, fp32, dim0=0):
         self.name, self.count, self.shard, self.matrix = name, count, shard, matrix
-        self.rows, self.cols, self.fp32 = rows, cols, fp32
+        self.rows, self.cols, self.fp32, self.dim0 = rows, cols, fp32, dim0
 
     @staticmethod
     def kind(g: ParamGroup) -> tuple:
@@ -58,7 +58,8 @@ class VecGroup:
             raise ValueError("VecGroup: groups of different kinds")
         col = lambda k: np.array([getattr(g, k) for g in groups], np.int64)[None, :]  # noqa: E731
         g = groups[0]
-        return cls(g.name, col("count"), g.shard, g.matrix, col("rows"), col("cols"), g.fp32)
+        return cls(g.name, col("count"), g.shard, g.matrix, col("rows"), col("cols"), g.fp32,
+                   col("dim0"))
 
 
 class VecTrain:
