@@ -62,6 +62,9 @@ def check_all(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
     check_model_parallel(m, p)
     check_train(m, p, t)
     check_schedule(p, t)
+    if t.finetune.mode != "full":
+        from memledger.ledger.static.finetune import check_finetune
+        check_finetune(m, t.finetune)
 
 
 def check_runtime(p: ParallelSpec, t: TrainSpec, rt) -> None:

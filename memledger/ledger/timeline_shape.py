@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
 from memledger.ledger.activations.transients import BACKWARD_SET, autocast_cache
 from memledger.ledger.pipeline.schedules import last_stage_rank, stage_layers
@@ -162,7 +163,8 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
     """The timeline inputs of one rank (parts: ledger.RankParts)."""
     stages = stage_layers(m, p)
     flights = dict(parts.flights)
-    kinds = Counter(layer_kind(m, i) for i in parts.layers)
+    skip = graphless_layers(m, t)  # fine-tuning: leading layers keep nothing
+    kinds = Counter(layer_kind(m, i) for i in parts.layers if i >= skip)
     unit, ckpt, section = _per_layer_acts(parts.moves, kinds)
     cast = _cast_per_layer(m, p, t, [k for k, n in kinds.items() if n])
     grads = _grads_by_section(parts.items)
@@ -178,12 +180,16 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
         counted += len(rng)
         for j, i in enumerate(rng):
             k = layer_kind(m, i)
-            if wrapped is not None:  # torchtitan interval: a checkpointed block keeps its input
+            live = i >= skip
+            if not live:
+                a = 0
+            elif wrapped is not None:  # torchtitan interval: a checkpointed block keeps its input
                 a = ckpt if wrapped[j] else unit[k] + cast.get(k, 0)
             else:
                 a = unit[k] + cast.get(k, 0) + (ckpt if j % every == 0 else 0)
-            layers.append((i, a, g_layer.get(k, 0)))
-            placed_g += g_layer.get(k, 0)
+            g = g_layer.get(k, 0) if live else 0
+            layers.append((i, a, g))
+            placed_g += g
         first = section["first stage"] if s == 0 else 0
         last = section["last stage"] + _head_cast(m, p, t) if s == last_stage else 0
         loss_g = grads["head"] + grads["mtp"] if s == last_stage else 0

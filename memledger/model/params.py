@@ -23,7 +23,9 @@ class ParamGroup:
     matrix: bool  # a 2-D hidden matrix (not embedding/head, not a vector)
     rows: int = 1  # shape of one matrix of the group (for factored states and gathers)
     cols: int = 1
-    fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router)
+    fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router, fp32 adapters)
+    frozen: bool = False  # requires_grad=False: no gradient, no optimizer state (fine-tuning)
+    store: str | None = None  # storage format other than the recipe's (a quantised base)
     dim0: int = 0  # routed experts: experts along dim 0 of each 3-D tensor (FSDP2 chunks it)
 
     @property
@@ -116,8 +118,8 @@ def mtp_groups(m: ModelSpec) -> tuple[ParamGroup, ...]:
     h = m.hidden
     extra = (_vec("mtp.norms", 3 * m.norm_params), _mat("mtp.eh_proj", 2 * h, h, "tp"))
     kind = "moe" if m.moe is not None else "dense"
-    return extra + tuple(ParamGroup("mtp." + g.name, g.count, g.shard, g.matrix, g.rows, g.cols)
-                         for g in layer_groups(m, kind))
+    return extra + tuple(ParamGroup("mtp." + g.name, g.count, g.shard, g.matrix, g.rows, g.cols,
+                                    dim0=g.dim0) for g in layer_groups(m, kind))
 
 
 def padded_vocab(m: ModelSpec, tp: int, multiple: int) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from memledger.errors import (SpecError, require, require_choice, require_non_negative,
                               require_positive)
 from memledger.specs.bounds import check_bound, check_bounds
+from memledger.specs.finetune import FinetuneSpec
 from memledger.specs.hashing import cache_hash
 from memledger.specs.policy import ActivationPolicy
 
@@ -117,6 +118,7 @@ class TrainSpec:
     recompute_budget_pct: int = 50  # memory-budget: torchtitan memory_budget × 100 (0..100)
     vocab_pad: int = 0  # pad vocab to a multiple of vocab_pad*tp; 0 = profile default (128 / 1 for hf)
     policy: ActivationPolicy = ActivationPolicy()  # per-class storage rules on top of `recompute`
+    finetune: FinetuneSpec = FinetuneSpec()  # which parameters train (specs/finetune.py)
 
     def __post_init__(self):
         for f in ("micro_batch", "seq", "micro_batches"):
@@ -142,6 +144,14 @@ class TrainSpec:
                     "micro_batches")
         require(isinstance(self.policy, ActivationPolicy), "policy",
                 f"must be an ActivationPolicy, got {type(self.policy).__name__}")
+        require(isinstance(self.finetune, FinetuneSpec), "finetune",
+                f"must be a FinetuneSpec, got {type(self.finetune).__name__}")
+        if self.finetune.mode == "qlora" and self.recipe.fp8_matrices:
+            raise SpecError("base_weights", f"qlora keeps a {self.finetune.base_weights} base that "
+                                            f"is dequantised to {self.finetune.compute_dtype}; "
+                                            f"precision={self.precision} stores fp8 matrices "
+                                            f"(Transformer Engine), which cannot wrap it; valid "
+                                            f"precisions: {', '.join(r for r in RECIPES if not RECIPES[r].fp8_matrices)}")
         if self.attention == "eager" and self.profile == "megatron":
             raise SpecError("attention", "profile=megatron assumes flash attention; use "
                                          "profile=hf or profile=paper for eager attention")

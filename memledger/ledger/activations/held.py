@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from memledger.ledger.activations import get_profile
+from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.inventory import ActTensor, formula, tensor_bytes
 from memledger.ledger.activations.policy import _decision
 from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
@@ -107,19 +108,21 @@ class HeldActivations:
         return tuple(k for k in KINDS if self.layer_mbs.get(k))
 
 
-def _per_kind(m, p, flights) -> Counter:
+def _per_kind(m, p, flights, skip: int = 0) -> Counter:
+    """Layer-micro-batches by kind; the first `skip` layers keep nothing (finetune.graphless_layers)."""
     stages = stage_layers(m, p)
     out = Counter()
     for stage, n in flights:
         for i in stages[stage]:
-            out[layer_kind(m, i)] += n
+            if i >= skip:
+                out[layer_kind(m, i)] += n
     return out
 
 
-def _checkpoints(m, p, t, flights) -> int:
+def _checkpoints(m, p, t, flights, skip: int = 0) -> int:
     stages = stage_layers(m, p)
     k = t.checkpoint_every(m.n_layers)
-    return sum(n * -(-len(stages[s]) // k) for s, n in flights)
+    return sum(n * -(-sum(i >= skip for i in stages[s]) // k) for s, n in flights)
 
 
 def _interval_per_kind(m, p, t, flights) -> Counter:
@@ -144,14 +147,15 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first
     last stage's, those whose loss is alive (default: all of them;
     memledger.ledger.pipeline.schedules.last_stage_open); `chunked_loss`: the loop's loss keeps
     no logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE)."""
-    layer_mbs = _per_kind(m, p, flights)
+    skip = graphless_layers(m, t)  # fine-tuning: leading layers without a graph
+    layer_mbs = _per_kind(m, p, flights, skip)
     ones = tuple((s, 1) for s, _ in flights)
     every_k = t.recompute == "every-k"
     interval = t.recompute == "interval"
     return HeldActivations(
-        m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, p, ones)),
-        checkpoints=_checkpoints(m, p, t, flights) if every_k else 0,
-        checkpoints_per_mb=_checkpoints(m, p, t, ones) if every_k else 0,
+        m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, p, ones, skip)),
+        checkpoints=_checkpoints(m, p, t, flights, skip) if every_k else 0,
+        checkpoints_per_mb=_checkpoints(m, p, t, ones, skip) if every_k else 0,
         first=first, last=last, loss=last if loss is None else loss,
         tables={k: kind_table(m, k, t, p, compiled) for k, n in layer_mbs.items() if n},
         outer=outer_entries(m, t, p), chunked_loss=chunked_loss,

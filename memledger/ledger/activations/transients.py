@@ -149,14 +149,32 @@ def dense_backward_bytes(m, t, p) -> int:
         down_proj's backward on the bf16 cast of the fp32 incoming gradient, its bf16 weight
         gradient and input gradient; or the fp32 weight gradient the weight cast's backward
         makes once the saved bf16 cast and input are freed.
+    A frozen down_proj (fine-tuning) makes no weight gradient; under qlora its backward
+    dequantises the weight instead (bitsandbytes MatMul4Bit.backward: dequantize_4bit(B) for
+    the input gradient), h·f in the compute dtype, alive with the input gradient.
     Array-safe (the planner evaluates it over micro-batch sizes)."""
     tokens, f, h = tokens_on_rank(t, p), ceil_div(m.ffn_hidden, p.tp), m.hidden
     act, w = t.recipe.act_fmt, t.recipe.weight_fmt
+    down = _down_weight_fmt(t)
     if w == "fp32" and act != "fp32":  # amp: the hf profile's own test (profiles.hf._mode)
-        return _larger(format_bytes(act, tokens * h) + format_bytes(act, tokens * f)
-                       + format_bytes(act, h * f), format_bytes(w, h * f))
-    return _larger(format_bytes(act, tokens * f) + format_bytes(w, h * f),
+        trains = down == w  # its bf16 weight gradient, then the fp32 one of the weight cast
+        extra = format_bytes(act if trains else down, h * f) if down else 0
+        return _larger(format_bytes(act, tokens * h) + format_bytes(act, tokens * f) + extra,
+                       format_bytes(w, h * f) if trains else 0)
+    return _larger(format_bytes(act, tokens * f) + (format_bytes(down, h * f) if down else 0),
                    2 * format_bytes(act, tokens * f))
+
+
+def _down_weight_fmt(t) -> str | None:
+    """The format of the h·f tensor down_proj's backward makes: its weight gradient (the
+    weight format) when it trains, the dequantised weight under qlora, none when frozen."""
+    ft = t.finetune
+    if ft.mode == "qlora":
+        return ft.compute_dtype
+    if ft.adapters or (ft.mode == "freeze" and ("mlp.fc2" in ft.frozen_pieces or
+                                                "layers" in ft.frozen_pieces)):
+        return None
+    return t.recipe.weight_fmt
 
 
 def _backward_formula(m, t, p) -> str:

@@ -13,6 +13,7 @@ from functools import lru_cache
 from memledger.ledger.items import Item
 from memledger.ledger.optimizer_step import muon_coverage
 from memledger.ledger.pipeline.schedules import first_stage_rank, last_stage_rank, stage_layers
+from memledger.ledger.static.finetune import finetune_held, frozen_layer_counts
 from memledger.ledger.static.rows import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
 from memledger.ledger.fsdp2 import RULES, n_experts
 from memledger.ledger.static.sharding import shard_divisor, zero_group
@@ -45,6 +46,8 @@ def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int,
             held += [Held("mtp", g, m.n_mtp_layers) for g in mtp_groups(m)]
             if not first:  # MTP re-embeds tokens: the last stage keeps an embedding copy
                 held += [Held("mtp", g, 1) for g in embedding_groups(m, vocab)[:1]]
+    if t.finetune.mode != "full":  # frozen groups, adapters, a quantised base (static/finetune.py)
+        held = finetune_held(held, t.finetune, frozen_layer_counts(m, layers, t.finetune))
     return muon_coverage(held, t, loop)
 
 
@@ -68,4 +71,6 @@ def held_items(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[I
 
 def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec, pad: str = "") -> list[Item]:
     per_group = [held_items(h, p, t, pad) for h in held]
-    return [g[k] for k in range(len(ROW_FUNCS)) for g in per_group]
+    # a frozen group has weights only: its zero gradient and optimizer items are not listed
+    return [g[k] for k in range(len(ROW_FUNCS)) for g, h in zip(per_group, held)
+            if k == 0 or not h.group.frozen]

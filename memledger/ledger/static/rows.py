@@ -20,6 +20,9 @@ from memledger.specs.train import Optimizer, Recipe, TrainSpec
 from memledger.units import ceil_div, format_bytes
 
 SOURCE_ZERO = "ZeRO (arXiv 1910.02054) §5; Megatron-LM distributed optimizer docs"
+# torch 2.13 torch/optim/adam.py (_init_group; AdamW is Adam): a requires_grad=False parameter
+# keeps .grad None and gets no state (`if p.grad is not None`); DDP/FSDP skip it likewise
+FROZEN = "frozen (requires_grad=False): no .grad, no optimizer state"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ def sharded_params(row: str, h: Held, p: ParallelSpec, pad: str = ""):
 
 
 def weight_fmt(g: ParamGroup, r: Recipe) -> str:
+    if g.store:
+        return g.store
     if g.fp32:
         return "fp32"
     return "fp8" if r.fp8_matrices and g.matrix else r.weight_fmt
@@ -63,17 +68,25 @@ def state_values(g: ParamGroup, n: int, opt: Optimizer) -> int:
 def weights_bytes(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[int, str]:
     n = sharded_params("weights", h, p, pad)
     f = weight_fmt(h.group, t.recipe)
-    copies = 2 if f == "fp8" else 1  # TE keeps a transposed fp8 copy for the backward GEMMs
+    if ":" in f:  # a quantised base: constants per tensor (specs/finetune.py, units._quantised)
+        k = h.instances * (h.group.count // (h.group.rows * h.group.cols))
+        k = k + (k == 0)  # array-safe max(k, 1) (the planner passes arrays)
+        return format_bytes(f, ceil_div(n, k)) * k, f"N_local/z in {k} tensors × {f}"
+    copies = 2 if f == "fp8" and not h.group.store else 1  # TE keeps a transposed fp8 copy
     return format_bytes(f, n) * copies, f"N_local/z × {f}" + (" × 2 (fp8 + transpose)" if copies == 2 else "")
 
 
 def gradients_bytes(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[int, str]:
+    if h.group.frozen:
+        return 0, FROZEN
     n = sharded_params("gradients", h, p, pad)
     f = "fp32" if h.group.fp32 else t.recipe.grad_fmt
     return format_bytes(f, n), f"N_local/z × {f}"
 
 
 def optimizer_bytes(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[int, str]:
+    if h.group.frozen:
+        return 0, FROZEN
     n = sharded_params("optimizer", h, p, pad)
     opt, r = t.opt, t.recipe
     state_fmt = opt.fixed_fmt or ("fp32" if h.group.fp32 else r.state_fmt)
