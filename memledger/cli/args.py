@@ -17,7 +17,8 @@ from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
 from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
                                      NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, TP_ENGINES,
-                                     RESHARD_AFTER_FORWARD, W_HOLDS, ZERO1_PARTITIONS,
+                                     RESHARD_AFTER_FORWARD, TORCHTITAN_VERSIONS, W_HOLDS,
+                                     ZERO1_PARTITIONS,
                                      ZERO3_IMPLS, RuntimeSpec)
 from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from memledger.units import GIB
@@ -159,6 +160,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--no-loss-parallel", dest="loss_parallel", action="store_false",
                    help="torchtitan disable_loss_parallel: with tp > 1 the logits are gathered "
                         "to full V on every tp rank")
+    r.add_argument("--torchtitan-version", choices=TORCHTITAN_VERSIONS, default="0.3",
+                   help="op SAC's matmul sequence: 0.3 fuses wq/wk/wv (one wqkv), 0.2 does not")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
     add_loop_args(p)
 
@@ -306,7 +309,8 @@ def runtime_from_args(args) -> RuntimeSpec:
                        zb_w_holds=args.zb_w_holds, tp_engine=args.tp_engine,
                        zero1_partition=args.zero1_partition,
                        fsdp_reshard_after_forward=args.fsdp_reshard_after_forward,
-                       torch_compile=args.torch_compile, loss_parallel=args.loss_parallel)
+                       torch_compile=args.torch_compile, loss_parallel=args.loss_parallel,
+                       torchtitan_version=args.torchtitan_version)
 
 
 def specs_from_args(args):

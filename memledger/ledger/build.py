@@ -105,7 +105,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
     loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
     acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked",
-                            compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop))
+                            compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
+                            fused_qkv=rt.torchtitan_version != "0.2")
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, flights, acts.outer["first stage"])

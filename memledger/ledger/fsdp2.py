@@ -79,12 +79,13 @@ def expert_sharding(p, t, rt, loop) -> str:
 
 
 def n_experts(g) -> int:
-    return g.count // (g.rows * g.cols)
+    """Experts along dim 0 of the group's 3-D tensor(s) (SwiGLU's gate and up: two of them)."""
+    return g.dim0  # set on every routed-expert group (model.params._mlp)
 
 
 def expert_local(g, p, z, instances: int):
     """Params of a 3-D expert group on the most loaded rank, chunked on dim 0 over z ranks."""
-    per = g.rows * g.cols
+    per = g.count // n_experts(g)  # one expert's slice of every tensor of the group
     e_local = ceil_div(n_experts(g), p.ep)
     return ceil_div(e_local, z) * ceil_div(per, p.etp) * instances
 

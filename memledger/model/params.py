@@ -26,14 +26,15 @@ class ParamGroup:
     fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router, fp32 adapters)
     frozen: bool = False  # requires_grad=False: no gradient, no optimizer state (fine-tuning)
     store: str | None = None  # storage format other than the recipe's (a quantised base)
+    dim0: int = 0  # routed experts: experts along dim 0 of each 3-D tensor (FSDP2 chunks it)
 
     @property
     def expert(self) -> bool:
         return self.shard == "expert"
 
 
-def _mat(name, rows, cols, shard, n=1):
-    return ParamGroup(name, n * rows * cols, shard, True, rows, cols)
+def _mat(name, rows, cols, shard, n=1, dim0=0):
+    return ParamGroup(name, n * rows * cols, shard, True, rows, cols, dim0=dim0)
 
 
 def _vec(name, n, shard="replicated"):
@@ -75,11 +76,11 @@ def _mla(m: ModelSpec) -> list[ParamGroup]:
 
 
 def _mlp(m: ModelSpec, f: int, prefix: str, shard: str = "tp", n: int = 1) -> list[ParamGroup]:
-    h = m.hidden
+    h, e = m.hidden, n if shard == "expert" else 0
     if m.mlp == "swiglu":  # gate and up: two h×f matrices (Megatron fuses them, same count)
-        out = [_mat(f"{prefix}.fc1", h, f, shard, 2 * n), _mat(f"{prefix}.fc2", f, h, shard, n)]
+        out = [_mat(f"{prefix}.fc1", h, f, shard, 2 * n, e), _mat(f"{prefix}.fc2", f, h, shard, n, e)]
     else:
-        out = [_mat(f"{prefix}.fc1", h, f, shard, n), _mat(f"{prefix}.fc2", f, h, shard, n)]
+        out = [_mat(f"{prefix}.fc1", h, f, shard, n, e), _mat(f"{prefix}.fc2", f, h, shard, n, e)]
     if m.linear_bias:
         out += [_vec(f"{prefix}.fc1_bias", n * f * (2 if m.mlp == "swiglu" else 1), shard),
                 _vec(f"{prefix}.fc2_bias", n * h, "replicated" if shard == "tp" else shard)]
@@ -117,8 +118,8 @@ def mtp_groups(m: ModelSpec) -> tuple[ParamGroup, ...]:
     h = m.hidden
     extra = (_vec("mtp.norms", 3 * m.norm_params), _mat("mtp.eh_proj", 2 * h, h, "tp"))
     kind = "moe" if m.moe is not None else "dense"
-    return extra + tuple(ParamGroup("mtp." + g.name, g.count, g.shard, g.matrix, g.rows, g.cols)
-                         for g in layer_groups(m, kind))
+    return extra + tuple(ParamGroup("mtp." + g.name, g.count, g.shard, g.matrix, g.rows, g.cols,
+                                    dim0=g.dim0) for g in layer_groups(m, kind))
 
 
 def padded_vocab(m: ModelSpec, tp: int, multiple: int) -> int:

@@ -44,10 +44,12 @@ class VecGroup:
 
     expert = ParamGroup.expert
 
-    def __init__(self, name, count, shard, matrix, rows, cols, fp32, frozen=False, store=None):
+    def __init__(self, name, count, shard, matrix, rows, cols, fp32, frozen=False, store=None,
+                 dim0=0):
         self.name, self.count, self.shard, self.matrix = name, count, shard, matrix
         self.rows, self.cols, self.fp32 = rows, cols, fp32
         self.frozen, self.store = frozen, store  # fine-tuning (ledger/static/finetune.py)
+        self.dim0 = dim0  # experts along dim 0 (FSDP2's padding, ledger.fsdp2)
 
     @staticmethod
     def kind(g: ParamGroup) -> tuple:
@@ -60,7 +62,7 @@ class VecGroup:
         col = lambda k: np.array([getattr(g, k) for g in groups], np.int64)[None, :]  # noqa: E731
         g = groups[0]
         return cls(g.name, col("count"), g.shard, g.matrix, col("rows"), col("cols"), g.fp32,
-                   g.frozen, g.store)
+                   g.frozen, g.store, col("dim0"))
 
 
 class VecTrain:

@@ -49,6 +49,9 @@ RESHARD_AFTER_FORWARD = ("default", "always", "never")
 # FSDP2's placement of 3-D expert tensors (memledger.ledger.fsdp2): auto = torchtitan's rule under
 # torchtitan as it runs, plain fully_shard's dim 0 (padded) elsewhere
 EXPERT_SHARDS = ("auto", "dim0", "dim1-if-fewer")
+# torchtitan releases where the modelled rules differ: 0.3 fuses wq/wk/wv into wqkv (Llama 3,
+# Qwen3; models/common/attention.py), 0.2 (the TOML era) keeps three mms
+TORCHTITAN_VERSIONS = ("0.3", "0.2")
 
 # NCCL src/init.cc: DEFAULT_LL_BUFFSIZE = 8 lines × 512 threads × 8 steps × 16 B,
 # DEFAULT_LL128_BUFFSIZE = 120 elems × 640 threads × 8 steps × 8 B, DEFAULT_BUFFSIZE = 4 MiB.
@@ -97,6 +100,7 @@ class RuntimeSpec:
     torch_compile: bool = False  # torchtitan [compile] model: the partitioner's saved set
     loss_parallel: bool = True  # torchtitan disable_loss_parallel=False: logits stay V/tp
     fsdp_expert_shard: str = "auto"  # FSDP2 3-D experts: dim0 (padded) | dim1-if-fewer (torchtitan)
+    torchtitan_version: str = "0.3"  # op SAC's mm sequence: fused wqkv (0.3) or wq, wk, wv (0.2)
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -130,6 +134,7 @@ class RuntimeSpec:
         require_choice("fsdp_reshard_after_forward", self.fsdp_reshard_after_forward,
                        RESHARD_AFTER_FORWARD)
         require_choice("fsdp_expert_shard", self.fsdp_expert_shard, EXPERT_SHARDS)
+        require_choice("torchtitan_version", self.torchtitan_version, TORCHTITAN_VERSIONS)
         for f in ("torch_compile", "loss_parallel"):
             require(isinstance(getattr(self, f), bool), f,
                     f"must be true or false, got {getattr(self, f)!r}")

@@ -101,6 +101,7 @@ class HeldActivations:
     ckpt_per_mb: dict | None = None  # interval: kind -> checkpointed blocks one micro-batch passes
     compiled: bool = False  # torch.compile's partitioner decides the saved set (torchtitan_ac)
     logits_gathered: int = 1  # tp when torchtitan runs without loss parallel: full V per rank
+    fused_qkv: bool = True  # op SAC: torchtitan 0.3's one wqkv mm (0.2: wq, wk, wv)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -140,7 +141,7 @@ def _interval_per_kind(m, p, t, flights) -> Counter:
 def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first: int,
                      last: int, loss: int | None = None,
                      chunked_loss: bool = False, compiled: bool = False,
-                     logits_gathered: int = 1) -> HeldActivations:
+                     logits_gathered: int = 1, fused_qkv: bool = True) -> HeldActivations:
     """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
     of the first/last stage held on this rank (0 if it does not hold that stage); `loss`: of the
     last stage's, those whose loss is alive (default: all of them;
@@ -160,7 +161,7 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first
         outer=outer_entries(m, t, p), chunked_loss=chunked_loss,
         ckpt_mbs=dict(_interval_per_kind(m, p, t, flights)) if interval else None,
         ckpt_per_mb=dict(_interval_per_kind(m, p, t, ones)) if interval else None,
-        compiled=compiled, logits_gathered=logits_gathered)
+        compiled=compiled, logits_gathered=logits_gathered, fused_qkv=fused_qkv)
 
 
 def layer_bytes(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> int:

@@ -72,7 +72,7 @@ def _recompute_move(a: HeldActivations, kind: str, copies: int, per_mb: int, nat
 
 def op_saved_bytes(a: HeldActivations, kind: str) -> int:
     """One block's op-SAC saved tensors, one micro-batch (torchtitan_ac.op_saved)."""
-    return sum(tensor_bytes(x, a.m, a.t, a.p) for x in op_saved(a.m, kind, a.p))
+    return sum(tensor_bytes(x, a.m, a.t, a.p) for x in op_saved(a.m, kind, a.p, a.fused_qkv))
 
 
 def _op_moves(a: HeldActivations) -> list[TensorMove]:
@@ -81,7 +81,7 @@ def _op_moves(a: HeldActivations) -> list[TensorMove]:
     out = []
     for kind in a.kinds:
         n, per = a.layer_mbs[kind], a.per_mb[kind]
-        for x in op_saved(m, kind, p):
+        for x in op_saved(m, kind, p, a.fused_qkv):
             out.append(decide(x, m, t, p, section=f"{kind} layers", copies=n, per_mb=per,
                               in_layer=True, base_formula=f"{n} layer-micro-batches × "
                                                           f"{formula(x, m, t, p)} (op SAC)"))

@@ -59,10 +59,13 @@ def _mlp_mms(m: ModelSpec, f: int, prefix: str) -> list[A]:
     return out
 
 
-def _attention_mms(m: ModelSpec) -> list[A]:
+def _attention_mms(m: ModelSpec, fused_qkv: bool) -> list[A]:
     h = m.hidden
     if m.mla is None:
-        a, g, dh = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim, m.head_dim
+        a, g = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
+        if fused_qkv:  # torchtitan 0.3: one wqkv Linear (attention.py FusedQKVAttention)
+            return [A("attn.wqkv_out", "qkv", a + 2 * g, split="tp", flops=2 * h * (a + 2 * g)),
+                    A("attn.wo_out", "attn_proj", h, split="none", flops=2 * a * h)]
         return [A("attn.wq_out", "qkv", a, split="tp", flops=2 * h * a),
                 A("attn.wk_out", "qkv", g, split="tp", flops=2 * h * g),
                 A("attn.wv_out", "qkv", g, split="tp", flops=2 * h * g),
@@ -84,10 +87,11 @@ def _attention_mms(m: ModelSpec) -> list[A]:
     return out
 
 
-def mm_sequence(m: ModelSpec, kind: str) -> list[A]:
+def mm_sequence(m: ModelSpec, kind: str, fused_qkv: bool = True) -> list[A]:
     """The block's counted mms in forward order (the router's gate is force-recomputed and not
-    counted; grouped expert GEMMs are not mms)."""
-    out = _attention_mms(m)
+    counted; grouped expert GEMMs are not mms). `fused_qkv`: torchtitan 0.3's wqkv (0.2: wq,
+    wk, wv; MLA models have no fused projection)."""
+    out = _attention_mms(m, fused_qkv)
     if kind == "moe":
         x = m.moe
         if x.n_shared:
@@ -98,11 +102,11 @@ def mm_sequence(m: ModelSpec, kind: str) -> list[A]:
 
 
 @lru_cache(maxsize=4096)
-def op_saved(m: ModelSpec, kind: str, p: ParallelSpec) -> tuple[A, ...]:
+def op_saved(m: ModelSpec, kind: str, p: ParallelSpec, fused_qkv: bool = True) -> tuple[A, ...]:
     """Every tensor one block keeps under torchtitan's op-level SAC (per token / routed row)."""
     h = m.hidden
     saved = [A("block.input", "layer_input", h)]  # the checkpoint's own input
-    saved += [x for i, x in enumerate(mm_sequence(m, kind), start=1) if i % 2 == 1]
+    saved += [x for i, x in enumerate(mm_sequence(m, kind, fused_qkv), start=1) if i % 2 == 1]
     v_dim = m.mla.v_dim if m.mla is not None else m.head_dim
     saved += [A("attn.sdpa_out", "attn_out", m.n_heads * v_dim, split="tp"),
               A("attn.sdpa_lse", "attn_core", m.n_heads, "fp32", split="tp")]

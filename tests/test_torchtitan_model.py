@@ -1,0 +1,187 @@
+"""torchtitan and FSDP2 modelled as they run (memledger.ledger.fsdp2, activations.torchtitan_ac):
+each rule as a claim. Golden numbers: torchtitan 0.3's own Llama3 block (dim 512, 8 heads, 4 kv
+heads, ffn 1536, 1024 tokens, bf16 params), run under its SelectiveAC / FullAC and measured with
+memledger.engine.probe.LiveBytes (CPU; the CPU flash kernel added to the save list in place of
+the CUDA one): per block 8,421,376 B (op, fused wqkv), 7,897,088 B (op, torchtitan 0.2's wq, wk,
+wv), 1,048,576 B (full)."""
+from dataclasses import replace
+
+import pytest
+
+from memledger import build_ledger, model
+from memledger.errors import SpecError
+from memledger.ledger.activations.held import held_activations
+from memledger.ledger.activations.row import op_saved_bytes
+from memledger.ledger.activations.torchtitan_ac import mm_sequence, op_saved
+from memledger.model.hf_config import from_hf_config
+from memledger.planner import PlanSpec
+from memledger.presets import gpu
+from memledger.specs import ParallelSpec, TrainSpec
+from memledger.specs.runtime import RuntimeSpec
+from memledger.views.state import DEFAULT, parse_params, to_params
+
+SMALL = from_hf_config({"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2,
+                        "num_attention_heads": 8, "num_key_value_heads": 4,
+                        "intermediate_size": 1536, "vocab_size": 1024,
+                        "max_position_embeddings": 4096}, name="titan-small")
+TITAN = RuntimeSpec(loop="torchtitan")
+
+
+def _acts(m, p, t, **kw):
+    return held_activations(m, p, t, ((0, 1),), 1, 1, **kw)
+
+
+@pytest.mark.parametrize("fused, measured", [(True, 8_421_376), (False, 7_897_088)])
+def test_op_sac_block_keeps_what_torchtitans_own_block_keeps(fused, measured):
+    t = TrainSpec(seq=1024, recompute="op", profile="megatron")
+    a = _acts(SMALL, ParallelSpec(), t, fused_qkv=fused)
+    assert op_saved_bytes(a, "dense") == measured
+
+
+def test_op_sac_saves_every_other_mm_in_forward_order():
+    names = [x.name for x in mm_sequence(SMALL, "dense", fused_qkv=False)]
+    assert names == ["attn.wq_out", "attn.wk_out", "attn.wv_out", "attn.wo_out", "mlp.w1_out",
+                     "mlp.w3_out", "mlp.w2_out"]
+    kept = {x.name for x in op_saved(SMALL, "dense", ParallelSpec(), False)}
+    assert {"attn.wq_out", "attn.wv_out", "mlp.w1_out", "mlp.w2_out"} <= kept
+    assert not kept & {"attn.wk_out", "attn.wo_out", "mlp.w3_out"}
+
+
+def test_op_sac_moe_block_keeps_topk_and_the_ep_all_to_all_outputs_not_the_router_gemm():
+    m = model("deepseek-v3")
+    kept = {x.name for x in op_saved(m, "moe", ParallelSpec(dp=64, ep=64))}
+    assert {"moe.topk_values", "moe.topk_ids", "experts.dispatch_a2a",
+            "experts.combine_a2a"} <= kept
+    assert not any("router" in k or "gate" in k for k in kept)
+    no_ep = {x.name for x in op_saved(m, "moe", ParallelSpec(dp=64))}
+    assert "experts.dispatch_a2a" not in no_ep
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "qwen3-30b-a3b", "deepseek-v3"])
+def test_full_keeps_less_than_op_and_op_less_than_none(name):
+    m = model(name)
+    rows = {}
+    for rc in ("none", "op", "full"):
+        t = TrainSpec(seq=4096, precision="fsdp2-mixed", recompute=rc)
+        rows[rc] = build_ledger(m, ParallelSpec(dp=8, zero=3), t, TITAN).peak.rows["activations"]
+    assert rows["full"] < rows["op"] < rows["none"]
+
+
+def test_interval_1_is_full_and_interval_2_sits_halfway():
+    m = model("llama3-8b")
+    row = lambda **kw: build_ledger(m, ParallelSpec(dp=8, zero=3), TrainSpec(seq=4096, **kw),  # noqa: E731
+                                    TITAN).peak.rows["activations"]
+    assert row(recompute="interval", recompute_every=1) == row(recompute="full")
+    half = row(recompute="interval", recompute_every=2)
+    assert half * 2 == pytest.approx(row(recompute="none") + row(recompute="full"), rel=0.01)
+
+
+def test_memory_budget_spans_full_checkpointing_to_the_compiled_default():
+    m = model("llama3-8b")
+    rt = replace(TITAN, torch_compile=True)
+
+    def row(**kw):
+        return build_ledger(m, ParallelSpec(dp=8, zero=3), TrainSpec(seq=4096, **kw),
+                            rt).peak.rows["activations"]
+    assert row(recompute="memory-budget", recompute_budget_pct=0) == row(recompute="full")
+    assert row(recompute="memory-budget", recompute_budget_pct=100) == row(recompute="none")
+    assert row(recompute="none") < build_ledger(m, ParallelSpec(dp=8, zero=3), TrainSpec(
+        seq=4096), TITAN).peak.rows["activations"]  # compile recomputes norms and SwiGLU
+
+
+def test_memory_budget_without_compile_names_torch_compile():
+    with pytest.raises(SpecError) as e:
+        build_ledger(model("llama3-8b"), ParallelSpec(dp=8, zero=3),
+                     TrainSpec(recompute="memory-budget"), TITAN)
+    assert e.value.field == "torch_compile"
+
+
+def test_fsdp2_mixed_is_16_bytes_per_param_sharded_and_gathers_bf16():
+    m, p = model("llama3-8b"), ParallelSpec(dp=8, zero=3)
+    led = build_ledger(m, p, TrainSpec(precision="fsdp2-mixed"), TITAN).peak
+    assert led.rows["weights"] == led.rows["gradients"]  # fp32 shards of both
+    assert led.rows["optimizer"] == 2 * led.rows["weights"]  # fp32 m and v, no master copy
+    gather = next(i for i in led.items if i.name == "zero-3 gather + prefetch")
+    assert "bf16" in gather.formula
+
+
+def test_fsdp2_pads_8_experts_over_64_ranks_to_one_whole_expert_each_and_warns():
+    m, p = model("mixtral-8x7b"), ParallelSpec(dp=64, zero=3)
+    plain = build_ledger(m, p, TrainSpec(), RuntimeSpec(loop="pytorch"))
+    dim1 = build_ledger(m, p, TrainSpec(), RuntimeSpec(loop="pytorch",
+                                                       fsdp_expert_shard="dim1-if-fewer"))
+    name = next(i.name for i in plain.peak.items if "experts" in i.name and i.row == "weights")
+    padded = next(i.bytes for i in plain.peak.items if i.name == name and i.row == "weights")
+    even = next(i.bytes for i in dim1.peak.items if i.name == name and i.row == "weights")
+    assert padded == 8 * even  # 1/8 of the tensor per rank, not 1/64
+    assert plain.warnings and "8.0×" in plain.warnings[0]
+    assert not dim1.warnings and "warnings" in plain.to_dict()
+
+
+def test_reshard_after_forward_off_keeps_every_unit_beside_its_shard():
+    m, t = model("llama3-8b"), TrainSpec(precision="fsdp2-mixed")
+    p = ParallelSpec(dp=8, zero=3)
+    kept = lambda rt: sum(i.bytes for i in build_ledger(m, p, t, rt).peak.items  # noqa: E731
+                          if i.name.startswith("FSDP2 unsharded units"))
+    assert kept(TITAN) == 0
+    assert kept(replace(TITAN, fsdp_reshard_after_forward="never")) > 0.9 * 2 * 32 * 218e6 - 2e9
+
+
+def test_torchtitan_turns_reshard_off_under_pp_and_holds_unsharded_grads_to_the_last_mb():
+    m, t = model("llama3-8b"), TrainSpec(precision="fsdp2-mixed", micro_batches=8)
+    p = ParallelSpec(dp=4, pp=2, zero=3)
+    names = {i.name for i in build_ledger(m, p, t, TITAN).ranks[0].items}
+    assert "FSDP2 unsharded units kept (reshard_after_forward=False)" in names
+    assert "FSDP2 unsharded gradients to the last micro-batch (PP)" in names
+    always = {i.name for i in build_ledger(m, p, t, replace(
+        TITAN, fsdp_reshard_after_forward="always")).ranks[0].items}
+    assert "FSDP2 unsharded units kept (reshard_after_forward=False)" not in always
+    one_mb = {i.name for i in build_ledger(m, ParallelSpec(dp=4, pp=2, zero=3, schedule="gpipe"),
+                                           replace(t, micro_batches=1), TITAN).ranks[0].items}
+    assert "FSDP2 unsharded gradients to the last micro-batch (PP)" not in one_mb
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(recompute="interval"), "recompute_every"),
+    (dict(recompute="sometimes"), "recompute"),
+    (dict(recompute_budget_pct=101), "recompute_budget_pct"),
+    (dict(precision="fsdp3"), "precision"),
+])
+def test_bad_train_values_name_their_field(kw, field):
+    with pytest.raises(SpecError) as e:
+        TrainSpec(**kw)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(fsdp_reshard_after_forward="sometimes"), "fsdp_reshard_after_forward"),
+    (dict(torch_compile="yes"), "torch_compile"),
+    (dict(fsdp_expert_shard="dim2"), "fsdp_expert_shard"),
+    (dict(torchtitan_version="0.1"), "torchtitan_version"),
+])
+def test_bad_runtime_values_name_their_field(kw, field):
+    with pytest.raises(SpecError) as e:
+        RuntimeSpec(**kw)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(precision="fsdp2-mixed"), "precision"),
+    (dict(runtime=RuntimeSpec(torch_compile=True)), "torch_compile"),
+    (dict(runtime=RuntimeSpec(fsdp_reshard_after_forward="never")), "fsdp_reshard_after_forward"),
+])
+def test_planner_refuses_what_it_does_not_vectorise(kw, field):
+    with pytest.raises(SpecError) as e:
+        PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(8,), seq=4096,
+                 global_batch=8, **kw)
+    assert e.value.field == field
+
+
+def test_share_links_carry_the_new_settings_and_old_links_open_unchanged():
+    cfg = replace(DEFAULT, recompute="interval", recompute_every=2, reshard="never",
+                  compile=True, loss_parallel=False, budget=30)
+    back, issues = parse_params(to_params(cfg))
+    assert back == cfg and not issues
+    old = {"model": "llama3-8b", "tp": "2", "recompute": "full"}
+    opened, issues = parse_params(old)
+    assert not issues and to_params(opened) == old
