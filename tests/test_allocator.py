@@ -143,3 +143,19 @@ def test_cli_json_and_table_carry_reserved():
         assert row["peak_allocated_bytes"] <= row["peak_reserved_bytes"] <= row["peak_total_bytes"]
     table = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     assert "peak reserv" in table and "peak total = allocated + allocator slack + CUDA context" in table
+
+
+def test_h200_cases_reserved_brackets():
+    """The 18 single-GPU H200 cases (validation/validation-cuda.json): the model's reserved is at
+    or above allocated and within 25 % of it (the 2 MiB / 20 MiB segment rounding and transients
+    that fit no cached block); with expandable_segments within 0.5 % (pages of 2 / 20 MiB).
+    The stored run has no max_memory_reserved to compare with (docs/allocator.md)."""
+    from memledger.validation.cases import GPU_CASES, predict
+
+    for case in GPU_CASES:
+        led = predict(case)
+        alloc = led.peak.peak_allocated_bytes
+        res = reserved_peak(led)
+        grow = reserved_peak(led, spec=AllocatorSpec(expandable_segments=True))
+        assert alloc <= grow <= 1.005 * alloc, case.name
+        assert alloc <= res <= 1.25 * alloc, case.name
