@@ -48,3 +48,17 @@ def test_ledger_page_names_its_peak_total_the_same_way(app_test):
     metric = next(m for m in at.metric if m.label == "Busiest GPU, peak total")
     assert metric.value == f"{led.peak.peak_total_bytes / 2**30:.2f} GiB"
     assert peak_label("total", led.peak.peak_total_bytes) in at.success[0].value
+
+
+def test_planner_table_says_its_peak_is_the_total(app_test):
+    at = app_test("pages/planner.py", "world=64").run(timeout=120)
+    assert not at.exception
+    x_title = figures(at)[0]["layout"]["xaxis"]["title"]["text"]
+    assert x_title.startswith("peak total of the most loaded rank")
+
+
+def test_strategies_names_the_peak_total(app_test):
+    at = app_test("pages/strategies.py").run(timeout=60)
+    assert not at.exception
+    titles = [f["layout"]["title"]["text"] for f in figures(at)]
+    assert any(LABEL.search(t) and "peak total" in t for t in titles), titles
