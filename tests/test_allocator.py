@@ -159,3 +159,19 @@ def test_h200_cases_reserved_brackets():
         grow = reserved_peak(led, spec=AllocatorSpec(expandable_segments=True))
         assert alloc <= grow <= 1.005 * alloc, case.name
         assert alloc <= res <= 1.25 * alloc, case.name
+
+
+def test_each_rank_carries_its_reserved_for_the_snapshot_comparison():
+    """RankLedger.peak_reserved_bytes (read by memledger.snapshot.compare) is the same replay."""
+    led = build_ledger(*CASES["llama3-8b fsdp dp8"])
+    r = led.peak
+    assert r.fsdp_streams and r.peak_reserved_bytes == reserved_peak(led)
+
+
+def test_the_ranks_csv_has_the_three_peaks():
+    from memledger.views.tables import ranks_frame
+
+    led = build_ledger(*CASES["llama3-8b tp8 pp4 1f1b"])
+    df = ranks_frame(led)
+    assert list(df.columns[-3:]) == ["peak_allocated_bytes", "peak_reserved_bytes", "peak_total_bytes"]
+    assert list(df["peak_reserved_bytes"]) == [reserved_peak(led, r.pp_rank) for r in led.ranks]

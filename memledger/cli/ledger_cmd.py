@@ -7,7 +7,6 @@ from memledger.cli.args import add_config_args, specs_from_args
 from memledger.ledger import build_ledger
 from memledger.ledger.activations.policy import payments
 from memledger.ledger.items import ROW_LABELS, ROWS
-from memledger.ledger.reserved import reserved_peak
 from memledger.units import gib
 
 
@@ -23,10 +22,7 @@ def run(args) -> int:
     m, p, t, rt, hw = specs_from_args(args)
     led = build_ledger(m, p, t, rt, hw)
     if args.json:
-        out = led.to_dict()
-        for row, r in zip(out["ranks"], led.ranks):
-            row["peak_reserved_bytes"] = reserved_peak(led, r.pp_rank)
-        print(json.dumps(out))
+        print(json.dumps(led.to_dict()))
         return 0
     print(render(led, args.items))
     return 0
@@ -45,7 +41,7 @@ def render(led, with_items: bool = False) -> str:
              "allocator slack + CUDA context", "  ".join(f"{c:>12}" for c in cols)]
     for r in led.ranks:
         vals = [r.pp_rank] + [f"{gib(r.rows[k]):.2f}" for k in ROWS] + [
-            f"{gib(r.peak_allocated_bytes):.2f}", f"{gib(reserved_peak(led, r.pp_rank)):.2f}",
+            f"{gib(r.peak_allocated_bytes):.2f}", f"{gib(r.peak_reserved_bytes):.2f}",
             f"{gib(r.peak_total_bytes):.2f}"]
         lines.append("  ".join(f"{v:>12}" for v in vals))
     peak = led.peak

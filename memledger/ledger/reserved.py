@@ -116,4 +116,4 @@ def _move_acts(a: CachingAllocator, acts: dict, tag, delta: int) -> None:
 def reserved_peak(ledger, rank: int | None = None, spec: AllocatorSpec = AllocatorSpec()) -> int:
     """Peak reserved bytes of pipeline rank `rank` (default: the most loaded) under `spec`."""
     r = ledger.peak if rank is None else ledger.ranks[rank]
-    return replay(r, fsdp=ledger.runtime.zero3_impl == "fsdp", spec=spec).max_reserved
+    return replay(r, fsdp=r.fsdp_streams, spec=spec).max_reserved
