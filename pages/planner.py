@@ -16,6 +16,7 @@ from memledger.errors import SpecError
 from memledger.planner.groups import top_groups
 from memledger.views import budget, export, safe_text, sidebar, ui
 from memledger.views.frame import page_frame
+from memledger.views.peaks import peak_help
 from memledger.views.planner import state as pst
 from memledger.views.planner import track
 from memledger.views.planner.charts import (describe_row, ledger_query, plan_scatter,
@@ -122,7 +123,7 @@ def body() -> None:
         ui.chart(fig, stem, key="plan_chart", setting=ui.setting(res))
     ui.chart(breakdown_chart(result, row), f"{stem}_step", key="step_chart", setting=ui.setting(res))
     st.dataframe(throughput_columns(result, table, rows), width="stretch", column_config={
-        "peak GiB": st.column_config.NumberColumn(format="%.2f"),
+        "peak GiB": st.column_config.NumberColumn(format="%.2f", help=peak_help("total")),
         "free GiB": st.column_config.NumberColumn(format="%.2f"),
         "similar": st.column_config.TextColumn(help=SIMILAR_HELP)})
     st.download_button("Top configurations (CSV)", lambda: top_csv(result, page["top"], groups),

@@ -52,6 +52,7 @@ elif res.cfg.pp > 1 and res.cfg.schedule in staircase_stages.SPLIT_SCHEDULES:
     fig = staircase_stages.staircase_stages(led, hw)
 else:
     fig = charts.staircase(led, hw)
+ui.fit_banner(led, hw)
 if (engine := staircase_stages.engine_sentence(led)) is not None:
     st.info(engine, icon=":material/info:")
 ui.chart(fig, ui.stem(res, "staircase"), key="staircase_chart", led=led, setting=ui.setting(res))

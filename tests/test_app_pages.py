@@ -36,7 +36,7 @@ def test_ledger_renders_with_defaults(app_test):
     (fig,) = figures(at)
     assert sum(tr["x"][0] for tr in fig["data"]) == pytest.approx(
         ledger_for(load_model("llama3-70b"), parse_params({})[0]).peak.peak_total_bytes / GIB)
-    assert [m.value for m in at.metric][:3] == ["70.6 B", "38.5 GiB", "79.6 GiB"]
+    assert [m.value for m in at.metric][:3] == ["70.6 B", "38.47 GiB", "79.6 GiB"]
     assert at.code[0].value == "http://localhost:8501/"  # defaults: a link without parameters
 
 

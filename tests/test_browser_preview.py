@@ -80,7 +80,7 @@ def test_an_intermediate_value_draws_the_bytes_the_cli_prints(preview_page, ep):
         got = dragprobe.shown(page)
         assert got["value"] == ep and got["ok"]
         assert drawn(page) == cli_rows(ep)
-        assert re.search(r"needs \d+\.\d GiB", got["title"]) and got["head"]
+        assert re.search(r"needs peak total [\d,]+\.\d\d GiB", got["title"]) and got["head"]
     finally:
         let_go_where_it_was(page)
 

@@ -42,7 +42,7 @@ def test_each_valid_value_carries_the_exact_bytes_of_its_own_ledgers_busiest_ran
         (rank, total, rows), = vals[ep]["ranks"]
         assert (rank, total) == (led.peak.pp_rank, led.peak.peak_total_bytes)
         assert rows == [led.peak.rows[r] for r in ROWS], ep
-        assert f"needs {total / 2**30:.1f} GiB" in vals[ep]["title"]
+        assert f"needs peak total {total / 2**30:,.2f} GiB" in vals[ep]["title"]
         fits = total <= hardware(CFG).hbm_bytes
         assert vals[ep]["fits"] is fits
         assert vals[ep]["head"].startswith("Fits" if fits else "Over by")

@@ -35,14 +35,17 @@ def render(led, with_items: bool = False) -> str:
             f"sp={'on' if p.sp else 'off'} ZeRO-{p.zero} {p.schedule} | "
             f"mb={t.micro_batch}×{t.seq} m={t.micro_batches} {t.precision}/{t.optimizer} "
             f"profile={t.profile} recompute={t.recompute}")
-    cols = ["rank"] + [ROW_LABELS[r].split()[0] for r in ROWS] + ["peak alloc", "peak total"]
-    lines = [head, "all figures GiB (2^30 bytes)", "  ".join(f"{c:>12}" for c in cols)]
+    cols = ["rank"] + [ROW_LABELS[r].split()[0] for r in ROWS] + ["peak alloc", "peak reserv", "peak total"]
+    lines = [head, "all figures GiB (2^30 bytes); peak alloc = allocated, peak reserv = the "
+             "caching allocator's reserved (docs/allocator.md), peak total = allocated + "
+             "allocator slack + CUDA context", "  ".join(f"{c:>12}" for c in cols)]
     for r in led.ranks:
         vals = [r.pp_rank] + [f"{gib(r.rows[k]):.2f}" for k in ROWS] + [
-            f"{gib(r.peak_allocated_bytes):.2f}", f"{gib(r.peak_total_bytes):.2f}"]
+            f"{gib(r.peak_allocated_bytes):.2f}", f"{gib(r.peak_reserved_bytes):.2f}",
+            f"{gib(r.peak_total_bytes):.2f}"]
         lines.append("  ".join(f"{v:>12}" for v in vals))
     peak = led.peak
-    lines.append(f"most loaded: pp rank {peak.pp_rank}, {gib(peak.peak_total_bytes):.2f} GiB")
+    lines.append(f"most loaded: pp rank {peak.pp_rank}, peak total {gib(peak.peak_total_bytes):.2f} GiB")
     if peak.peak_event is not None:
         from memledger.ledger.timeline import describe
         lines.append(f"peak at: {describe(peak.peak_event)} (loop {led.loop.name})")

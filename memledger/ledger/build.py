@@ -66,6 +66,7 @@ class Ledger:
                 "pp_rank": r.pp_rank,
                 "rows": {k: r.rows[k] for k in ROWS},
                 "peak_allocated_bytes": r.peak_allocated_bytes,
+                "peak_reserved_bytes": r.peak_reserved_bytes,  # replayed here, not at build
                 "peak_total_bytes": r.peak_total_bytes,
                 "items": [{"row": i.row, "name": i.name, "bytes": i.bytes, "formula": i.formula,
                            "source": i.source} for i in r.items],

@@ -42,6 +42,17 @@ class RankLedger:
     host: object = None  # static_moves.HostSide: static rows moved to host memory
     peak_event: object = None  # timeline.PeakEvent: where in the step the peak happens
     lazy_shape: object = field(default=None, repr=False, compare=False)  # timeline.Timeline
+    fsdp_streams: bool = False  # FSDP's gather / reduce-scatter buffers on their own streams
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        """The caching allocator's peak reserved over this rank's step, default allocator
+        settings (memledger.ledger.reserved; replayed on each call, a few ms)."""
+        if self.lazy_shape is None:
+            return None
+        from memledger.ledger.reserved import replay  # the replay imports the runtime row
+
+        return replay(self, fsdp=self.fsdp_streams).max_reserved
 
     @property
     def shape(self):

@@ -134,7 +134,8 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
                       layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),
                       moves=parts.moves, transfers=tuple(transfers), host=parts.host,
-                      peak_event=peak_event, lazy_shape=Timeline(shape))
+                      peak_event=peak_event, lazy_shape=Timeline(shape),
+                      fsdp_streams=rt.zero3_impl == "fsdp")
 
 
 LAYER_PHASE = ("recompute working set", BACKWARD_SET)  # inside a layer's backward

@@ -178,6 +178,10 @@ def _measure_cuda_step(model, case, batches, stepper) -> dict:
     torch.cuda.synchronize()
     out["step_peak"] = torch.cuda.max_memory_allocated()
     out["peak_allocated"] = max(out["forward_peak"], out["backward_peak"], out["step_peak"])
+    # reset_peak_memory_stats restarts max_memory_reserved at the current reserved, and the
+    # allocator releases nothing in a step (no empty_cache), so the last phase's maximum is
+    # the step's: what ledger.reserved models (docs/allocator.md)
+    out["peak_reserved"] = torch.cuda.max_memory_reserved()
     return out
 
 

@@ -16,6 +16,7 @@ from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
+from memledger.views.peaks import gib_text, peak_label
 from memledger.views.palette import CAPACITY_COLOR, FONT_FAMILY, GRID, INK, ROW_COLORS, ROW_SHORT
 
 GIB_AXIS = "memory per GPU (GiB = 2³⁰ bytes)"
@@ -36,10 +37,11 @@ class Fit:
         return self.capacity_bytes - self.peak_bytes
 
     def sentence(self, gpu_name: str) -> str:
-        cap, diff = gib(self.capacity_bytes), gib(abs(self.headroom_bytes))
+        cap, diff = gib_text(self.capacity_bytes), gib_text(abs(self.headroom_bytes))
+        total = peak_label("total", self.peak_bytes)
         if self.fits:
-            return f"Fits: {diff:.1f} GiB free on {gpu_name} ({cap:.1f} GiB)"
-        return f"Over by {diff:.1f} GiB on {gpu_name} ({cap:.1f} GiB)"
+            return f"Fits: {total} on pp rank {self.rank}, {diff} free on {gpu_name} ({cap})"
+        return f"Over by {diff} on {gpu_name} ({cap}): {total} on pp rank {self.rank}"
 
 
 def fit(led: Ledger, hw: Hardware) -> Fit:

@@ -22,7 +22,7 @@ from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.specs import ModelSpec
 from memledger.specs.hardware import Hardware
-from memledger.units import gib
+from memledger.views.peaks import peak_label
 from memledger.views import safe_text
 from memledger.views.budget import admit_ledgers
 from memledger.views.compute import ledger_for
@@ -73,7 +73,7 @@ def headline(led: Ledger, hw: Hardware) -> str:
     """The verdict and the headline numbers, as the Ledger page's metrics state them."""
     v = fit(led, hw)
     return (f"{v.sentence(hw.name)} · busiest GPU pp rank {v.rank} of {led.parallel.pp}: "
-            f"{gib(v.peak_bytes):.1f} GiB")
+            f"{peak_label('total', v.peak_bytes)}")
 
 
 def title(led: Ledger, hw: Hardware, kind: str) -> str:
@@ -81,9 +81,9 @@ def title(led: Ledger, hw: Hardware, kind: str) -> str:
     name = safe_text.plain(led.model.name)
     if kind == "staircase":
         return f"{name}: memory per pipeline rank, {led.parallel.schedule} schedule"
-    total, word = gib(led.peak.peak_total_bytes), "fits" if fit(led, hw).fits else "does not fit"
+    total, word = led.peak.peak_total_bytes, "fits" if fit(led, hw).fits else "does not fit"
     return (f"{name} on {hw.name}: the most loaded GPU (pp rank {led.peak.pp_rank}) needs "
-            f"{total:.1f} GiB: {word}")
+            f"{peak_label('total', total)}: {word}")
 
 
 def _value(s: Step, hw: Hardware, kind: str) -> dict:

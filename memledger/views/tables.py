@@ -15,7 +15,7 @@ from memledger.ledger.items import ROW_LABELS, ROWS, RankLedger
 from memledger.units import GIB
 
 RANK_COLUMNS = ["pp_rank"] + [f"{r}_bytes" for r in ROWS] + ["peak_allocated_bytes",
-                                                           "peak_total_bytes"]
+                                                           "peak_reserved_bytes", "peak_total_bytes"]
 ITEM_COLUMNS = ["pp_rank", "row", "item", "bytes", "gib", "formula", "source"]
 
 
@@ -36,7 +36,8 @@ def items_frame(rank: RankLedger) -> pd.DataFrame:
 def ranks_frame(led: Ledger) -> pd.DataFrame:
     d = led.to_dict()
     return pd.DataFrame([[r["pp_rank"]] + [r["rows"][k] for k in ROWS]
-                         + [r["peak_allocated_bytes"], r["peak_total_bytes"]] for r in d["ranks"]],
+                         + [r["peak_allocated_bytes"], r["peak_reserved_bytes"], r["peak_total_bytes"]]
+                         for r in d["ranks"]],
                         columns=RANK_COLUMNS)
 
 

@@ -155,3 +155,13 @@ def link_is_local(url: str) -> bool:
     from urllib.parse import urlsplit
     host = (urlsplit(url).hostname or "").lower()
     return host in LOOPBACK or host.startswith("127.")
+
+
+def fit_banner(led: Ledger, hw) -> None:
+    """Fits / over on the GPU, as the Ledger page says it: the most loaded rank's peak total
+    (views.figures.Fit.sentence, labelled by views.peaks)."""
+    from memledger.views.figures import fit
+
+    v = fit(led, hw)
+    (st.success if v.fits else st.error)(f"**{v.sentence(hw.name)}**",
+                                          icon=":material/check_circle:" if v.fits else ":material/error:")

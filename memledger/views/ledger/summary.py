@@ -7,6 +7,7 @@ from memledger.ledger import Ledger
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
 from memledger.views.figures import fit
+from memledger.views.peaks import peak_help, peak_label
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,12 @@ def _count(n: int) -> str:
 
 
 def size(n_bytes: int, signed: bool = False) -> str:
-    """GiB (2^30) with one decimal, or TiB (2^40) from 1,000 GiB on, so a metric stays short
+    """GiB (2^30) with two decimals (as every peak label: views.peaks), or TiB (2^40) from 1,000 GiB on, so a metric stays short
     enough for its box on a phone."""
     sign = "+" if signed else ""
     if abs(n_bytes) >= 1000 * 2**30:
         return f"{n_bytes / 2**40:{sign}.2f} TiB"
-    return f"{gib(n_bytes):{sign}.1f} GiB"
+    return f"{gib(n_bytes):{sign},.2f} GiB"
 
 
 def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
@@ -41,9 +42,10 @@ def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
     return [
         Metric("Parameters", _count(led.n_params), active, "off",
                "All parameters the framework instantiates (MoE: active = routed top-K only)."),
-        Metric("Busiest GPU peak", size(peak.peak_total_bytes),
+        Metric("Busiest GPU, peak total", size(peak.peak_total_bytes),
                f"pp rank {peak.pp_rank} of {led.parallel.pp}", "off",
-               "Peak allocated + allocator slack + CUDA context on the most loaded pipeline rank."),
+               peak_help("total") + " The most loaded pipeline rank; "
+               + peak_label("allocated", peak.peak_allocated_bytes) + "."),
         Metric("GPU capacity", f"{gib(hw.hbm_bytes):.1f} GiB", hw.name, "off",
                "HBM the driver reports as total."),
         Metric("Headroom", size(v.headroom_bytes, signed=True),

@@ -114,7 +114,7 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
     fig.update_layout(title=head,
                       font=dict(family=FONT_FAMILY, color=INK, size=13), height=480 + top,
                       plot_bgcolor="white", paper_bgcolor="white",
-                      xaxis=dict(axis, title="peak of the most loaded rank<br>(GiB = 2³⁰ bytes)"),
+                      xaxis=dict(axis, title="peak total of the most loaded rank<br>(GiB = 2³⁰ bytes)"),
                       # log: a few slow layouts (deep pipelines, tiny micro-batches) would
                       # otherwise squash the fast ones that matter into one line
                       yaxis=dict(axis, type="log", title="estimated step time (log scale)",

@@ -9,6 +9,7 @@ from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
+from memledger.views.peaks import peak_label
 from memledger.views import safe_text
 from memledger.views.figures import (GIB_AXIS, _capacity_note, _hline, _layout, capacity_label,
                                      describe, figure, house_layout, merge)
@@ -43,7 +44,7 @@ def staircase(led: Ledger, hw: Hardware) -> go.Figure:
     """Stacked rows per pipeline rank: seed 1's staircase of activations on the static rows."""
     cap, peak = gib(hw.hbm_bytes), led.peak
     notes = [dict(x=peak.pp_rank, xref="x", y=gib(peak.peak_total_bytes), yref="y",
-                  yanchor="bottom", text=f"most loaded: {gib(peak.peak_total_bytes):.1f} GiB",
+                  yanchor="bottom", text=f"most loaded: {peak_label('total', peak.peak_total_bytes)}",
                   showarrow=True, arrowhead=2, ay=-28, font=dict(size=12)),
              _capacity_note(hw.name, hw.hbm_bytes)]
     title = f"{safe_text.plot(led.model.name)}: memory per pipeline rank, {led.parallel.schedule} schedule"

@@ -17,6 +17,7 @@ from memledger.ledger.pipeline.engines import ENGINE_NAMES, engine_notes, resolv
 from memledger.ledger.pipeline.stages import loss_rank, stage_split
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
+from memledger.views.peaks import peak_label
 from memledger.views import figures as charts
 from memledger.views import safe_text
 from memledger.views.palette import ROW_COLORS, ROW_SHORT
@@ -84,7 +85,7 @@ def staircase_stages(led: Ledger, hw: Hardware) -> go.Figure:
     p, r_loss = led.parallel, loss_rank(led)
     loss = led.ranks[r_loss]
     notes = [dict(x=peak.pp_rank, xref="x", y=gib(peak.peak_total_bytes), yref="y",
-                  yanchor="bottom", text=f"most loaded: {gib(peak.peak_total_bytes):.1f} GiB",
+                  yanchor="bottom", text=f"most loaded: {peak_label('total', peak.peak_total_bytes)}",
                   showarrow=True, arrowhead=2, ay=-28, font=dict(size=12)),
              dict(x=r_loss, xref="x", y=gib(loss.peak_total_bytes), yref="y", yanchor="bottom",
                   text=f"loss on rank {r_loss} (stage {p.n_stages - 1}, "

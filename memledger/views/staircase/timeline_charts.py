@@ -16,6 +16,7 @@ from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS
 from memledger.ledger.timeline import describe as describe_peak
 from memledger.units import gib
+from memledger.views.peaks import peak_label
 from memledger.views.figures import GIB_AXIS, describe, title_block
 from memledger.views.palette import FONT_FAMILY, GRID, INK, PEAK_COLOR, ROW_COLORS
 
@@ -77,7 +78,7 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
     fig.add_trace(go.Scatter(
         x=[at], y=[gib(r.peak_allocated_bytes)], mode="markers+text", name="peak",
         marker=dict(color=PEAK_COLOR, size=10, symbol="diamond"),
-        text=[f"peak {gib(r.peak_allocated_bytes):.2f} GiB"], textposition="top center",
+        text=[peak_label("allocated", r.peak_allocated_bytes)], textposition="top center",
         hovertemplate=f"peak allocated %{{y:.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
     if measured is not None:
         fig.add_trace(go.Scatter(x=x[:len(measured)], y=[None if v is None else gib(v) for v in measured],
@@ -101,5 +102,6 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
 def peak_sentence(led, rank: int) -> str:
     """Markdown: where rank `rank`'s peak allocated happens, in GiB (2^30 bytes)."""
     r = led.ranks[rank]
-    return (f"Peak allocated on rank {rank}: **{gib(r.peak_allocated_bytes):.2f} GiB** "
-            f"at the {describe_peak(r.peak_event)}.")
+    return (f"Rank {rank}: **{peak_label('allocated', r.peak_allocated_bytes)}** at the "
+            f"{describe_peak(r.peak_event)}; **{peak_label('total', r.peak_total_bytes)}** "
+            "with the allocator slack and the CUDA context.")

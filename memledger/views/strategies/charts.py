@@ -18,6 +18,7 @@ from memledger.advisor.text import flops_text, price
 from memledger.costs.compute import seconds
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.units import gib
+from memledger.views.peaks import gib_text, peak_label
 from memledger.views import safe_text
 from memledger.views.figures import GIB_AXIS, describe, house_layout, merge
 from memledger.views.palette import CAPACITY_COLOR, ROW_COLORS, ROW_SHORT
@@ -82,13 +83,14 @@ def before_after(before, after, capacity_bytes: int | None = None,
                                   "<extra></extra>")
     totals = [gib(before.peak.peak_total_bytes), gib(after.peak.peak_total_bytes)]
     notes = [dict(x=x, y=t, xref="x", yref="y", yanchor="bottom", showarrow=False,
-                  text=f"<b>{t:.1f} GiB</b>") for x, t in zip(labels, totals)]
+                  text=f"<b>{t:,.2f} GiB</b>") for x, t in zip(labels, totals)]
     shapes, top = [], max(totals)
     if capacity_bytes:
         line, note = _target_line(capacity_bytes, target_label)
         shapes, notes, top = [line], notes + [note], max(top, gib(capacity_bytes))
-    title = (f"{safe_text.plot(before.model.name)}: the most loaded GPU, {totals[0]:.1f} → {totals[1]:.1f} GiB "
-             "with the policy")
+    title = (f"{safe_text.plot(before.model.name)}: the most loaded GPU, "
+             f"{peak_label('total', before.peak.peak_total_bytes)} → "
+             f"{gib_text(after.peak.peak_total_bytes)} with the policy")
     layout = merge(house_layout(title, describe(before), height=470, bottom=105), dict(
         shapes=shapes, annotations=notes, margin=dict(r=90), bargap=0.45,
         yaxis=dict(title=dict(text=GIB_AXIS), range=[0, top * 1.12])))
@@ -143,7 +145,7 @@ def advice_sections(a) -> dict[str, list[str]]:
     return {
         "1. Static rows": [f"{g(s.static_bytes)} on the most loaded rank; budget {g(s.budget_bytes)}",
                            "under budget" if s.under_budget else f"smallest change: {s.smallest or 'none'}"]
-        + [f"{o.label}: " + (o.error or f"static {g(o.static_bytes)}, peak {g(o.peak_bytes)}")
+        + [f"{o.label}: " + (o.error or f"static {g(o.static_bytes)}, peak total {g(o.peak_bytes)}")
            for o in s.options],
         "2. Activations": [f"{g(act.activation_bytes)}; largest layer: {act.largest_layer} "
                            f"({g(act.largest_layer_bytes)}/layer/micro-batch); largest tensor "
@@ -155,7 +157,7 @@ def advice_sections(a) -> dict[str, list[str]]:
         "3. Staircase": [f"first/last activations {st.steepness:.2f}×, spread {g(st.spread_bytes)}",
                          "levelled activations per rank: "
                          + ", ".join(f"{gib(x):.1f}" for x in st.levelled_activation_bytes) + " GiB",
-                         f"levelled peak {g(max(st.levelled_peak_bytes, default=0))}; "
+                         f"levelled peak total {g(max(st.levelled_peak_bytes, default=0))}; "
                          f"{st.bytes_per_step / 1e9:,.1f} GB/step; "
                          + ("fits after levelling" if st.fits_after else "still over after levelling")]
         + [f"pp rank {x.src} → {x.dst}: {g(x.bytes)}" for x in st.transfers],
@@ -166,7 +168,7 @@ def advice_sections(a) -> dict[str, list[str]]:
         **({"5. Fine-tuning": [f"{a.finetune.mode}: {a.finetune.trainable_pct:.2f}% of the rank's "
                                   f"parameters train"]
             + [f"{o.label}: " + (o.error or f"trains {o.trainable_pct:.3f}%, saves "
-                                 f"{g(o.saved_bytes)}, peak {g(o.peak_bytes)}")
+                                 f"{g(o.saved_bytes)}, peak total {g(o.peak_bytes)}")
                for o in a.finetune.options]} if a.finetune is not None else {}),
-        "Plan": list(pl.steps) + [f"peak after {g(pl.peak_bytes)}: {'fits' if pl.fits else 'still over'}"],
+        "Plan": list(pl.steps) + [f"peak total after {g(pl.peak_bytes)}: {'fits' if pl.fits else 'still over'}"],
     }

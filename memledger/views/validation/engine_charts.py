@@ -13,7 +13,7 @@ from memledger.views.palette import INK, PEAK_COLOR, ROW_COLORS
 
 ROWS = ("weights", "gradients", "optimizer", "activations", "peak_allocated")
 LABELS = {"weights": "Weights", "gradients": "Gradients", "optimizer": "Optimizer states",
-          "activations": "Activations", "peak_allocated": "Peak"}
+          "activations": "Activations", "peak_allocated": "Peak allocated"}
 COLORS = {**ROW_COLORS, "peak_allocated": PEAK_COLOR}
 MIB = 2 ** 20
 TRACKER_COLORS = {"measured": INK, "memledger": "#1F77B4", "FSDPMemTracker": "#D62728"}

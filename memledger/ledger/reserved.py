@@ -1,0 +1,119 @@
+"""Peak reserved bytes of a rank: the caching-allocator model (memledger.ledger.allocator)
+replayed over the rank's step timeline (memledger.ledger.timeline), computed only when asked
+(`reserved_peak`; the ledger's build never runs it).
+
+The timeline has aggregates, not tensors, so the allocation list is derived (approximate):
+  static      one allocation per weights / optimizer item of the rank (an item is a group of
+              parameters; PyTorch allocates one tensor per parameter, so the 2 MiB rounding of
+              each large tensor's segment is undercounted: at most 2 MiB per parameter tensor)
+  gradients   each rise of the gradient column one allocation (on-demand: per layer, at its
+              backward), all freed at zero_grad; persistent gradients one allocation up front
+  activations each rise one allocation tagged with its (stage, micro-batch); each fall frees
+              that micro-batch's most recent allocations (a layer's saved tensors as one block)
+  buffers     the communication items, allocated at the first event and freed before the
+              optimizer step; FSDP's all-gather and reduce-scatter buffers on their own streams
+              (FSDP2 runs them on separate streams, torch/distributed/fsdp/_fully_shard/
+              _fsdp_param_group.py: all_gather_copy_in / reduce_scatter streams)
+  transient   allocated at its event and freed before the next
+peak_reserved is the allocator's max_reserved; nothing is released (empty_cache is never
+called), so it is also what the allocator holds after the step.
+Ignores: tensors below the aggregates (many small tensors fragment more than one block per
+layer does), the second step (the first step's cache is reused; reserved rarely grows after
+it), NCCL's own buffers (cudaMalloc'd outside the allocator; they are in the communication row).
+"""
+from __future__ import annotations
+
+from memledger.ledger.allocator import AllocatorSpec, CachingAllocator
+from memledger.ledger.runtime import FSDP_UNIT_ITEMS
+
+STREAM_OF = {"zero-3 gather + prefetch": "all-gather", "zero-3 reduce-scatter input": "reduce-scatter"}
+
+
+def _static_blocks(rank) -> list[int]:
+    shape = rank.shape
+    sizes = [i.bytes for i in rank.items if i.row in ("weights", "optimizer") and i.bytes > 0]
+    rest = shape.static_bytes - sum(sizes)
+    if rest < 0:  # the items do not decompose the static bytes: one block
+        return [shape.static_bytes] if shape.static_bytes else []
+    return sizes + ([rest] if rest else [])
+
+
+def _comm_blocks(rank, fsdp: bool) -> list[tuple[int, str]]:
+    shape = rank.shape
+    out = [(i.bytes, STREAM_OF[i.name] if fsdp and i.name in FSDP_UNIT_ITEMS else "default")
+           for i in rank.items if i.row == "communication" and i.bytes > 0]
+    rest = shape.comm - sum(b for b, _ in out)
+    if rest < 0:
+        return [(shape.comm, "default")] if shape.comm else []
+    return out + ([(rest, "default")] if rest else [])
+
+
+def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> CachingAllocator:
+    """The allocator after the rank's step (max_reserved, max_allocated)."""
+    a = CachingAllocator(spec)
+    for size in _static_blocks(rank):
+        a.malloc(size)
+    grads, acts, comm = [], {}, []
+    level = {"g": 0, "a": 0, "c": 0}
+    for ev in rank.timeline:
+        if ev.communication > level["c"] and not comm:
+            comm = [a.malloc(b, s) for b, s in _comm_blocks(rank, fsdp)]
+            level["c"] = ev.communication
+        elif ev.communication < level["c"]:
+            for b in comm:
+                a.free(b)
+            comm, level["c"] = [], 0
+        if ev.gradients > level["g"]:
+            grads.append(a.malloc(ev.gradients - level["g"]))
+        elif ev.gradients < level["g"]:
+            for b in grads:
+                a.free(b)
+            grads = [a.malloc(ev.gradients)] if ev.gradients else []
+        level["g"] = ev.gradients
+        _move_acts(a, acts, (ev.stage, ev.micro_batch), ev.activations - level["a"])
+        level["a"] = ev.activations
+        if ev.transient > 0:
+            _transient(a, ev, comm, loss_side_free=fsdp and not rank.shape.on_demand)
+    return a
+
+
+LOSS_SIDE = ("forward", "loss-forward", "loss-backward")
+
+
+def _transient(a: CachingAllocator, ev, comm: list, loss_side_free: bool) -> None:
+    """A loss-side transient runs while FSDP's layer units are resharded (as the ledger's
+    closed form has it: runtime.fsdp_discounted): their blocks go back to their own streams'
+    pools, which the default stream cannot reuse — the all-gather stream's segments stay
+    reserved beside the transient's."""
+    units = [i for i, b in enumerate(comm) if b.pool[0] != "default"] if (
+        loss_side_free and ev.phase in LOSS_SIDE) else []
+    sizes = [(i, comm[i].size, comm[i].pool[0]) for i in units]
+    for i in units:
+        a.free(comm[i])
+    a.free(a.malloc(ev.transient))
+    for i, size, stream in sizes:
+        comm[i] = a.malloc(size, stream)
+
+
+def _move_acts(a: CachingAllocator, acts: dict, tag, delta: int) -> None:
+    if delta > 0:
+        acts.setdefault(tag, []).append((delta, a.malloc(delta)))
+        return
+    need = -delta
+    order = [tag] + [k for k in acts if k != tag]
+    for k in order:
+        stack = acts.get(k, [])
+        while need > 0 and stack:
+            n, b = stack.pop()
+            a.free(b)
+            if n > need:  # a fall smaller than the block: keep the remainder as one block
+                stack.append((n - need, a.malloc(n - need)))
+            need -= min(n, need)
+        if need <= 0:
+            return
+
+
+def reserved_peak(ledger, rank: int | None = None, spec: AllocatorSpec = AllocatorSpec()) -> int:
+    """Peak reserved bytes of pipeline rank `rank` (default: the most loaded) under `spec`."""
+    r = ledger.peak if rank is None else ledger.ranks[rank]
+    return replay(r, fsdp=r.fsdp_streams, spec=spec).max_reserved
