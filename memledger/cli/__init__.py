@@ -8,7 +8,7 @@ from memledger.cli.args import Parser
 from memledger.errors import SpecError
 
 # modules under memledger.cli: add(), run()
-COMMANDS = ["ledger", "advise", "plan", "reference", "trace", "validate", "config"]
+COMMANDS = ["ledger", "advise", "plan", "reference", "trace", "validate", "config", "compare"]
 
 
 def build_parser() -> Parser:

@@ -49,6 +49,13 @@ def run(args) -> int:
     from memledger.cli.trace_cmd import framework_errors
     if args.rescore:
         return rescore_file(Path(args.rescore))
+    if args.engine == "torchtitan":
+        from memledger.cli import titan_cmd
+        if args.list:
+            from memledger.engine.titan_cases import CASES as TITAN
+            print("\n".join(c.name for c in TITAN))
+            return 0
+        return titan_cmd.run(args)
     if args.engine:
         from memledger.cli import engine_cmd
         if args.list:
@@ -96,6 +103,9 @@ def rescore_file(path: Path) -> int:
     from memledger.safe_json import load_file
     from memledger.validation.report import rescore, worst_by_row
     doc = load_file(path, "rescore")  # bounded in size and nesting before parsing
+    if isinstance(doc, dict) and doc.get("engine") == "torchtitan":
+        from memledger.cli.titan_cmd import report as titan_report
+        return titan_report(doc)
     if isinstance(doc, dict) and doc.get("engine"):  # a stored `validate --engine torch` run
         from memledger.cli.engine_cmd import rescore_file as engine_rescore
         return engine_rescore(doc)

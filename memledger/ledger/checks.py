@@ -65,3 +65,11 @@ def check_all(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
     if t.finetune.mode != "full":
         from memledger.ledger.static.finetune import check_finetune
         check_finetune(m, t.finetune)
+
+
+def check_runtime(p: ParallelSpec, t: TrainSpec, rt) -> None:
+    """What torchtitan's Trainer.Config refuses: the memory budget is the compiler's."""
+    if t.recompute == "memory-budget" and not rt.torch_compile:
+        raise SpecError("torch_compile", "recompute=memory-budget is torch.compile's partitioner "
+                                         "(torchtitan MemoryBudgetAC requires compile); set "
+                                         "torch_compile=True (--torch-compile)")

@@ -111,7 +111,9 @@ class PlanSpec:
         require(isinstance(self.mfu_pct, int) and 0 < self.mfu_pct <= 100, "mfu_pct",
                 f"must be an integer percentage 1..100, got {self.mfu_pct!r}")
         # the vectorised sweep shards as Megatron does; per-tensor partitions are not vectorised
-        for knob, default in (("tp_engine", "megatron"), ("zero1_partition", "even")):
+        for knob, default in (("tp_engine", "megatron"), ("zero1_partition", "even"),
+                              ("fsdp_reshard_after_forward", "default"), ("torch_compile", False),
+                              ("fsdp_expert_shard", "auto")):
             value = getattr(self.runtime, knob)
             require(value == default, knob, f"the planner sweeps {knob}={default} only, got "
                                             f"{value!r}; check a layout with `memledger ledger`")
@@ -120,6 +122,11 @@ class PlanSpec:
         require(self.runtime.pp_engine != "pytorch", "pp_engine",
                 "the planner sweeps Megatron's pipeline buffers (pp_engine auto, megatron or "
                 "deepseek), got 'pytorch'; check a layout with `memledger ledger`")
+        # torchtitan's FSDP2 layout (ledger.fsdp2: PP-held unsharded copies, torchtitan's units)
+        # is not vectorised
+        require(self.precision != "fsdp2-mixed", "precision",
+                "the planner does not sweep fsdp2-mixed (torchtitan's FSDP2 lifetimes); check a "
+                "layout with `memledger ledger --loop torchtitan --precision fsdp2-mixed`")
         self._check_framework()
         self.base_train()  # validates precision, optimizer, profile, attention
         from memledger.ledger.activations.finetune import graphless_layers
