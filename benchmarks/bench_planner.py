@@ -17,7 +17,7 @@ The planner's compiled pass (memledger/planner/fused.py) is loaded first and its
 reported; each case then runs with it (as in the app, which loads it at start) and numpy-only
 (as a one-shot `memledger plan`), interleaved: the same answer (checked here), two speeds.
 Sweeps run on small pages (planner/memhint.py) and with the assembly lane (planner/lane.py);
-`bench_pages_ab.py` and `bench_lanes_ab.py` measure what each buys.
+`ab/bench_pages_ab.py` and `ab/bench_lanes_ab.py` measure what each buys.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A search runs with numpy's huge-page hint off and leaves it as it found it
-(planner/memhint.py; docs/planner-speed.md Round 6): observed from inside the search through its
-progress callback, with the hint on and off before, nested, and from threads that overlap."""
+(planner/memhint.py; docs/planner-speed.md, "small pages"): observed from inside the search
+through its progress callback, with the hint on and off before, nested, and from threads that
+overlap."""
 import threading
 
 import pytest

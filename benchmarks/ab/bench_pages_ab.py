@@ -1,6 +1,6 @@
 """Small pages against numpy's huge-page hint: the planner sweep in fresh processes, alternated.
 
-    python benchmarks/bench_pages_ab.py [--pairs 4] [--sweeps 4]
+    python benchmarks/ab/bench_pages_ab.py [--pairs 4] [--sweeps 4]
 
 Each process loads the compiled pass, then runs the DeepSeek-V3 / 2,048 H100 sweep (plan +
 top-20) `--sweeps` times and prints each wall time. "small pages" is the shipped planner
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import time, numpy as np

@@ -1,7 +1,7 @@
 """Where release → redraw goes: one keyboard move on the Ledger page (and on the one-slider
 floor app, and on any other tree's Ledger page), split into phases the page itself times.
 
-    python benchmarks/bench_release_phases.py [--moves 10] [--tree DIR ...] [--chart-only]
+    python benchmarks/ab/bench_release_phases.py [--moves 10] [--tree DIR ...] [--chart-only]
                                               [--json out.json]
 
 Per move, in the page's clock (performance.now, keydown = 0): the widget's new value sent on
@@ -18,8 +18,8 @@ handles it, not when it reaches the socket: a busy main thread shows as a late m
 (`git archive <commit> | tar -x -C DIR`); `--chart-only` adds the Ledger page's own chart
 (`charts.ledger_bar` of the same DeepSeek-V3 configuration, built by the core) under its EP
 slider and nothing else: what a page costs the browser beyond its chart. All pages are moved in
-turn in one browser, so they see the same machine load. docs/drag-preview.md ("Third round",
-"Fourth round") reads these numbers.
+turn in one browser, so they see the same machine load. docs/drag-preview.md ("Alternatives
+measured" and the chart-only table) reads these numbers.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_release_ab import server  # noqa: E402
 from bench_slider import (EP_LABEL, FLOOR_APP, PROBE, QUERY, TP_LABEL, change_probe,  # noqa: E402
