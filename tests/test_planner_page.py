@@ -196,3 +196,38 @@ def test_only_the_page_that_plans_starts_loading_the_compiled_pass(app_test, mon
     ok(app_test(PAGE).run())
     assert calls == [1]
     frame._start_planner_pass.clear()
+
+
+README_JOB = "model=deepseek-v3&gpu=h100&world=2048&seq=4096&gb=15360"
+
+
+def test_the_readmes_deepseek_v3_job_is_searched_and_agrees_with_the_cli(app_test, capsys):
+    """Issue 32 #1: the README's headline job (24 M configurations, every axis open) is within
+    the per-request budget, and the page ranks what `memledger plan` prints."""
+    import json
+
+    from memledger.cli import main
+    at = ok(app_test(PAGE, README_JOB).run())
+    assert at.error == []
+    table = at.dataframe[0].value
+    assert len(table) == 20
+    assert main(["plan", "--model", "deepseek-v3", "--gpu", "h100", "--world", "2048", "--seq",
+                 "4096", "--global-batch", "15360", "--top", "10", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert int(at.metric[1].value.replace(",", "")) == cli["counts"]["evaluated"]
+    first = cli["configurations"][0]  # the page folds recompute variants within 5 %
+    for axis in ("tp", "pp", "ep", "etp", "cp", "dp", "schedule", "zero"):
+        assert table[axis].iloc[0] == first[axis], axis
+    assert table["est. s/step"].iloc[0] == pytest.approx(first["seconds"], abs=0.05)  # shown to 3 digits
+
+
+def test_an_over_budget_search_names_the_constraints_and_narrows_in_one_click(app_test):
+    """Two world sizes of DeepSeek-V3 are 50 M configurations: the refusal names the
+    constraints (not the world list alone) and each offered button lands within the budget."""
+    at = ok(app_test(PAGE, README_JOB + "&worlds=2048,4096").run())
+    assert at.error[0].value.startswith("constraints:") and "fix tp, pp or ep" in at.error[0].value
+    labels = [b.label for b in at.button]
+    assert any(lab.startswith("tp = 8 (") for lab in labels), labels
+    at.button(key="narrow_fix_tp").click().run()
+    assert ok(at).error == [] and set(at.dataframe[0].value["tp"]) == {8}
+    assert at.query_params["fix_tp"] == "8"

@@ -132,6 +132,35 @@ def run_plan(m: ModelSpec, gpu_key: str, v: Mapping, progress=None) -> Plan:
     return plan(spec, admit=lambda n: admit_plan(len(spec.worlds), n), progress=progress)
 
 
+# One-click narrowings offered when a search is over budget, in the order offered: fix an
+# axis to the sidebar's value, or bound one. Each is counted (space + size: ~20 ms for
+# DeepSeek-V3 on 2,048 GPUs) before it is offered, so a button never leads to another refusal.
+NARROW_TO_SIDEBAR = {"fix_tp": "tp", "fix_pp": "pp", "fix_ep": "ep"}
+NARROW_BOUNDS = {"max_vpp": 2, "max_cp": 2, "max_mb": 2}
+
+
+def narrowings(m: ModelSpec, gpu_key: str, v: Mapping, cfg: Config) -> list[tuple[str, int, int]]:
+    """(page key, value, configurations) for each single change of an open axis that brings an
+    over-budget search within the budget; `v` as `plan_settings` gives it."""
+    from memledger.planner.size import n_configurations
+    from memledger.planner.space import enumerate_space
+    from memledger.views.budget import PLANNER_MAX_CONFIGURATIONS
+    options = [(k, getattr(cfg, a)) for k, a in NARROW_TO_SIDEBAR.items()]
+    options += list(NARROW_BOUNDS.items())
+    out = []
+    for key, value in options:
+        if v[key]:
+            continue
+        try:
+            spec = plan_spec(m, gpu_key, {**v, key: value})
+            n = n_configurations(spec, enumerate_space(spec))
+        except SpecError:
+            continue
+        if n <= PLANNER_MAX_CONFIGURATIONS:
+            out.append((key, value, n))
+    return out
+
+
 def _plan_bytes(p: Plan) -> int:
     return 1 << 20 if p is None else (1 << 20) + 28 * len(p.evaluated.seconds)
 
