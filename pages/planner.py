@@ -98,6 +98,11 @@ def body() -> None:
     bar, metrics, slot = st.empty(), st.container(), st.empty()
     try:
         settings = pst.plan_settings(cfg, page)
+        st.caption(f"Global batch: {settings['gb']:,} sequences"
+                   + (" (the sidebar's dp × micro-batches × micro-batch size)"
+                      if not page["gb"] else ""))
+        if (short := pst.batch_warning(cfg, page)) is not None:
+            st.warning(short, icon=":material/warning:")
         result = _plan(cfg.model, cfg.gpu, tuple(sorted(settings.items())), bar, slot)
     except SpecError as e:
         bar.empty()
