@@ -9,7 +9,8 @@ from memledger.views.frame import page_frame
 from memledger.views.staircase import charts
 from memledger.views.staircase import stages as staircase_stages
 from memledger.views.staircase import tables as stair_tables
-from memledger.views.staircase.timeline_charts import peak_sentence, timeline_chart
+from memledger.views.budget import OverBudget, admit_timeline
+from memledger.views.staircase.timeline_charts import drawn_note, peak_sentence, timeline_chart
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
 
@@ -70,8 +71,16 @@ rank = st.selectbox("Pipeline rank", ranks, key="pg_rank",
                     else min(res.page["rank"], len(ranks) - 1),
                     format_func=lambda r: f"rank {r}" + (" (most loaded)" if r == led.most_loaded_rank else ""))
 st.markdown(peak_sentence(led, rank))
-ui.chart(timeline_chart(led, rank), ui.stem(res, f"timeline_rank{rank}"), key="timeline_chart",
-         setting=ui.setting(res))
+try:
+    admit_timeline(led.ranks[rank], f"The timeline of rank {rank}")
+except OverBudget as e:
+    st.warning(ui.md_escape(str(e)), icon=":material/hourglass_disabled:")
+else:
+    events = led.ranks[rank].timeline
+    if (note := drawn_note(len(events))) is not None:
+        st.caption(note)
+    ui.chart(timeline_chart(led, rank, events=events), ui.stem(res, f"timeline_rank{rank}"),
+             key="timeline_chart", setting=ui.setting(res))
 
 per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",
                        icon=":material/table_rows:", key="ranks_open", on_change="rerun")

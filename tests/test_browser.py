@@ -53,6 +53,32 @@ def test_a_share_link_as_the_first_request_of_a_fresh_server_opens_inside_the_ap
     page.close()
 
 
+def test_a_hostile_staircase_link_answers_within_3_s_with_its_budget_said(browser_app):
+    """Issue 32 #3: m = 65,535 at pp = 64 is 262,142 timeline events (1.6 M points took ~10 s
+    on the server and ~20 s in the browser). The page draws at most MAX_DRAWN_EVENTS of them
+    and says so; the whole answer, both charts painted, within 3 s on a warm server."""
+    from memledger.views.budget import MAX_DRAWN_EVENTS
+    base, browser = browser_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/staircase?m=8&pp=4", wait_until="commit")  # warm: the page's imports
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg')"
+                           ".length >= 2", timeout=30_000)
+    wait_idle(page)
+    t0 = time.monotonic()
+    page.goto(f"{base}/staircase?m=65535&pp=64&world=512", wait_until="commit")
+    page.get_by_text("this server sends the browser at most").wait_for(timeout=30_000)
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg')"
+                           ".length >= 2", timeout=30_000)
+    wait_idle(page)
+    elapsed = time.monotonic() - t0
+    points = page.evaluate("() => Math.max(...[...document.querySelectorAll('.js-plotly-plot')]"
+                           ".map(gd => (gd.data || []).reduce((n, t) => n + (t.x || []).length,"
+                           " 0)))")
+    assert points <= 7 * MAX_DRAWN_EVENTS, points
+    assert elapsed <= 3.0, f"{elapsed:.1f} s"
+    page.close()
+
+
 def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
     base, browser = browser_app
     t0 = time.monotonic()

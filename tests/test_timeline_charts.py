@@ -1,4 +1,6 @@
 """The step-timeline chart: rows stacked over the events, the peak marked, phases shaded."""
+import pytest
+
 from memledger import ParallelSpec, TrainSpec, build_ledger, model
 from memledger.specs.runtime import RuntimeSpec
 from memledger.units import gib
@@ -42,3 +44,27 @@ def test_measured_bytes_overlay_as_a_line():
     fig = timeline_chart(ledger, 1, measured=[1, 2, 3])
     line = next(tr for tr in fig.data if tr.name == "measured")
     assert list(line.x) == [0, 1, 2]
+
+
+def test_a_long_timeline_is_drawn_within_the_browser_budget_keeping_its_peak():
+    """Issue 32 #3: 65,535 micro-batches at pp 64 are 262,142 events; the chart draws at most
+    MAX_DRAWN_EVENTS (the highest of each bin), the peak among them, and the count of events
+    is bounded before any is built."""
+    from memledger.views import budget
+    from memledger.views.compute import ledger_for
+    from memledger.views.staircase.timeline_charts import drawn_note
+    from memledger.views.state import Config, load_model
+    cfg = Config(world=512, pp=64, m=65535)
+    led = ledger_for(load_model(cfg.model), cfg)
+    r = led.ranks[led.most_loaded_rank]
+    events = r.timeline
+    assert len(events) <= budget.timeline_events(r) <= budget.MAX_TIMELINE_EVENTS
+    fig = timeline_chart(led, led.most_loaded_rank, events=events)
+    stacked = [t for t in fig.data if t.stackgroup]
+    assert all(len(t.x) <= budget.MAX_DRAWN_EVENTS for t in stacked)
+    top = max(sum(t.y[i] for t in stacked) for i in range(len(stacked[0].x)))
+    assert top == pytest.approx(fig.data[-1].y[0])  # the drawn envelope reaches the peak marker
+    assert "262,142 events" in drawn_note(len(events))
+    deep = ledger_for(load_model(cfg.model), Config(world=64, pp=1, m=65535)).ranks[0]
+    with pytest.raises(budget.OverBudget, match=r"use fewer micro-batches \(m <= "):
+        budget.admit_timeline(deep, "rank 0")

@@ -37,6 +37,12 @@ PLANNER_CACHE_BYTES = 300 << 20
 # Process-wide: bytes of ledgers kept between requests.
 LEDGER_CACHE_BYTES = 256 << 20
 BYTES_PER_ITEM = 256  # one ledger Item with its formula text, measured ~240 B
+# The step timeline of one rank: its events are built on the server (~2 µs each: 262,142 for
+# m = 65,535 at pp = 64 took 0.5 s) and drawn in the browser, where a stacked chart of 1.6 M
+# points took ~20 s. Events over MAX_TIMELINE_EVENTS are not built; a chart draws at most
+# MAX_DRAWN_EVENTS of them (6 stacked traces: 24,000 points, ~0.3 s in Chromium).
+MAX_TIMELINE_EVENTS = 400_000
+MAX_DRAWN_EVENTS = 4_000
 
 
 class OverBudget(SpecError):
@@ -65,6 +71,35 @@ def admit_plan(n_worlds: int, n_configurations: int) -> None:
                                         f"more than this server evaluates for one request "
                                         f"({PLANNER_MAX_CONFIGURATIONS:,}); fix tp, pp or ep, or "
                                         f"bound vpp, cp or the micro-batch in Constraints{fewer}")
+
+
+def timeline_events(rank) -> int:
+    """The events of a rank's step timeline, counted from its shape without building them:
+    per micro-batch and stage, a forward and a backward per layer plus at most two more (the
+    loss's forward and backward, or a layerless stage's closing backward: an upper bound,
+    exact for a stage with the loss), then the optimizer step and zero_grad."""
+    sh = rank.shape
+    if sh is None:
+        return 0
+    per_mb = sum(2 * len(s.layers) + 2 for s in sh.stages)
+    return sh.micro_batches * per_mb + 2
+
+
+def admit_timeline(rank, what: str) -> None:
+    n = timeline_events(rank)
+    if n > MAX_TIMELINE_EVENTS:
+        raise OverBudget("m", f"{what} has about {n:,} events, more than this server builds for "
+                              f"one request ({MAX_TIMELINE_EVENTS:,}); use fewer micro-batches "
+                              f"(m <= {max(1, rank.shape.micro_batches * MAX_TIMELINE_EVENTS // n):,})")
+
+
+def drawn_events(n: int, most: int = MAX_DRAWN_EVENTS) -> list[int] | None:
+    """None when all `n` events are drawn; else bins of ⌈n / most⌉ consecutive events whose
+    highest one the chart keeps (the caller picks it), as the bins' starts."""
+    if n <= most:
+        return None
+    k = -(-n // most)
+    return list(range(0, n, k))
 
 
 def ledger_bytes(led) -> int:
