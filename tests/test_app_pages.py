@@ -71,6 +71,20 @@ def test_changing_the_gpu_moves_the_capacity_line_only(app_test):
     assert after["layout"]["shapes"][0]["x0"] == pytest.approx(143771 / 1024)
 
 
+def test_a_custom_gpu_from_the_sidebar_is_carried_by_the_link(app_test):
+    """Issue 32 #6: choosing 'Custom GPU…' gives four inputs; a change is one `gpu` value in
+    the link, and the capacity line follows it."""
+    at = ok(app_test(LEDGER).run())
+    at.selectbox(key="sb_gpu").set_value("custom:80,450,50,989").run()
+    assert ok(at).query_params == {"gpu": "custom:80,450,50,989"}
+    at.number_input(key="sb_custom_capacity").set_value(96).run()
+    assert ok(at).query_params == {"gpu": "custom:96,450,50,989"}
+    assert figures(at)[0]["layout"]["shapes"][0]["x0"] == pytest.approx(96)
+    again = ok(app_test(LEDGER, "gpu=custom:96,450,50,989").run())
+    assert again.number_input(key="sb_custom_capacity").value == 96
+    assert figures(again)[0]["layout"]["shapes"][0]["x0"] == pytest.approx(96)
+
+
 def test_a_new_model_keeps_a_valid_configuration(app_test):
     at = ok(app_test(LEDGER).run())
     at.selectbox(key="sb_model").set_value("deepseek-v3").run()

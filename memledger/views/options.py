@@ -68,7 +68,7 @@ CANDIDATES = {
     "attention": lambda m, c: tuple(ATTENTION_IMPLS),
     "recompute": lambda m, c: tuple(RECOMPUTE),
     "loop": lambda m, c: LOOP_CHOICES,
-    "gpu": lambda m, c: tuple(GPUS),
+    "gpu": lambda m, c: tuple(GPUS) + (() if c.gpu in GPUS else (c.gpu,)),  # or a custom GPU
     "seq": _seq_candidates,
     # micro-batches: powers of two and multiples of pp (what pipeline engines ask for)
     "m": lambda m, c: tuple(sorted({c.m} | {2**k for k in range(17)}
