@@ -52,7 +52,7 @@ if items.open:  # built only when open: ~150 rows are not worth sending on every
         rank = led.ranks[summary.table_rank(led, chosen)]
         st.dataframe(tables.items_frame(rank), hide_index=True, width="stretch",
                      column_config={"GiB": st.column_config.NumberColumn(format="%.3f"),
-                                    "bytes": st.column_config.NumberColumn(format="%d"),
+                                    "bytes": st.column_config.NumberColumn(format="localized"),
                                     "formula": st.column_config.TextColumn(width="large")})
 
 sidebar.draw(res)

@@ -66,9 +66,11 @@ st.caption(f"Training loop **{loop}** (sidebar → Training loop; *auto* follows
            "optimizer step and zero_grad; the rows are stacked as they are alive after it. "
            "The staircase above is what this timeline holds at each rank's first backward.")
 ranks = list(range(len(led.ranks)))
+# the widget's value through Session State only (an index= as well makes Streamlit warn in
+# the server log): -1 in the link means the most loaded rank
+st.session_state["pg_rank"] = (led.most_loaded_rank if res.page["rank"] < 0
+                               else min(res.page["rank"], len(ranks) - 1))
 rank = st.selectbox("Pipeline rank", ranks, key="pg_rank",
-                    index=ranks.index(led.most_loaded_rank) if res.page["rank"] < 0
-                    else min(res.page["rank"], len(ranks) - 1),
                     format_func=lambda r: f"rank {r}" + (" (most loaded)" if r == led.most_loaded_rank else ""))
 st.markdown(peak_sentence(led, rank))
 try:

@@ -379,3 +379,30 @@ def test_a_bad_link_is_blamed_only_for_what_it_contains(app_test):
     assert not any("`pp=4`" in e.value or "`sp=1`" in e.value for e in at.error)
     (tp,) = [e.value for e in at.error if "`tp=banana`" in e.value]
     assert "Using `tp=1`" in tp  # what is really used after the layout was repaired
+
+
+def test_numbers_over_a_thousand_carry_separators():
+    """Issue 32 #12: 'Over by 11,231.6 GiB', not 'Over by 11231.6 GiB'."""
+    from memledger.views.figures import Fit
+    gib = 2**30
+    over = Fit(False, 0, int(11_311.2 * gib), int(79.6 * gib))
+    assert over.sentence("H100").startswith("Over by 11,231.6 GiB on H100")
+
+
+def test_the_staircase_rank_widget_leaves_no_session_state_warning(app_test):
+    """Issue 32 #12: a widget given both a default (index=) and a Session State value makes
+    Streamlit log a warning for every run; the rank picker gets its value one way only."""
+    import logging
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    log = logging.getLogger("streamlit.elements.lib.policies")
+    log.addHandler(handler)
+    try:
+        at = ok(app_test("pages/staircase.py", "rank=2").run())
+        assert at.selectbox(key="pg_rank").value == 2
+        at.selectbox(key="pg_rank").set_value(1).run()
+        assert ok(at).query_params["rank"] == "1"
+    finally:
+        log.removeHandler(handler)
+    assert not [m for m in seen if "pg_rank" in m], seen

@@ -79,6 +79,31 @@ def test_a_hostile_staircase_link_answers_within_3_s_with_its_budget_said(browse
     page.close()
 
 
+COPY_SHOWN = """() => {
+  const b = document.querySelector("[data-testid='stPopoverBody'] button[aria-label='Copy to clipboard']");
+  if (!b) return null;
+  let shown = true;
+  for (let e = b; e; e = e.parentElement) {
+    const s = getComputedStyle(e);
+    shown = shown && s.opacity !== '0' && s.visibility !== 'hidden';
+  }
+  return [shown, getComputedStyle(b, '::after').content];
+}"""
+
+
+def test_the_share_popover_shows_a_labelled_copy_button_without_hovering(browser_app):
+    """Issue 32 #12: Streamlit shows a code block's copy button only under the pointer."""
+    base, browser = browser_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/ledger")
+    wait_idle(page)
+    page.get_by_role("button", name="Share link").click()
+    page.wait_for_selector("[data-testid='stPopoverBody'] [data-testid='stCode']")
+    page.mouse.move(2, 2)  # the pointer away from the box
+    assert page.evaluate(COPY_SHOWN) == [True, '"Copy"']
+    page.close()
+
+
 def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
     base, browser = browser_app
     t0 = time.monotonic()

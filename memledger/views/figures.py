@@ -38,8 +38,8 @@ class Fit:
     def sentence(self, gpu_name: str) -> str:
         cap, diff = gib(self.capacity_bytes), gib(abs(self.headroom_bytes))
         if self.fits:
-            return f"Fits: {diff:.1f} GiB free on {gpu_name} ({cap:.1f} GiB)"
-        return f"Over by {diff:.1f} GiB on {gpu_name} ({cap:.1f} GiB)"
+            return f"Fits: {diff:,.1f} GiB free on {gpu_name} ({cap:,.1f} GiB)"
+        return f"Over by {diff:,.1f} GiB on {gpu_name} ({cap:,.1f} GiB)"
 
 
 def fit(led: Ledger, hw: Hardware) -> Fit:
@@ -148,7 +148,7 @@ def capacity_label(fig: go.Figure, gpu_name: str, capacity_bytes: int) -> None:
 def _capacity_note(gpu_name: str, capacity_bytes: int) -> dict:
     cap = gib(capacity_bytes)
     return dict(x=1, xref="paper", xanchor="left", xshift=4, y=cap, yref="y", showarrow=False,
-                align="left", text=f"{gpu_name}<br>{cap:.1f} GiB",
+                align="left", text=f"{gpu_name}<br>{cap:,.1f} GiB",
                 font=dict(color=CAPACITY_COLOR, size=12))
 
 

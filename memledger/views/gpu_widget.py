@@ -19,8 +19,8 @@ KEY = W + "custom_"  # widget keys under the sidebar's prefix: a new link clears
 
 def _name(key: str) -> str:
     if key.startswith(CUSTOM):
-        return f"Custom GPU… ({gib(gpu(key).hbm_bytes):.0f} GiB)"
-    return f"{GPUS[key].name} ({gib(GPUS[key].hbm_bytes):.1f} GiB)"
+        return f"Custom GPU… ({gib(gpu(key).hbm_bytes):,.0f} GiB)"
+    return f"{GPUS[key].name} ({gib(GPUS[key].hbm_bytes):,.1f} GiB)"
 
 
 def _write() -> None:

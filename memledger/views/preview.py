@@ -73,7 +73,7 @@ def headline(led: Ledger, hw: Hardware) -> str:
     """The verdict and the headline numbers, as the Ledger page's metrics state them."""
     v = fit(led, hw)
     return (f"{v.sentence(hw.name)} · busiest GPU pp rank {v.rank} of {led.parallel.pp}: "
-            f"{gib(v.peak_bytes):.1f} GiB")
+            f"{gib(v.peak_bytes):,.1f} GiB")
 
 
 def title(led: Ledger, hw: Hardware, kind: str) -> str:
@@ -83,7 +83,7 @@ def title(led: Ledger, hw: Hardware, kind: str) -> str:
         return f"{name}: memory per pipeline rank, {led.parallel.schedule} schedule"
     total, word = gib(led.peak.peak_total_bytes), "fits" if fit(led, hw).fits else "does not fit"
     return (f"{name} on {hw.name}: the most loaded GPU (pp rank {led.peak.pp_rank}) needs "
-            f"{total:.1f} GiB: {word}")
+            f"{total:,.1f} GiB: {word}")
 
 
 def _value(s: Step, hw: Hardware, kind: str) -> dict:

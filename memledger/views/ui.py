@@ -53,8 +53,8 @@ def finish(res: Resolved, specs: tuple[PageParam, ...] = (), page: dict | None =
     params = write_url(res, specs, page)
     url = share_url(params)
     with share if share is not None else st.sidebar:
-        st.caption("Opens exactly this view. Copy it with the copy button at the box's top right "
-                   "(it appears when the pointer is over the box, or on tap).")
+        st.caption("Opens exactly this view. Copy it with the Copy button at the box's top "
+                   "right.")
         st.code(url, language=None, wrap_lines=True)
         if link_is_local(url):
             st.warning("This link names this machine (localhost): it opens only here. To share "

@@ -44,7 +44,7 @@ def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
         Metric("Busiest GPU peak", size(peak.peak_total_bytes),
                f"pp rank {peak.pp_rank} of {led.parallel.pp}", "off",
                "Peak allocated + allocator slack + CUDA context on the most loaded pipeline rank."),
-        Metric("GPU capacity", f"{gib(hw.hbm_bytes):.1f} GiB", hw.name, "off",
+        Metric("GPU capacity", f"{gib(hw.hbm_bytes):,.1f} GiB", hw.name, "off",
                "HBM the driver reports as total."),
         Metric("Headroom", size(v.headroom_bytes, signed=True),
                "fits" if v.fits else "over capacity", "normal" if v.fits else "inverse",

@@ -102,7 +102,7 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
                                              line=dict(color="white", width=1))))
     cap = spec.capacity_bytes / GIB
     fig.add_vline(x=cap, line=dict(color=CAPACITY_COLOR, width=2, dash="dash"),
-                  annotation_text=f"{spec.hardware.name} {cap:.1f} GiB")
+                  annotation_text=f"{spec.hardware.name} {cap:,.1f} GiB")
     if spec.limit_bytes < spec.capacity_bytes:
         fig.add_vline(x=spec.limit_bytes / GIB, line=dict(color=HEADROOM_COLOR, dash="dot"),
                       annotation_text=f"headroom {spec.headroom:.0%}",

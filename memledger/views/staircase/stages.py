@@ -37,7 +37,7 @@ def _row_trace(led: Ledger, row: str) -> dict:
     return dict(type="bar", x=[r.pp_rank for r in ranks], y=[gib(r.rows[row]) for r in ranks],
                 name=ROW_SHORT[row], legendgroup=row, marker=dict(color=ROW_COLORS[row],
                                                                    line=dict(width=0)),
-                hovertemplate=f"<b>{ROW_LABELS[row]}</b>: %{{y:.2f}} GiB<br>pp rank %{{x}}"
+                hovertemplate=f"<b>{ROW_LABELS[row]}</b>: %{{y:,.2f}} GiB<br>pp rank %{{x}}"
                               "<extra></extra>")
 
 
@@ -57,7 +57,7 @@ def _chunk_traces(led: Ledger) -> list[dict]:
             marker=dict(color=ROW_COLORS["activations"], line=dict(width=0.5, color="white"),
                         pattern=dict(shape=PATTERNS[c % len(PATTERNS)], fgcolor="white")),
             customdata=custom,
-            hovertemplate=("<b>Activations, stage %{customdata[0]}</b>: %{y:.2f} GiB<br>"
+            hovertemplate=("<b>Activations, stage %{customdata[0]}</b>: %{y:,.2f} GiB<br>"
                            "pp rank %{x} · %{customdata[1]} micro-batches held at the peak"
                            "%{customdata[2]}<extra></extra>")))
     rest = [gib(x.rank_wide_bytes) for x in split]
@@ -66,7 +66,7 @@ def _chunk_traces(led: Ledger) -> list[dict]:
                         name="Activations · rank-wide", legendgroup="activations",
                         marker=dict(color=ROW_COLORS["activations"], opacity=0.55),
                         hovertemplate="<b>Activations held for the whole rank</b> (staging, "
-                                      "casts): %{y:.2f} GiB<extra></extra>"))
+                                      "casts): %{y:,.2f} GiB<extra></extra>"))
     return out
 
 
@@ -84,7 +84,7 @@ def staircase_stages(led: Ledger, hw: Hardware) -> go.Figure:
     p, r_loss = led.parallel, loss_rank(led)
     loss = led.ranks[r_loss]
     notes = [dict(x=peak.pp_rank, xref="x", y=gib(peak.peak_total_bytes), yref="y",
-                  yanchor="bottom", text=f"most loaded: {gib(peak.peak_total_bytes):.1f} GiB",
+                  yanchor="bottom", text=f"most loaded: {gib(peak.peak_total_bytes):,.1f} GiB",
                   showarrow=True, arrowhead=2, ay=-28, font=dict(size=12)),
              dict(x=r_loss, xref="x", y=gib(loss.peak_total_bytes), yref="y", yanchor="bottom",
                   text=f"loss on rank {r_loss} (stage {p.n_stages - 1}, "

@@ -71,7 +71,7 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
         fig.add_trace(go.Scatter(
             x=x, y=[gib(v) for v in series[key]], name=name, stackgroup="rows", mode="none",
             fillcolor=ROW_COLORS[color_key], line=dict(width=0, shape="hv"), customdata=text,
-            hovertemplate=f"{name}: %{{y:.2f}} GiB<br>%{{customdata}}<extra></extra>"))
+            hovertemplate=f"{name}: %{{y:,.2f}} GiB<br>%{{customdata}}<extra></extra>"))
     for name, a, b in phases(every):
         fig.add_vrect(x0=a - 0.5, x1=b + 0.5, fillcolor=PHASE_SHADES[name], line_width=0,
                       layer="below", annotation_text=name, annotation_position="top left",
@@ -81,8 +81,8 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
     fig.add_trace(go.Scatter(
         x=[at], y=[gib(r.peak_allocated_bytes)], mode="markers+text", name="peak",
         marker=dict(color=PEAK_COLOR, size=10, symbol="diamond"),
-        text=[f"peak {gib(r.peak_allocated_bytes):.2f} GiB"], textposition="top center",
-        hovertemplate=f"peak allocated %{{y:.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
+        text=[f"peak {gib(r.peak_allocated_bytes):,.2f} GiB"], textposition="top center",
+        hovertemplate=f"peak allocated %{{y:,.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
     if measured is not None:
         xs = [i for i in x if i < len(measured)]
         fig.add_trace(go.Scatter(x=xs, y=[None if measured[i] is None else gib(measured[i]) for i in xs],
@@ -128,5 +128,5 @@ def drawn_note(n: int) -> str | None:
 def peak_sentence(led, rank: int) -> str:
     """Markdown: where rank `rank`'s peak allocated happens, in GiB (2^30 bytes)."""
     r = led.ranks[rank]
-    return (f"Peak allocated on rank {rank}: **{gib(r.peak_allocated_bytes):.2f} GiB** "
+    return (f"Peak allocated on rank {rank}: **{gib(r.peak_allocated_bytes):,.2f} GiB** "
             f"at the {describe_peak(r.peak_event)}.")

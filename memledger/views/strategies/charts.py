@@ -65,7 +65,7 @@ def _target_line(capacity_bytes: int, label: str) -> tuple[dict, dict]:
     line = dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
                 line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))
     note = dict(x=1, xref="paper", xanchor="left", xshift=4, y=y, yref="y", showarrow=False,
-                align="left", text=f"{label}<br>{y:.1f} GiB", font=dict(color=CAPACITY_COLOR))
+                align="left", text=f"{label}<br>{y:,.1f} GiB", font=dict(color=CAPACITY_COLOR))
     return line, note
 
 
@@ -78,16 +78,16 @@ def before_after(before, after, capacity_bytes: int | None = None,
         vals = [gib(before.peak.rows[row]), gib(after.peak.rows[row])]
         fig.add_bar(x=labels, y=vals, name=ROW_SHORT[row], marker_color=ROW_COLORS[row],
                     customdata=[before.peak.rows[row], after.peak.rows[row]],
-                    hovertemplate=f"{ROW_LABELS[row]}: %{{y:.2f}} GiB (%{{customdata:,}} B)"
+                    hovertemplate=f"{ROW_LABELS[row]}: %{{y:,.2f}} GiB (%{{customdata:,}} B)"
                                   "<extra></extra>")
     totals = [gib(before.peak.peak_total_bytes), gib(after.peak.peak_total_bytes)]
     notes = [dict(x=x, y=t, xref="x", yref="y", yanchor="bottom", showarrow=False,
-                  text=f"<b>{t:.1f} GiB</b>") for x, t in zip(labels, totals)]
+                  text=f"<b>{t:,.1f} GiB</b>") for x, t in zip(labels, totals)]
     shapes, top = [], max(totals)
     if capacity_bytes:
         line, note = _target_line(capacity_bytes, target_label)
         shapes, notes, top = [line], notes + [note], max(top, gib(capacity_bytes))
-    title = (f"{safe_text.plot(before.model.name)}: the most loaded GPU, {totals[0]:.1f} → {totals[1]:.1f} GiB "
+    title = (f"{safe_text.plot(before.model.name)}: the most loaded GPU, {totals[0]:,.1f} → {totals[1]:,.1f} GiB "
              "with the policy")
     layout = merge(house_layout(title, describe(before), height=470, bottom=105), dict(
         shapes=shapes, annotations=notes, margin=dict(r=90), bargap=0.45,
@@ -114,10 +114,10 @@ def levelled_staircase(stair, capacity_bytes: int | None = None,
     fig = go.Figure()
     fig.add_bar(x=x, y=[gib(b) for b in stair.peak_bytes], name="before levelling",
                 marker_color=BEFORE_COLOR,
-                hovertemplate="pp rank %{x}: %{y:.2f} GiB before<extra></extra>")
+                hovertemplate="pp rank %{x}: %{y:,.2f} GiB before<extra></extra>")
     fig.add_bar(x=x, y=[gib(b) for b in stair.levelled_peak_bytes], name="levelled",
                 marker_color=ROW_COLORS["activations"],
-                hovertemplate="pp rank %{x}: %{y:.2f} GiB levelled<extra></extra>")
+                hovertemplate="pp rank %{x}: %{y:,.2f} GiB levelled<extra></extra>")
     shapes, notes = [], []
     top = max([gib(b) for b in stair.peak_bytes + stair.levelled_peak_bytes], default=1)
     if capacity_bytes:
@@ -139,7 +139,7 @@ def levelled_staircase(stair, capacity_bytes: int | None = None,
 def advice_sections(a) -> dict[str, list[str]]:
     """The four answers and the plan as lines of text (numbers in GiB / GB / seconds)."""
     s, act, st, b, pl = a.static, a.activations, a.staircase, a.buffers, a.plan
-    g = lambda n: f"{gib(n):.2f} GiB"  # noqa: E731
+    g = lambda n: f"{gib(n):,.2f} GiB"  # noqa: E731
     return {
         "1. Static rows": [f"{g(s.static_bytes)} on the most loaded rank; budget {g(s.budget_bytes)}",
                            "under budget" if s.under_budget else f"smallest change: {s.smallest or 'none'}"]
@@ -154,7 +154,7 @@ def advice_sections(a) -> dict[str, list[str]]:
            if act.smaller_micro_batch else "no smaller micro-batch fits without offload"],
         "3. Staircase": [f"first/last activations {st.steepness:.2f}×, spread {g(st.spread_bytes)}",
                          "levelled activations per rank: "
-                         + ", ".join(f"{gib(x):.1f}" for x in st.levelled_activation_bytes) + " GiB",
+                         + ", ".join(f"{gib(x):,.1f}" for x in st.levelled_activation_bytes) + " GiB",
                          f"levelled peak {g(max(st.levelled_peak_bytes, default=0))}; "
                          f"{st.bytes_per_step / 1e9:,.1f} GB/step; "
                          + ("fits after levelling" if st.fits_after else "still over after levelling")]
