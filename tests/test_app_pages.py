@@ -406,3 +406,12 @@ def test_the_staircase_rank_widget_leaves_no_session_state_warning(app_test):
     finally:
         log.removeHandler(handler)
     assert not [m for m in seen if "pg_rank" in m], seen
+
+
+def test_where_memory_goes_says_the_layout_does_not_apply_and_names_no_dtype_per_legend(app_test):
+    """Issue 32 #9: the page is one GPU's textbook ledger (no tp / pp): it says so, and the
+    techniques legend does not call the fp32 column's parameters bf16."""
+    at = ok(app_test(WHERE, "tp=4&pp=2").run())
+    assert any("tp, pp, ep and cp do not apply" in c.value for c in at.caption)
+    names = {d["name"] for d in figures(at)[1]["data"]}
+    assert "Parameters" in names and not any("bf16" in n for n in names)

@@ -111,9 +111,14 @@ def _ledger_downloads(led: Ledger, stem: str) -> None:
                        help="Exactly what `memledger ledger --json` prints for this configuration.")
 
 
+def model_key(res: Resolved) -> str:
+    """The model as a file name part: the preset key, or an imported model's name."""
+    return res.cfg.model if not res.cfg.model.startswith("spec:") else res.model.name
+
+
 def stem(res: Resolved, page: str) -> str:
     c = res.cfg
-    model = c.model if not c.model.startswith("spec:") else res.model.name
+    model = model_key(res)
     return export.file_stem(page, model, f"tp{c.tp}", f"pp{c.pp}", f"ep{c.ep}", f"cp{c.cp}",
                             f"dp{c.dp}", f"zero{c.zero}", f"mb{c.mb}x{c.seq}")
 

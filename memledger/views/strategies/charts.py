@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from memledger.advisor.text import flops_text, price
+from memledger.advisor.text import QUANT_PRICE, flops_text, price
 from memledger.costs.compute import seconds
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.units import gib
@@ -30,14 +30,14 @@ def _price(moves, hw, mfu: int, m: int) -> str:
     if flops:
         t = f" ≈ {seconds(flops, hw, mfu):.3f} s" if hw else ""
         return f"{flops_text(flops)}/step{t}"
-    bits = max((mv.bits_lost for mv in moves), default=0)
+    quant = sorted({q for mv in moves for q in mv.policy.split("+") if q in QUANT_PRICE})
     host = sum(mv.host_bytes_per_micro_batch for mv in moves) * m
     movable = sum(mv.movable_bytes_per_micro_batch for mv in moves) * m
-    parts = [f"{bits} mantissa bits"] if bits else []
+    parts = [QUANT_PRICE[q] for q in quant]
     if host:
-        parts.append(f"{host / 1e9:,.1f} GB/step to host (PCIe)")
+        parts.append(f"{gib(host):,.1f} GiB/step to host (PCIe)")
     if movable:
-        parts.append(f"≤ {movable / 1e9:,.1f} GB/step to later ranks")
+        parts.append(f"≤ {gib(movable):,.1f} GiB/step to later ranks")
     return ", ".join(parts) or "—"
 
 
@@ -124,7 +124,7 @@ def levelled_staircase(stair, capacity_bytes: int | None = None,
         line, note = _target_line(capacity_bytes, target_label)
         shapes, notes, top = [line], [note], max(top, gib(capacity_bytes))
     title = (f"The staircase levelled: first/last rank activations {stair.steepness:.2f}×; "
-             f"levelling moves {stair.bytes_per_step / 1e9:,.1f} GB/step")
+             f"levelling moves {gib(stair.bytes_per_step):,.1f} GiB/step")
     layout = merge(house_layout(title, "peak per pipeline rank, before and after sending "
                                        "activations to later ranks (offload-pp)",
                                 height=420, bottom=95), dict(
@@ -147,7 +147,10 @@ def advice_sections(a) -> dict[str, list[str]]:
            for o in s.options],
         "2. Activations": [f"{g(act.activation_bytes)}; largest layer: {act.largest_layer} "
                            f"({g(act.largest_layer_bytes)}/layer/micro-batch); largest tensor "
-                           f"{act.largest_tensor} [{act.largest_tensor_class}] {g(act.largest_tensor_bytes)}"]
+                           f"{act.largest_tensor} [{act.largest_tensor_class}]: "
+                           f"{g(act.largest_tensor_bytes)} over its {act.largest_tensor_copies:,} "
+                           f"copies (layers × micro-batches in flight), "
+                           f"{g(act.largest_tensor_bytes // max(act.largest_tensor_copies, 1))} each"]
         + [f"{c.policy}: saves {g(c.saved_bytes)}; costs {price(c)}" for c in act.currencies]
         + [f"smaller micro-batch without offload: {act.smaller_micro_batch.micro_batch} × "
            f"{act.smaller_micro_batch.micro_batches}/step → {g(act.smaller_micro_batch.peak_bytes)}"
@@ -156,7 +159,7 @@ def advice_sections(a) -> dict[str, list[str]]:
                          "levelled activations per rank: "
                          + ", ".join(f"{gib(x):,.1f}" for x in st.levelled_activation_bytes) + " GiB",
                          f"levelled peak {g(max(st.levelled_peak_bytes, default=0))}; "
-                         f"{st.bytes_per_step / 1e9:,.1f} GB/step; "
+                         f"{gib(st.bytes_per_step):,.1f} GiB/step; "
                          + ("fits after levelling" if st.fits_after else "still over after levelling")]
         + [f"pp rank {x.src} → {x.dst}: {g(x.bytes)}" for x in st.transfers],
         "4. Buffers": [f"communication row {g(b.communication_bytes)}"]

@@ -14,7 +14,8 @@ from memledger.views.figures import GIB_AXIS, _layout, capacity_label
 from memledger.views.palette import CAPACITY_COLOR, OPTIMUM_COLOR, ROW_COLORS, ROW_SHORT
 
 SEED_ROWS = ("weights", "gradients", "optimizer", "activations")
-SEED_NAMES = {"weights": "Parameters (bf16)", "gradients": "Gradients (bf16)",
+# no dtype in the legend: the first column is fp32 (4 + 4 bytes), the others mixed precision
+SEED_NAMES = {"weights": "Parameters", "gradients": "Gradients",
               "optimizer": "Optimizer states", "activations": "Activations"}
 PATTERNS = ("", "/", "x")  # master copy, m, v: one colour, three textures
 
