@@ -219,7 +219,8 @@ def test_staircase_page_draws_the_step_timeline_of_the_chosen_rank_and_loop(app_
     at = ok(app_test(STAIRS, "loop=pytorch").run())
     timeline = figures(at)[1]
     assert "loop pytorch" in timeline["layout"]["title"]["text"]
-    assert {tr["name"] for tr in timeline["data"]} >= {"Gradients", "Activations", "peak"}
+    assert {tr["name"] for tr in timeline["data"]} >= {"Gradients", "Activations"}
+    assert any(tr["name"].startswith("peak ") for tr in timeline["data"])
     at.selectbox(key="pg_rank").set_value(3).run()
     ok(at)
     assert at.query_params == {"loop": "pytorch", "rank": "3"}

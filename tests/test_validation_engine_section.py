@@ -30,7 +30,7 @@ def test_section_renders_parity_per_rank_trackers_and_the_table(app_test):
     box = next(s for s in at.selectbox if s.label == "Engine case")
     assert box.value == "fsdp2 zero-3 dp=2" and len(box.options) == 14 + 6  # cpu + fake cases
     (parity,) = by_title(at, "Per rank")
-    measured = [t for t in parity["data"] if t["name"].endswith("measured")]
+    measured = [t for t in parity["data"] if t["name"].startswith("measured")]
     assert len(measured) == 5 and all(t["x"] == [0, 1] for t in measured)
     (trackers,) = by_title(at, "Peak per FSDP2 case")
     assert [t["name"] for t in trackers["data"]] == ["measured", "memledger", "FSDPMemTracker"]

@@ -96,8 +96,11 @@ def staircase_stages(led: Ledger, hw: Hardware) -> go.Figure:
     ticks = [r.pp_rank for r in led.ranks] if p.pp <= 32 else None
     top = max(cap, gib(peak.peak_total_bytes)) * 1.2
     layout = charts.merge(charts.house_layout(title, charts.describe(led),
-                                              height=520, bottom=135), dict(
+                                              height=600, bottom=235), dict(
         barmode="stack", shapes=[charts._hline(cap)], annotations=notes, margin=dict(r=90),
+        # one entry per row (~9 rows of ~20 px): with the right margin's capacity note, half
+        # the plot is narrower than 'Activations · back up the V' on a phone
+        legend=dict(entrywidth=1),
         yaxis=dict(title=dict(text=charts.GIB_AXIS), range=[0, top]),
         xaxis=dict(title=dict(text="pipeline-parallel rank (0 = first stage)"), showgrid=False,
                    zeroline=False, tickmode="array" if ticks else "auto", tickvals=ticks)))

@@ -72,7 +72,8 @@ def _target_line(capacity_bytes: int, label: str) -> tuple[dict, dict]:
 def before_after(before, after, capacity_bytes: int | None = None,
                  target_label: str = "target") -> go.Figure:
     """Stacked bars of the six rows on the most loaded rank, without and with the policy."""
-    labels = [f"before (pp rank {before.peak.pp_rank})", f"after (pp rank {after.peak.pp_rank})"]
+    # two lines and never rotated: on a phone "before (pp rank 0)" turned and hit the legend
+    labels = [f"before<br>(pp rank {before.peak.pp_rank})", f"after<br>(pp rank {after.peak.pp_rank})"]
     fig = go.Figure()
     for row in ROWS:
         vals = [gib(before.peak.rows[row]), gib(after.peak.rows[row])]
@@ -91,6 +92,7 @@ def before_after(before, after, capacity_bytes: int | None = None,
              "with the policy")
     layout = merge(house_layout(title, describe(before), height=470, bottom=105), dict(
         shapes=shapes, annotations=notes, margin=dict(r=90), bargap=0.45,
+        xaxis=dict(tickangle=0),
         yaxis=dict(title=dict(text=GIB_AXIS), range=[0, top * 1.12])))
     fig.update_layout(layout)
     return fig
