@@ -76,3 +76,17 @@ def test_every_stored_case_is_offered(doc, app_test):
     at = ok(app_test(PAGE).run())
     options = next(s for s in at.selectbox if s.label == "Engine case").options
     assert {m["case"] for m in doc["measurements"]} <= set(options)
+
+
+def test_per_rank_panels_share_a_scale_from_zero_and_tick_every_rank(app_test):
+    """Issue 32 #8: autoscaled panels made a 0.001 % difference between ranks look like 3 %;
+    every panel starts at 0 MiB, ticks name ranks on every panel, titles have room."""
+    at = ok(app_test(PAGE).run())
+    (parity,) = by_title(at, "Per rank")
+    lay = parity["layout"]
+    yaxes = [v for k, v in lay.items() if k.startswith("yaxis")]
+    xaxes = [v for k, v in lay.items() if k.startswith("xaxis")]
+    assert len(yaxes) >= 3 and all(y.get("rangemode") == "tozero" for y in yaxes)
+    assert all(x.get("tickprefix") == "rank " and x.get("showticklabels") for x in xaxes)
+    legend = [t["name"] for t in parity["data"] if t.get("showlegend", True)]
+    assert legend == ["memledger (line)", "measured (open diamonds)"]

@@ -76,17 +76,19 @@ def staircase_figure(records: list[dict], case: str) -> go.Figure:
 
 
 def trackers_figure(rows: list[dict]) -> go.Figure:
-    """Peak per FSDP case: the measured run, memledger, and FSDPMemTracker's own estimate."""
+    """Peak per FSDP case: the measured run, memledger, and FSDPMemTracker's own estimate.
+    Horizontal bars: the case names read on a phone (as columns, seven wrapped names ran into
+    each other)."""
     fig = go.Figure()
-    names = ["<br>".join(wrap(r["case"], 16)) for r in rows]  # fits a phone
+    names = ["<br>".join(wrap(r["case"], 22)) for r in rows]
     for key, label in (("measured_bytes", "measured"), ("memledger_bytes", "memledger"),
                        ("fsdpmemtracker_bytes", "FSDPMemTracker")):
-        fig.add_trace(go.Bar(x=names, y=[r[key] / MIB for r in rows], name=label,
-                             marker_color=TRACKER_COLORS[label]))
+        fig.add_trace(go.Bar(y=names, x=[r[key] / MIB for r in rows], name=label,
+                             orientation="h", marker_color=TRACKER_COLORS[label]))
     _layout(fig, "Peak per FSDP2 case: measured vs memledger vs FSDPMemTracker",
             "FSDPMemTracker: PyTorch's own estimate (what a torchtitan user runs), same step",
-            height=480, bottom=200)
+            height=140 + 70 * max(len(rows), 1), bottom=110)
     fig.update_layout(barmode="group")
-    fig.update_xaxes(tickangle=0)
-    fig.update_yaxes(title_text="MiB", type="log")
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11))
+    fig.update_xaxes(title_text="peak, MiB (log scale)", type="log")
     return fig
