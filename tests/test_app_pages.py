@@ -1,5 +1,6 @@
 """The Streamlit pages under AppTest: defaults render, every kind of widget changes the chart and
 the URL, a share link reproduces the view, and bad links give errors, not exceptions."""
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -11,7 +12,7 @@ from conftest import chart_numbers, figures
 from memledger.units import GIB
 from memledger.views.compute import ledger_for
 from memledger.views.navigation import PAGES, available
-from memledger.views.state import KEYS, load_model, parse_params
+from memledger.views.state import DEFAULT, KEYS, load_model, parse_params
 
 LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -416,3 +417,24 @@ def test_where_memory_goes_says_the_layout_does_not_apply_and_names_no_dtype_per
     assert any("tp, pp, ep and cp do not apply" in c.value for c in at.caption)
     names = {d["name"] for d in figures(at)[1]["data"]}
     assert "Parameters" in names and not any("bf16" in n for n in names)
+
+
+def test_ab_pins_a_layout_and_shows_both_ledgers_row_by_row_through_the_link(app_test):
+    """Issue 32 #7: pin A, change the sidebar (B), see both with B − A per row and both
+    staircases; the link carries A, and a bad pinned value is refused with its reason."""
+    from memledger.views import compare
+    at = ok(app_test(LEDGER).run())
+    at.button(key="ab_pin").click().run()
+    at.select_slider(key="sb_tp").set_value(4).run()
+    assert ok(at).query_params == {"tp": "4", "pin": "model=llama3-70b"}
+    table = at.dataframe[-1].value
+    a = ledger_for(load_model("llama3-70b"), DEFAULT)
+    b = ledger_for(load_model("llama3-70b"), replace(DEFAULT, tp=4))
+    assert list(table["B − A (bytes)"]) == list(compare.diff_table(a, b)["B − A (bytes)"])
+    assert table["B − A (bytes)"].iloc[-1] == b.peak.peak_total_bytes - a.peak.peak_total_bytes
+    ab = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("A/B"))
+    assert [t["name"][:2] for t in ab["data"]] == ["A:", "B:"]
+    again = ok(app_test(LEDGER, "tp=4&pin=model%3Dllama3-70b").run())
+    assert list(again.dataframe[-1].value["B − A (bytes)"]) == list(table["B − A (bytes)"])
+    bad = ok(app_test(LEDGER, "pin=model%3Dllama3-70b%26tp%3Dbanana").run())
+    assert any("`pin=" in e.value and "tp" in e.value for e in bad.error)
