@@ -16,7 +16,7 @@ $(VENV)/.app-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test,trace,export]'
+	$(BIN)/python -m pip install -q -e '.[test,trace,export,finetune,validation]'
 	touch $@
 
 app: $(VENV)/.app-installed

@@ -24,12 +24,17 @@ class NumberFormat:
     block: int = 0
     scale_bytes: int = 0
     mantissa_bits: int = 0  # precision of the stored value, for the "bits lost" currency
+    block2: int = 0  # double quantisation: one `scale2_bytes` constant per block2 scales
+    scale2_bytes: int = 0
     note: str = ""
 
     def bytes_for(self, n_values: int) -> int:
         data = -(-n_values * self.bits // 8)
         if self.block:
-            data += -(-n_values // self.block) * self.scale_bytes
+            scales = -(-n_values // self.block)
+            data += scales * self.scale_bytes
+            if self.block2:
+                data += -(-scales // self.block2) * self.scale2_bytes
         return data
 
 
@@ -58,7 +63,33 @@ FORMATS: dict[str, NumberFormat] = {
 }
 
 
+def _quantised(name: str) -> NumberFormat | None:
+    """Formats of a quantised base, named with their block sizes:
+    "nf4:B:D" — NF4 (QLoRA, arXiv 2305.14314 §3): 4 bits per value, one absmax per B values,
+      quantised to 8 bits with one fp32 constant per D absmax values (double quantisation,
+      bitsandbytes `compress_statistics`); D = 0: fp32 absmax per B values, no second level.
+    "int8row:K" / "fp8row:K" — 8 bits per value and one fp32 scale per row of K inputs
+      (bitsandbytes Int8Params SCB; torchao float8 weight-only, per-row granularity)."""
+    kind, _, rest = name.partition(":")
+    parts = rest.split(":")
+    if kind not in ("nf4", "int8row", "fp8row") or not all(x.isdigit() and len(x) < 8 for x in parts):
+        return None
+    nums = [int(x) for x in parts]
+    if kind == "nf4" and len(nums) == 2 and nums[0] > 0:
+        b, d = nums
+        return NumberFormat(name=name, bits=4, block=b, scale_bytes=1 if d else 4, block2=d,
+                            scale2_bytes=4 if d else 0, mantissa_bits=3)
+    if kind != "nf4" and len(nums) == 1 and nums[0] > 0:
+        return NumberFormat(name=name, bits=8, block=nums[0], scale_bytes=4,
+                            mantissa_bits=7 if kind == "int8row" else 3)
+    return None
+
+
 def fmt(name: str) -> NumberFormat:
+    if ":" in name:
+        q = _quantised(name)
+        if q is not None:
+            return q
     return lookup("dtype", FORMATS, name, "format")
 
 

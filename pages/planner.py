@@ -169,5 +169,5 @@ def track_record() -> None:
 
 body()
 track_record()
-sidebar.draw(res, sections=("model", "workload"))
+sidebar.draw(res, sections=("model", "workload", "finetune"))
 ui.finish(res, SPECS, pst.clean(page), share=share)

@@ -105,7 +105,7 @@ def body() -> None:
     ui.chart(charts.levelled_staircase(advice.staircase, target, target_label),
              stem + "_levelled", key="levelled", setting=ui.setting(res))
 
-    st.subheader("The advisor's four questions")
+    st.subheader("The advisor's questions")
     if advice.fits:
         st.success("This configuration already fits the target.", icon=":material/check_circle:")
     for title, lines in charts.advice_sections(advice).items():

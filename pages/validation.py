@@ -12,7 +12,8 @@ from memledger.views import export, ui
 from memledger.views.frame import page_frame
 from memledger.views.state import BadValue, PageParam
 from memledger.views.sync import resolve
-from memledger.views.validation import charts, data, engine_section
+from memledger.views.validation import (charts, data, engine_section, finetune_section,
+                                        titan_section, your_run)
 from memledger.views.validation import timeline as timeline_validation
 
 page_frame("validation")
@@ -155,6 +156,9 @@ with st.expander("How it was measured", icon=":material/science:"):
     st.markdown(HOW)
 
 engine_section.render(folder)
+finetune_section.render(folder)
+titan_section.render(folder)
+your_run.render()
 
 ui.finish(res, SPECS, {"rows": tuple(rows) or data.ROW_ORDER, "env": env, "case": case},
           share=share)

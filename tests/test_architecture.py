@@ -8,7 +8,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "memledger"
 LAYERS = (("memledger.errors", "memledger.units", "memledger.divisors", "memledger.safe_json"),
           ("memledger.specs",),
-          ("memledger.model", "memledger.presets"), ("memledger.ledger",), ("memledger.costs",),
+          ("memledger.model", "memledger.presets"), ("memledger.configs",), ("memledger.ledger",),
+          ("memledger.costs",),
           ("memledger.advisor",), ("memledger.planner",),
           ("memledger.trace", "memledger.validation", "memledger.engine"),
           ("memledger.views",), ("memledger.cli",))

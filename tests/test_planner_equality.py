@@ -16,6 +16,7 @@ import pytest
 from memledger import build_ledger, gpu, model
 from memledger.model.hf_config import load_hf_config
 from memledger.planner import Constraints, PlanSpec, plan
+from memledger.specs.finetune import FinetuneSpec
 from memledger.specs.runtime import RuntimeSpec
 
 
@@ -130,6 +131,19 @@ SCENARIOS = {
     "megatron-2021 (no SP), amp autocast casts": dict(
         model="llama3.2-1b", worlds=(32,), seq=2048, global_batch=256, precision="amp",
         framework="megatron-2021"),
+    # fine-tuning (ledger/static/finetune.py, activations/finetune.py): frozen groups, adapters
+    # split over tp, a quantised base with per-tensor constants, fewer saved inputs
+    "lora all-linear, fp32 adapters, dropout, hf profile": dict(
+        model="llama3-8b", worlds=(8,), seq=2048, global_batch=16, profile="hf",
+        finetune=FinetuneSpec(mode="lora", lora_rank=16, lora_targets=("all-linear",),
+                              lora_dropout_pct=5)),
+    "qlora nf4 double-quant, mixtral, megatron profile": dict(
+        model="mixtral-8x7b", worlds=(8,), seq=2048, global_batch=16,
+        finetune=FinetuneSpec(mode="qlora", lora_targets=("attention",), base_weights="nf4"),
+        constraints=Constraints(max_vpp=2)),
+    "freeze head, attention and layers 8-15 (the embedding trains)": dict(
+        model="llama3-8b", worlds=(8,), seq=2048, global_batch=16, profile="hf",
+        finetune=FinetuneSpec(mode="freeze", freeze=("head", "attention", "layers:8-15"))),
 }
 SAMPLES = 300
 

@@ -6,7 +6,8 @@
      (bytes saved at the peak; FLOPs and seconds, bits, or bandwidth and exposed seconds);
   3. the staircase — per-rank activations, its steepness, and what levelling (remote offload of
      every class to later ranks) would do, with bytes per step and the link it needs;
-  4. buffers — whether the MoE all-to-all is sized for the worst case and what static shapes save.
+  4. buffers — whether the MoE all-to-all is sized for the worst case and what static shapes save;
+  5. fine-tuning — freezing parts or training adapters: bytes saved for the trainable fraction.
 Finally a plan: cheapest-first changes (static buffer shapes, ZeRO-1/2, per-class currencies in
 order of bytes, levelling, ZeRO-3, ZeRO-Offload), applied one by one until the most loaded rank
 fits. Every candidate is checked by re-running the ledger. Targets are peak_total bytes.
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from memledger.advisor.moves import (Candidate, Plan, all_remote, currency_candidates, evaluate,
                                      static_candidates)
+from memledger.advisor.finetune import FinetuneAnswer, finetune_answer
 from memledger.advisor.plan import make_plan
 from memledger.costs.bandwidth import (MicroBatchAlternative, OffloadVerdict, cpu_offload_verdicts,
                                        remote_offload_verdicts, smaller_micro_batch)
@@ -113,6 +115,7 @@ class Advice:
     buffers: BufferAnswer
     plan: Plan
     notes: tuple[str, ...] = field(default=())
+    finetune: FinetuneAnswer | None = None  # 5. freezing and adapters (advisor/finetune.py)
 
 
 def _static(led: Ledger, target: int) -> StaticAnswer:
@@ -225,4 +228,5 @@ def advise(led: Ledger, target_bytes: int | None = None, mfu_pct: int = DEFAULT_
     return Advice(target_bytes=target_bytes, peak_bytes=peak, most_loaded_rank=led.most_loaded_rank,
                   fits=peak <= target_bytes, static=_static(led, target_bytes),
                   activations=_activations(led, target_bytes, mfu_pct), staircase=stair,
-                  buffers=_buffers(led), plan=make_plan(led, target_bytes, mfu_pct), notes=notes)
+                  buffers=_buffers(led), plan=make_plan(led, target_bytes, mfu_pct), notes=notes,
+                  finetune=finetune_answer(led, target_bytes))

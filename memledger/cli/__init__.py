@@ -8,7 +8,7 @@ from memledger.cli.args import Parser
 from memledger.errors import SpecError
 
 # modules under memledger.cli: add(), run()
-COMMANDS = ["ledger", "advise", "plan", "reference", "trace", "validate"]
+COMMANDS = ["ledger", "advise", "plan", "reference", "trace", "validate", "config", "compare"]
 
 
 def build_parser() -> Parser:
@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     from memledger.cli.contract import check_args, flag_names, flag_of
     names = flag_names(parser._subparsers._group_actions[0].choices[args.command])
     try:
+        from memledger.cli.config_flags import apply_configs
+        apply_configs(args, parser, sys.argv[1:] if argv is None else list(argv))
         check_args(args, names)  # every flag in its range before any command runs
         rc = args.run(args) or 0
         sys.stdout.flush()

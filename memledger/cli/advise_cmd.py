@@ -95,6 +95,12 @@ def render(a) -> str:
                    + "; " + ", ".join(f"{k} {_g(v)}" for k, v in b.a2a_bytes.items())
                    + f"; static shapes save {_g(b.static_saving_bytes)} against the worst case")
     out += [f"   {n}: {_g(v)}" for n, v in b.items]
+    ft = a.finetune
+    if ft is not None:
+        out += ["", f"5. fine-tuning ({ft.mode}): {ft.trainable_pct:.2f}% of the rank's parameters train"]
+        out += [f"   {o.label:<50} " + (f"invalid: {o.error}" if o.error else
+                f"trains {o.trainable_pct:.3f}%, saves {_g(o.saved_bytes)}, peak {_g(o.peak_bytes)}"
+                f"{'  fits' if o.fits else ''}") for o in ft.options]
     out += ["", "plan: " + "; ".join(pl.steps), f"   peak after: {_g(pl.peak_bytes)} — "
             + ("fits" if pl.fits else "still does not fit")] + [f"note: {n}" for n in a.notes]
     return "\n".join(out)

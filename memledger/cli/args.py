@@ -11,12 +11,14 @@ from memledger.presets import GPUS, MODELS, gpu, model
 from memledger.presets.defaults import DEFAULTS as D
 from memledger.presets.policies import POLICY_PRESETS, apply_policy
 from memledger.specs import ParallelSpec, TrainSpec
+from memledger.specs.finetune import BASE_WEIGHTS, LORA_DTYPES, MODES, FinetuneSpec
 from memledger.specs.loop import add_loop_args, loop_kwargs
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
 from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
                                      NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, TP_ENGINES,
-                                     W_HOLDS, ZERO1_PARTITIONS, ZERO3_IMPLS, RuntimeSpec)
+                                     RESHARD_AFTER_FORWARD, W_HOLDS, ZERO1_PARTITIONS,
+                                     ZERO3_IMPLS, RuntimeSpec)
 from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
 from memledger.units import GIB
 
@@ -29,13 +31,28 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--model", choices=sorted(MODELS), metavar="PRESET",
                      help=f"model preset: {', '.join(MODELS)}")
     src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
     src.add_argument("--hf-id", metavar="ORG/NAME",
                      help="a Hugging Face Hub model id (e.g. meta-llama/Llama-3.1-8B): memledger's "
                           "shipped catalog, the local Hugging Face cache, then the Hub")
+    src.add_argument("--model-spec", metavar="spec:…",
+                     help="a memledger model code (the app's share links and `memledger config` "
+                          "print it)")
+    add_config_file_args(p)
+
+
+def add_config_file_args(p: argparse.ArgumentParser) -> None:
+    from memledger.configs import FORMATS
+    g = p.add_argument_group("framework configuration files (docs/configs.md)")
+    g.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="a Megatron-LM launch script / YAML, torchtitan TOML or dumped JSON, "
+                        "DeepSpeed JSON, TrainingArguments, accelerate or LLaMA-Factory YAML "
+                        "(repeatable); flags given explicitly override it")
+    g.add_argument("--config-format", choices=FORMATS, default=None,
+                   help="force the format (default: detected from the content)")
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
@@ -77,7 +94,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="(default: %(default)s)")
     g.add_argument("--recompute", choices=RECOMPUTE, default=D["recompute"],
                    help="(default: %(default)s)")
-    g.add_argument("--recompute-every", type=int, default=0, help="k for every-k (0 = ceil(sqrt L))")
+    g.add_argument("--recompute-every", type=int, default=0,
+                   help="k for every-k (0 = ceil(sqrt L)) and for interval (torchtitan: every "
+                        "k-th block fully checkpointed; required)")
+    g.add_argument("--recompute-budget-pct", type=int, default=50,
+                   help="memory-budget: torchtitan memory_budget x 100 (0 = full checkpointing, "
+                        "100 = the compiler's default saved set; default: %(default)s)")
     g.add_argument("--gpu", choices=sorted(GPUS), default=D["gpu"],
                    help="GPU preset: capacity and links (default: %(default)s)")
     g.add_argument("--policy", action="append", default=[], metavar="CLASS=POLICY",
@@ -85,6 +107,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                         "fp8, int8, int4, offload-cpu, offload-pp, or e.g. fp8+offload-cpu")
     g.add_argument("--policy-preset", choices=sorted(POLICY_PRESETS), default=None,
                    help="named policy (sets the recompute structure too); --policy rules go on top")
+    add_finetune_args(p)
     r = p.add_argument_group("runtime and buffers")
     r.add_argument("--a2a", choices=A2A_SIZING, default="dynamic", help="MoE all-to-all sizing")
     r.add_argument("--capacity-factor", type=float, default=1.0)
@@ -127,8 +150,60 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--zero1-partition", choices=ZERO1_PARTITIONS, default="even",
                    help="ZeRO-1 states: even N/d (Megatron) or greedy-params (torch "
                         "ZeroRedundancyOptimizer: whole tensors; the most loaded dp rank)")
+    r.add_argument("--fsdp-reshard-after-forward", choices=RESHARD_AFTER_FORWARD,
+                   default="default",
+                   help="FSDP2 (ZeRO-3): default reshards after forward unless PP is on "
+                        "(torchtitan); never keeps every unsharded unit from forward to backward")
+    r.add_argument("--torch-compile", action="store_true",
+                   help="torch.compile the model (torchtitan [compile]): the partitioner's saved set")
+    r.add_argument("--no-loss-parallel", dest="loss_parallel", action="store_false",
+                   help="torchtitan disable_loss_parallel: with tp > 1 the logits are gathered "
+                        "to full V on every tp rank")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
     add_loop_args(p)
+
+
+def add_finetune_args(p: argparse.ArgumentParser) -> None:
+    f = p.add_argument_group("fine-tuning (docs/finetune.md)")
+    f.add_argument("--finetune", choices=MODES, default="full",
+                   help="which parameters train (default: %(default)s)")
+    f.add_argument("--lora-rank", type=int, default=8, help="LoRA rank r (peft default 8)")
+    f.add_argument("--lora-alpha", type=int, default=8, help="LoRA alpha (peft default 8)")
+    f.add_argument("--lora-targets", default="q_proj,v_proj",
+                   help="comma separated: attention, mlp, all-linear, experts, router or module "
+                        "names (q_proj, ..., down_proj, linear_qkv, ...) (default: %(default)s)")
+    f.add_argument("--lora-dropout", type=float, default=0.0,
+                   help="dropout probability on the adapter input, 0 <= p < 1 (default: 0)")
+    f.add_argument("--lora-dtype", choices=LORA_DTYPES, default="fp32",
+                   help="the adapters' storage dtype (peft upcasts bf16/fp16 adapters to fp32)")
+    f.add_argument("--base-weights", choices=BASE_WEIGHTS, default=None,
+                   help="frozen base storage: bf16/fp16/fp32, or nf4/int8/fp8 for qlora "
+                        "(default: nf4 for qlora, else bf16)")
+    f.add_argument("--freeze", default="",
+                   help="comma separated modules or layer ranges that do not train, e.g. "
+                        "embeddings,head,layers:0-15 (with --finetune freeze)")
+    f.add_argument("--train-embeddings", action="store_true",
+                   help="lora/qlora: train the embeddings (peft modules_to_save)")
+    f.add_argument("--train-head", action="store_true",
+                   help="lora/qlora: train the output head (peft modules_to_save)")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in (text or "").split(",") if x.strip())
+
+
+def finetune_from_args(args) -> FinetuneSpec:
+    mode = getattr(args, "finetune", "full")
+    p = getattr(args, "lora_dropout", 0.0)
+    if not 0 <= p < 1 or abs(p * 100 - round(p * 100)) > 1e-6:
+        raise SpecError("lora_dropout", f"must be a probability 0 <= p < 1 in whole percent "
+                                        f"(e.g. 0.05), got {p}")
+    base = getattr(args, "base_weights", None) or ("nf4" if mode == "qlora" else "bf16")
+    return FinetuneSpec(mode=mode, lora_rank=args.lora_rank, lora_alpha=args.lora_alpha,
+                        lora_targets=_names(args.lora_targets), lora_dropout_pct=round(p * 100),
+                        lora_dtype=args.lora_dtype, base_weights=base,
+                        freeze=_names(args.freeze), train_embeddings=args.train_embeddings,
+                        train_head=args.train_head)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -138,12 +213,20 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_model(args):
+    if getattr(args, "config_model", None) is not None:
+        return args.config_model
+    if getattr(args, "model_spec", None):
+        from memledger.views.model_codec import decode_model
+        return decode_model(args.model_spec)
     if getattr(args, "hf_id", None):
         from memledger.model.hub import hub_model
         return hub_model(args.hf_id)
     if args.hf_config:
         from memledger.model.hf_config import load_hf_config
         return load_hf_config(args.hf_config)
+    if not args.model:
+        raise SpecError("model", "give one of --model, --hf-config, --hf-id, --model-spec or a "
+                                 "--config that names the model")
     return model(args.model)
 
 
@@ -152,6 +235,13 @@ def _layout(text: str | None, n_layers: int, n_stages: int):
         return None
     if text == "balanced":
         return balanced_layout(n_layers, n_stages)
+    if text.startswith("torchtitan:"):  # torchtitan's split: first/last stage_less_layers
+        from memledger.configs.torchtitan import torchtitan_layout
+        try:
+            first, last = (int(x) for x in text[len("torchtitan:"):].split(","))
+            return torchtitan_layout(n_layers, n_stages, first, last)
+        except ValueError as e:
+            raise SpecError("layout", f"torchtitan:FIRST,LAST: {e}") from None
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
@@ -176,7 +266,9 @@ def train_from_args(args) -> TrainSpec:
     t = TrainSpec(micro_batch=args.micro_batch, seq=args.seq, micro_batches=args.micro_batches,
                   precision=args.precision, optimizer=args.optimizer, profile=args.profile,
                   attention=args.attention, recompute=args.recompute,
-                  recompute_every=args.recompute_every)
+                  recompute_every=args.recompute_every,
+                  recompute_budget_pct=getattr(args, "recompute_budget_pct", 50),
+                  finetune=finetune_from_args(args))
     preset = getattr(args, "policy_preset", None)
     rules = parse_rules(getattr(args, "policy", None))
     return apply_policy(t, preset, rules) if preset or rules else t
@@ -212,7 +304,9 @@ def runtime_from_args(args) -> RuntimeSpec:
                        grad_offload_chunk_params=_count("grad_offload_chunk", args.grad_offload_chunk),
                        muon_gather=args.muon_gather, pp_engine=args.pp_engine,
                        zb_w_holds=args.zb_w_holds, tp_engine=args.tp_engine,
-                       zero1_partition=args.zero1_partition)
+                       zero1_partition=args.zero1_partition,
+                       fsdp_reshard_after_forward=args.fsdp_reshard_after_forward,
+                       torch_compile=args.torch_compile, loss_parallel=args.loss_parallel)
 
 
 def specs_from_args(args):

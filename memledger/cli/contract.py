@@ -26,6 +26,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "seq": (1, BOUNDS["seq"].limit),
     "micro_batches": (1, BOUNDS["micro_batches"].limit),
     "recompute_every": (0, BOUNDS["recompute_every"].limit),
+    "recompute_budget_pct": (0, 100),
     "allocator_slack_pct": (0, 100),
     "deepep_max_tokens": (0, BOUNDS["tokens_per_step"].limit),
     "zero3_prefetch_layers": (0, BOUNDS["n_layers"].limit),

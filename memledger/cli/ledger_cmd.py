@@ -51,6 +51,7 @@ def render(led, with_items: bool = False) -> str:
         diff = gib(cap - peak.peak_total_bytes)
         verdict = f"fits, {diff:.2f} GiB free" if diff >= 0 else f"OVER by {-diff:.2f} GiB"
         lines.append(f"{led.hardware.name} ({gib(cap):.1f} GiB): {verdict}")
+    lines += [f"WARNING: {w}" for w in led.warnings]
     pay = payments(peak.moves, t.micro_batches)
     if pay["saved_bytes"] or peak.transfers:
         lines.append(f"storage policy ({t.policy}): saves {gib(pay['saved_bytes']):.2f} GiB on this rank; "

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from memledger.cli.args import add_model_args, add_train_args, load_model, runtime_from_args
+from memledger.cli.args import (add_model_args, add_train_args, finetune_from_args, load_model,
+                               runtime_from_args)
 from memledger.errors import SpecError
 from memledger.presets import GPUS, gpu
 from memledger.units import gib
@@ -23,9 +24,11 @@ def add(sub) -> None:
     add_train_args(p)
     p.set_defaults(micro_batch=None, recompute=None, micro_batches=None)
     g = p.add_argument_group("search space")
-    g.add_argument("--world", action="append", required=True,
-                   help="world size(s): repeat the flag or give a comma list")
-    g.add_argument("--global-batch", type=int, required=True, help="sequences per step")
+    g.add_argument("--world", action="append", default=None,
+                   help="world size(s): repeat the flag or give a comma list (required unless "
+                        "a --config sets it)")
+    g.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per step (required unless a --config sets it)")
     g.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU preset's")
     g.add_argument("--headroom", type=float, default=0.0, help="fraction of HBM kept free")
     for name in FIXED:
@@ -62,6 +65,9 @@ def spec_from_args(args):
                                   "ledger --policy`")
     if args.recompute_every:
         raise SpecError("recompute_every", "the planner searches none, selective and full")
+    for dest, flag in (("world", "--world"), ("global_batch", "--global-batch")):
+        if getattr(args, dest) is None:
+            raise SpecError(dest, f"give {flag} (or a --config that says it)")
     if args.top < 0:
         raise SpecError("top", f"must be >= 0, got {args.top}")
     if args.profile.startswith("traced:"):
@@ -75,7 +81,7 @@ def spec_from_args(args):
                     optimizer=args.optimizer, profile=args.profile, attention=args.attention,
                     headroom=args.headroom, runtime=runtime_from_args(args),
                     mfu_pct=args.mfu, framework=args.framework,
-                    constraints=Constraints(**fixed, **bounds))
+                    constraints=Constraints(**fixed, **bounds), finetune=finetune_from_args(args))
 
 
 def run(args) -> int:

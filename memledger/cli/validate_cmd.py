@@ -19,6 +19,9 @@ def add(sub) -> None:
                    "result there is kept unless --force)")
     p.add_argument("--force", action="store_true", help="replace an existing result in --out")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
+    p.add_argument("--finetune", action="store_true",
+                   help="the fine-tuning cases (peft LoRA, frozen modules; needs peft): writes "
+                        "<out>/finetune-<device>.json")
     p.add_argument("--rescore", metavar="JSON", default=None,
                    help="re-predict a stored run's measurements with the current ledger (no torch)")
     from memledger.cli.engine_cmd import add_flags
@@ -46,6 +49,13 @@ def run(args) -> int:
     from memledger.cli.trace_cmd import framework_errors
     if args.rescore:
         return rescore_file(Path(args.rescore))
+    if args.engine == "torchtitan":
+        from memledger.cli import titan_cmd
+        if args.list:
+            from memledger.engine.titan_cases import CASES as TITAN
+            print("\n".join(c.name for c in TITAN))
+            return 0
+        return titan_cmd.run(args)
     if args.engine:
         from memledger.cli import engine_cmd
         if args.list:
@@ -58,17 +68,16 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from memledger.validation.cases import CPU_CASES, GPU_CASES, cases_named
+    from memledger.validation.cases import CPU_CASES, FINETUNE_CPU_CASES, GPU_CASES, cases_named
     if args.list:
-        print("\n".join(c.name for c in GPU_CASES + CPU_CASES))
+        print("\n".join(c.name for c in GPU_CASES + CPU_CASES + FINETUNE_CPU_CASES))
         return 0
     device = _device(args.device)
     if args.timeline:
         from memledger.cli.timeline_validate import run_timeline
         return run_timeline(device, args.out, args.force)
-    pool = GPU_CASES if device == "cuda" else CPU_CASES
-    cases = cases_named(args.cases.split(",") if args.cases else None, pool=GPU_CASES + CPU_CASES) \
-        if args.cases else pool
+    pool = FINETUNE_CPU_CASES if args.finetune else GPU_CASES if device == "cuda" else CPU_CASES
+    cases = cases_named(args.cases.split(",") if args.cases else None) if args.cases else pool
     from memledger.validation.measure import environment, measure, workspace_bytes
     from memledger.validation.report import compare, worst_by_row
     env = environment()
@@ -85,7 +94,8 @@ def _run(args) -> int:
     worst = worst_by_row(records)
     print("worst |error| per row: " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in worst.items()))
     if args.out:
-        write(Path(args.out), device, env, records, raw, force=args.force)
+        write(Path(args.out), device, env, records, raw, force=args.force,
+              stem="finetune" if args.finetune else "validation")
     return 0 if all(r["ok"] for r in records) else 1
 
 
@@ -93,6 +103,9 @@ def rescore_file(path: Path) -> int:
     from memledger.safe_json import load_file
     from memledger.validation.report import rescore, worst_by_row
     doc = load_file(path, "rescore")  # bounded in size and nesting before parsing
+    if isinstance(doc, dict) and doc.get("engine") == "torchtitan":
+        from memledger.cli.titan_cmd import report as titan_report
+        return titan_report(doc)
     if isinstance(doc, dict) and doc.get("engine"):  # a stored `validate --engine torch` run
         from memledger.cli.engine_cmd import rescore_file as engine_rescore
         return engine_rescore(doc)
@@ -111,15 +124,16 @@ def rescore_file(path: Path) -> int:
 
 
 def write(folder: Path, device: str, env: dict, records: list[dict], raw: list[dict],
-          force: bool = False) -> None:
-    """validation-<device>.json and .csv in `folder`; an existing result (such as the stored GPU
-    run the tests re-predict) is kept unless `force`."""
-    keep_existing([folder / f"validation-{device}.{ext}" for ext in ("json", "csv")], force)
+          force: bool = False, stem: str = "validation") -> None:
+    """<stem>-<device>.json and .csv in `folder` (stem "finetune" for the fine-tuning cases);
+    an existing result (such as the stored GPU run the tests re-predict) is kept unless
+    `force`."""
+    keep_existing([folder / f"{stem}-{device}.{ext}" for ext in ("json", "csv")], force)
     folder.mkdir(parents=True, exist_ok=True)
     doc = {"environment": env, "records": records, "measurements": raw}
-    (folder / f"validation-{device}.json").write_text(json.dumps(doc, indent=1))
-    with open(folder / f"validation-{device}.csv", "w", newline="") as f:
+    (folder / f"{stem}-{device}.json").write_text(json.dumps(doc, indent=1))
+    with open(folder / f"{stem}-{device}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(records[0]))
         w.writeheader()
         w.writerows(records)
-    print(f"wrote {folder}/validation-{device}.json and .csv", file=sys.stderr)
+    print(f"wrote {folder}/{stem}-{device}.json and .csv", file=sys.stderr)

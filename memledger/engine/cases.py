@@ -105,6 +105,7 @@ class EngineCase:
                            zero3_impl="fsdp", optimizer_impl="for-loop",
                            grad_lifetime="persistent",  # the loop the harness runs (worker.py)
                            tp_engine="dtensor", zero1_partition="greedy-params",  # its engines
+                           fsdp_expert_shard="dim1-if-fewer",  # parallelize._experts_on_dim1
                            pp_engine="pytorch")  # torch.distributed.pipelining's buffers
 
 

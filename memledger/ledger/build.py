@@ -15,8 +15,9 @@ from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.policy import payments
 from memledger.ledger.activations.row import activation_items, activation_moves
 from memledger.ledger.activations.transients import activation_transients
-from memledger.ledger.checks import check_all
+from memledger.ledger.checks import check_all, check_runtime
 from memledger.ledger.communication import comm_items
+from memledger.ledger.fsdp2 import expert_sharding, logits_gathered, padding_warnings
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
 from memledger.ledger.items import ROWS, RankLedger
 from memledger.ledger.pipeline.remote import remote_offload
@@ -46,6 +47,7 @@ class Ledger:
     n_params: int
     n_active_params: int
     loop: LoopSpec | None = None  # the resolved training loop
+    warnings: tuple[str, ...] = ()  # modelled, but worth a look (FSDP2 padding: ledger.fsdp2)
 
     @property
     def most_loaded_rank(self) -> int:
@@ -75,6 +77,7 @@ class Ledger:
                 "timeline": r.timeline_json(),
             } for r in self.ranks],
             "most_loaded_rank": self.most_loaded_rank,
+            "warnings": list(self.warnings),
             "config": {"model": asdict(self.model), "parallel": asdict(self.parallel),
                        "train": asdict(self.train), "runtime": asdict(self.runtime),
                        "hardware": asdict(self.hardware) if self.hardware else None,
@@ -97,14 +100,16 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
-    static = apply_engines(static_items(held, p, t), held, p, t, rt)  # DTensor, torch ZeRO-1
+    pad = expert_sharding(p, t, rt, loop)  # FSDP2's dim-0 chunks of 3-D experts (ledger.fsdp2)
+    static = apply_engines(static_items(held, p, t, pad), held, p, t, rt)  # DTensor, ZeRO-1
     items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
     loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
-    acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked")
+    acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked",
+                            compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop))
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, flights, acts.outer["first stage"])
-    items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, r, flights))
+    items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, r, flights), loop)
     stages = stage_layers(m, p)
     transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand)
     return RankParts(r=r, items=tuple(items), transients=tuple(transients),
@@ -131,6 +136,7 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     """Every pipeline rank's ledger. Raises SpecError on an invalid combination."""
     rt = runtime or RuntimeSpec()
     check_all(model, parallel, train)
+    check_runtime(parallel, train, rt)
     loop = resolve_loop(rt, train.profile)
     built = built_model(model, loop)  # the modules the loop's framework builds (MTP or not)
     parts = [rank_parts(built, parallel, train, rt, r) for r in range(parallel.pp)]
@@ -140,4 +146,5 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
         ranks = tuple(finalize(x, rt) for x in parts)
     return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
                   ranks=ranks, n_params=n_params(model) + n_mtp_params(built),
-                  n_active_params=n_active_params(model), loop=loop)
+                  n_active_params=n_active_params(model), loop=loop,
+                  warnings=padding_warnings(built, parallel, train, rt, loop))

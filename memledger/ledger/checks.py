@@ -47,7 +47,7 @@ def check_train(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
     if p.sp and p.tp > 1 and (t.seq // p.cp) % p.tp:
         raise SpecError("seq", f"seq/cp={t.seq // p.cp} must be a multiple of tp={p.tp} under "
                                "sequence parallel")
-    if t.recompute == "every-k" and t.recompute_every > m.n_layers:
+    if t.recompute in ("every-k", "interval") and t.recompute_every > m.n_layers:
         raise SpecError("recompute_every", f"recompute_every={t.recompute_every} exceeds "
                                            f"n_layers={m.n_layers}")
 
@@ -62,3 +62,14 @@ def check_all(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
     check_model_parallel(m, p)
     check_train(m, p, t)
     check_schedule(p, t)
+    if t.finetune.mode != "full":
+        from memledger.ledger.static.finetune import check_finetune
+        check_finetune(m, t.finetune)
+
+
+def check_runtime(p: ParallelSpec, t: TrainSpec, rt) -> None:
+    """What torchtitan's Trainer.Config refuses: the memory budget is the compiler's."""
+    if t.recompute == "memory-budget" and not rt.torch_compile:
+        raise SpecError("torch_compile", "recompute=memory-budget is torch.compile's partitioner "
+                                         "(torchtitan MemoryBudgetAC requires compile); set "
+                                         "torch_compile=True (--torch-compile)")

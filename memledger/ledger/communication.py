@@ -26,6 +26,9 @@ Ignores: NVLS/SHARP buffers and NCCL's proxy/host-side buffers (platform depende
 """
 from __future__ import annotations
 
+from memledger.ledger.fsdp2 import (RULES, expert_sharding, fsdp2, layer_unit_params,
+                                    pp_unsharded_grads, reshard_after_forward, torchtitan_units,
+                                    unit_params)
 from memledger.ledger.items import Item
 from memledger.ledger.static.rows import Held
 from memledger.ledger.static.sharding import shard_divisor
@@ -109,13 +112,21 @@ def zero3_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> list[Item]:
                      f"{'4.5' if rt.overlap_comm else '1'} × reduce_bucket_size "
                      f"{rt.reduce_bucket_params} × {DS_BUCKET_FMT}", SRC_DS)]
     units = 1 + rt.zero3_prefetch_layers
+    w = t.recipe.param_fmt or w  # FSDP2 MixedPrecisionPolicy.param_dtype: the all-gather output
+    rs = format_bytes(g, largest_layer_params)
+    rs_note = f"one unit's unsharded gradient: {largest_layer_params} params × {g}"
+    if t.recipe.reduce_fmt:  # the bf16 unsharded gradient, copied into an fp32 reduce-scatter input
+        rs = format_bytes(w, largest_layer_params) + format_bytes(t.recipe.reduce_fmt,
+                                                                  largest_layer_params)
+        rs_note = (f"one unit's unsharded gradient: {largest_layer_params} params × ({w} "
+                   f"gradient + {t.recipe.reduce_fmt} reduce-scatter input)")
     return [Item("communication", "zero-3 gather + prefetch",
                  format_bytes(w, largest_layer_params * units),
                  f"{units} units (current + {rt.zero3_prefetch_layers} prefetched) × largest layer "
                  f"({largest_layer_params} params on this rank) × {w}", "PyTorch FSDP unit prefetch"),
-            Item("communication", "zero-3 reduce-scatter input", format_bytes(g, largest_layer_params),
-                 f"one unit's unsharded gradient: {largest_layer_params} params × {g}",
-                 "PyTorch FSDP (reduce-scatter of the unit's flat gradient)")]
+            Item("communication", "zero-3 reduce-scatter input", rs, rs_note,
+                 "PyTorch FSDP (reduce-scatter of the unit's flat gradient; FSDP2 foreach_reduce "
+                 "in reduce_dtype)")]
 
 
 def fsdp_root_items(root_params, t, rt: RuntimeSpec) -> list[Item]:
@@ -123,7 +134,7 @@ def fsdp_root_items(root_params, t, rt: RuntimeSpec) -> list[Item]:
     norm and head after the tp split); none under DeepSpeed or where the rank holds none."""
     if rt.zero3_impl != "fsdp":
         return []
-    w = t.recipe.weight_fmt
+    w = t.recipe.param_fmt or t.recipe.weight_fmt
     return [Item("communication", "zero-3 root unit unsharded (embedding, final norm, head)",
                  format_bytes(w, root_params),
                  f"{root_params} params (what no layer owns, after tp) × {w}, kept from forward "
@@ -173,26 +184,49 @@ def pp_items(m, p, t) -> list[Item]:
                  "2 × b·s/cp(/tp with SP) × h × act (one send, one recv)", "Megatron p2p")]
 
 
-def comm_items(m, p, t, rt, held: list[Held], pp: list[Item] | None = None) -> list[Item]:
+def comm_items(m, p, t, rt, held: list[Held], pp: list[Item] | None = None,
+               loop=None) -> list[Item]:
     """The communication row of a rank holding `held`: buckets, NCCL, PP, MoE a2a, ZeRO-3.
-    `pp`: the pipeline buffers when not Megatron's send + recv (ledger.torch_pipelining)."""
+    `pp`: the pipeline buffers when not Megatron's send + recv (ledger.torch_pipelining);
+    `loop`: the resolved training loop (FSDP2's rules depend on it: ledger.fsdp2)."""
     items = grad_bucket_items(p, t, rt) + nccl_items(p, rt) + (pp_items(m, p, t) if pp is None
                                                               else pp)
     if m.moe is not None and any(h.section == "moe layers" for h in held) and p.ep > 1:
         items += moe_items(m, p, t, rt)
     if p.zero == 3:
-        per_layer = {}
-        for h in held:
-            if h.section.endswith("layers"):
-                per_layer[h.section] = per_layer.get(h.section, 0) + ceil_div(
-                    h.group.count, shard_divisor(h.group, p))
-        items += zero3_items(max(per_layer.values(), default=0), p, t, rt)
-        root = root_unit_params(held, p)
-        items += fsdp_root_items(root, t, rt) if root else []
+        per_layer = layer_unit_params(held, p, expert_sharding(p, t, rt, loop))
+        z3 = zero3_items(max(per_layer.values(), default=0), p, t, rt)
+        root = root_unit_params(held, p, torchtitan_units(p, t, rt, loop))
+        items += z3 + (fsdp_root_items(root, t, rt) if root else [])
+        if fsdp2(p, rt):
+            items += fsdp2_held_items(held, p, t, rt, loop, z3[0].bytes, root)
     return items
 
 
-def root_unit_params(held: list[Held], p) -> int:
-    """Parameters of the FSDP root unit on this rank: embedding, final norm and head."""
+def fsdp2_held_items(held, p, t, rt, loop, gathered: int, root: int) -> list[Item]:
+    """FSDP2 copies alive across the step: every unit's unsharded parameters when it does not
+    reshard after forward (beside the gather buffers already counted), and under PP every
+    unit's unsharded gradient until the last micro-batch (ledger.fsdp2)."""
+    pad = expert_sharding(p, t, rt, loop)
+    layers = sum(unit_params(h, p, pad) * h.instances for h in held if h.section.endswith("layers"))
+    w = t.recipe.param_fmt or t.recipe.weight_fmt
+    out = []
+    if not reshard_after_forward(p, t, rt, loop):
+        out.append(Item("communication", "FSDP2 unsharded units kept (reshard_after_forward=False)",
+                        max(0, format_bytes(w, layers) - gathered),
+                        f"every layer unit unsharded from its forward to its backward: {layers} "
+                        f"params × {w}, less the gather buffers above", RULES["reshard"][1]))
+    if pp_unsharded_grads(p, t, rt, loop):
+        g = t.recipe.reduce_fmt or t.recipe.grad_fmt
+        out.append(Item("communication", "FSDP2 unsharded gradients to the last micro-batch (PP)",
+                        format_bytes(g, layers + root),
+                        f"no gradient sync before the last micro-batch: {layers + root} params × "
+                        f"{g} accumulated unsharded", RULES["PP grad sync"][1]))
+    return out
+
+
+def root_unit_params(held: list[Held], p, sections=("embedding", "head")) -> int:
+    """Parameters of the FSDP root unit on this rank: embedding, final norm and head (torchtitan:
+    the sections it keeps unsharded, ledger.fsdp2.torchtitan_units)."""
     return sum(ceil_div(h.group.count, shard_divisor(h.group, p)) * h.instances
-               for h in held if h.section in ("embedding", "head"))
+               for h in held if h.section in sections)

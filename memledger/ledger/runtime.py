@@ -28,7 +28,9 @@ from memledger.units import ceil_div, format_bytes
 
 def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
     """The optimizer-step phase: the step's temporaries, Muon's Newton-Schulz workspace and its
-    gather, whichever is largest (the AdamW part and the Muon part run one after the other)."""
+    gather, whichever is largest (the AdamW part and the Muon part run one after the other).
+    Frozen groups (fine-tuning) take no part in the step."""
+    held = [h for h in held if not h.group.frozen]
     muon = muon_gather_item([(h.group, h.instances) for h in held if h.group.matrix], p, t, rt)
     loop = resolve_loop(rt, t.profile)
     if rt.optimizer_offload:

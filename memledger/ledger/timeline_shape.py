@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from memledger.ledger.activations.finetune import graphless_layers
+from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
 from memledger.ledger.activations.transients import BACKWARD_SET, autocast_cache
 from memledger.ledger.pipeline.schedules import last_stage_rank, stage_layers
 from memledger.ledger.static.sharding import shard_divisor
@@ -83,7 +85,8 @@ def _per_layer_acts(moves, kinds) -> tuple[dict, int, dict]:
 def _cast_per_layer(m, p, t, kinds) -> dict:
     """amp: each layer's bf16 weight casts saved per micro-batch (act_rows.autocast_copies)."""
     r = t.recipe
-    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or t.recompute in ("full", "every-k"):
+    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or r.param_fmt \
+            or t.recompute in ("full", "every-k"):
         return {}
     return {k: format_bytes(r.act_fmt, sum(-(-g.count // shard_divisor(g, p))
                                            for g in layer_groups(m, k)
@@ -93,7 +96,7 @@ def _cast_per_layer(m, p, t, kinds) -> dict:
 
 def _head_cast(m, p, t) -> int:
     r = t.recipe
-    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or not m.vocab:
+    if not (r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")) or r.param_fmt or not m.vocab:
         return 0
     return format_bytes(r.act_fmt, -(-padded_vocab(m, p.tp, t.pad_multiple()) // p.tp) * m.hidden)
 
@@ -160,22 +163,33 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
     """The timeline inputs of one rank (parts: ledger.RankParts)."""
     stages = stage_layers(m, p)
     flights = dict(parts.flights)
-    kinds = Counter(layer_kind(m, i) for i in parts.layers)
+    skip = graphless_layers(m, t)  # fine-tuning: leading layers keep nothing
+    kinds = Counter(layer_kind(m, i) for i in parts.layers if i >= skip)
     unit, ckpt, section = _per_layer_acts(parts.moves, kinds)
     cast = _cast_per_layer(m, p, t, [k for k, n in kinds.items() if n])
     grads = _grads_by_section(parts.items)
     g_layer = {k: grads[f"{k} layers"] // n for k, n in kinds.items() if n}
     every = t.checkpoint_every(m.n_layers) if t.recompute == "every-k" else 1
     last_stage = p.n_stages - 1
-    out, placed_g = [], 0
+    out, placed_g, counted = [], 0, 0
     for s in p.rank_stages(parts.r):
         rng = stages[s]
         layers = []
+        wrapped = interval_checkpointed(rng, t.recompute_every, counted) \
+            if t.recompute == "interval" else None
+        counted += len(rng)
         for j, i in enumerate(rng):
             k = layer_kind(m, i)
-            a = unit[k] + cast.get(k, 0) + (ckpt if j % every == 0 else 0)
-            layers.append((i, a, g_layer.get(k, 0)))
-            placed_g += g_layer.get(k, 0)
+            live = i >= skip
+            if not live:
+                a = 0
+            elif wrapped is not None:  # torchtitan interval: a checkpointed block keeps its input
+                a = ckpt if wrapped[j] else unit[k] + cast.get(k, 0)
+            else:
+                a = unit[k] + cast.get(k, 0) + (ckpt if j % every == 0 else 0)
+            g = g_layer.get(k, 0) if live else 0
+            layers.append((i, a, g))
+            placed_g += g
         first = section["first stage"] if s == 0 else 0
         last = section["last stage"] + _head_cast(m, p, t) if s == last_stage else 0
         loss_g = grads["head"] + grads["mtp"] if s == last_stage else 0

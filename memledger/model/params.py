@@ -23,7 +23,9 @@ class ParamGroup:
     matrix: bool  # a 2-D hidden matrix (not embedding/head, not a vector)
     rows: int = 1  # shape of one matrix of the group (for factored states and gathers)
     cols: int = 1
-    fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router)
+    fp32: bool = False  # kept in fp32 whatever the recipe (HF DeepSeek-V3 router, fp32 adapters)
+    frozen: bool = False  # requires_grad=False: no gradient, no optimizer state (fine-tuning)
+    store: str | None = None  # storage format other than the recipe's (a quantised base)
 
     @property
     def expert(self) -> bool:

@@ -19,12 +19,13 @@ import numpy as np
 
 from memledger.ledger import communication as comm
 from memledger.ledger.communication import root_unit_params
+from memledger.ledger.fsdp2 import expert_sharding, layer_unit_params
 from memledger.ledger.runtime import step_temporaries
 from memledger.ledger.static.rows import ROW_FUNCS, Held
-from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor
+from memledger.ledger.static.sharding import ZERO_SHARDED
 from memledger.planner.lifetimes import section_grads
 from memledger.planner.vec import VecGroup, VecParallel, VecTrain, quiet
-from memledger.units import ceil_div
+from memledger.specs.loop import resolve_loop
 
 
 def _vp(tp, pp, cp, dp, ep, etp, zero=0, *, sp: bool) -> VecParallel:
@@ -55,8 +56,9 @@ def _pairs(helds):
     return index, np.array(entries, dtype=np.int64), np.array(starts, dtype=np.int64)
 
 
-def _row_tables(index, widths, t, zs, sp: bool):
-    """{(row, zero): [W, pairs]} bytes of every (group, instances) pair."""
+def _row_tables(index, widths, t, zs, sp: bool, pad3: str = ""):
+    """{(row, zero): [W, pairs]} bytes of every (group, instances) pair; `pad3`: FSDP2's expert
+    sharding at ZeRO-3 (ledger.fsdp2.expert_sharding), which gives z = 3 tables of their own."""
     tp, pp, cp, dp, ep, etp = widths
     # groups of one kind (what the row functions branch on) side by side: one call per kind
     # with their counts and shapes as arrays (`vec.VecGroup`), not one per group
@@ -69,25 +71,22 @@ def _row_tables(index, widths, t, zs, sp: bool):
     out = {}
     for row, fn in ROW_FUNCS.items():
         # the stages that shard this row share one table (zero_divisor is 1 or the zero group)
-        for sharded in {row in ZERO_SHARDED[z] for z in zs}:
-            z = next(z for z in zs if (row in ZERO_SHARDED[z]) == sharded)
+        share = lambda z: (row in ZERO_SHARDED[z], bool(pad3) and z == 3)  # noqa: E731
+        for key in {share(z) for z in zs}:
+            z = next(z for z in zs if share(z) == key)
             p = _vp(tp, pp, cp, dp, ep, etp, zero=z, sp=sp)
             table = np.zeros((len(cp), len(index)), dtype=np.int64)
             for g, inst, cols in kinds:
-                table[:, cols] = fn(Held("", g, inst), p, t)[0]
+                table[:, cols] = fn(Held("", g, inst), p, t, pad3 if z == 3 else "")[0]
             for zz in zs:
-                if (row in ZERO_SHARDED[zz]) == sharded:
+                if share(zz) == key:
                     out[row, zz] = table
     return out
 
 
-def _largest_layer_params(held, p) -> np.ndarray:
+def _largest_layer_params(held, p, pad3: str = "") -> np.ndarray:
     """comm_items' ZeRO-3 unit: the largest per-layer parameter count among held sections."""
-    per_layer: dict = {}
-    for h in held:
-        if h.section.endswith("layers"):
-            per_layer[h.section] = per_layer.get(h.section, 0) + ceil_div(
-                h.group.count, shard_divisor(h.group, p))
+    per_layer = layer_unit_params(held, p, pad3)
     return np.maximum.reduce([np.broadcast_to(v, (len(p.cp), 1)) for v in per_layer.values()]
                              or [np.zeros((len(p.cp), 1), np.int64)])[:, 0]
 
@@ -109,7 +108,9 @@ def static_tables(m, t, rt, helds, widths, zs, sections: bool = True, *,
         at.setdefault(k, held)
     unique = [at[k] for k in first]
     index, entries, starts = _pairs(unique)
-    raw = _row_tables(index, widths, t, sorted({0, *zs}), sp)  # z = 0: the time model's rows
+    pad3 = expert_sharding(_vp(tp, pp, cp, dp, ep, etp, zero=3, sp=sp), t, rt,
+                           resolve_loop(rt, t.profile))
+    raw = _row_tables(index, widths, t, sorted({0, *zs}), sp, pad3)  # z = 0: the time model's rows
     summed: dict = {}  # stages that share a table share its sums
     rows = {k: summed[id(v)] if id(v) in summed else summed.setdefault(
         id(v), np.add.reduceat(v[:, entries], starts, axis=1)) for k, v in raw.items()}
@@ -118,9 +119,9 @@ def static_tables(m, t, rt, helds, widths, zs, sections: bool = True, *,
     z0 = 0  # the time model's rows are unsharded, whichever stages are searched
     comm_z, step = np.zeros((n_w, n_u, n_z), np.int64), np.zeros((n_w, n_u, n_z), np.int64)
     units_z = np.zeros((n_w, n_u, n_z), np.int64)
-    p1 = _vp(tp, pp, cp, dp, ep, etp, sp=sp)
+    p3 = _vp(tp, pp, cp, dp, ep, etp, zero=3, sp=sp)
     for j, held in enumerate(unique):
-        largest = _largest_layer_params(held, p1)
+        largest = _largest_layer_params(held, p3, pad3)
         for k, z in enumerate(zs):
             step[:, j, k] = over_widths(lambda p: step_temporaries(held, p, t, rt).bytes,
                                         widths, z, sp=sp)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from memledger.costs.compute import DEFAULT_MFU_PCT
 from memledger.costs.overlap import framework
 from memledger.errors import SpecError, require, require_choice, require_positive
+from memledger.specs.finetune import FinetuneSpec
 from memledger.specs.bounds import check_bound, check_length
 from memledger.specs.hardware import Hardware
 from memledger.specs.model import ModelSpec
@@ -87,6 +88,7 @@ class PlanSpec:
     framework: str = "megatron-core"  # what overlaps (memledger.costs.overlap)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
     constraints: Constraints = field(default_factory=Constraints)
+    finetune: FinetuneSpec = field(default_factory=FinetuneSpec)  # specs/finetune.py
 
     def __post_init__(self):
         require(isinstance(self.worlds, tuple) and len(self.worlds) > 0, "world",
@@ -109,7 +111,9 @@ class PlanSpec:
         require(isinstance(self.mfu_pct, int) and 0 < self.mfu_pct <= 100, "mfu_pct",
                 f"must be an integer percentage 1..100, got {self.mfu_pct!r}")
         # the vectorised sweep shards as Megatron does; per-tensor partitions are not vectorised
-        for knob, default in (("tp_engine", "megatron"), ("zero1_partition", "even")):
+        for knob, default in (("tp_engine", "megatron"), ("zero1_partition", "even"),
+                              ("fsdp_reshard_after_forward", "default"), ("torch_compile", False),
+                              ("fsdp_expert_shard", "auto")):
             value = getattr(self.runtime, knob)
             require(value == default, knob, f"the planner sweeps {knob}={default} only, got "
                                             f"{value!r}; check a layout with `memledger ledger`")
@@ -118,8 +122,17 @@ class PlanSpec:
         require(self.runtime.pp_engine != "pytorch", "pp_engine",
                 "the planner sweeps Megatron's pipeline buffers (pp_engine auto, megatron or "
                 "deepseek), got 'pytorch'; check a layout with `memledger ledger`")
+        # torchtitan's FSDP2 layout (ledger.fsdp2: PP-held unsharded copies, torchtitan's units)
+        # is not vectorised
+        require(self.precision != "fsdp2-mixed", "precision",
+                "the planner does not sweep fsdp2-mixed (torchtitan's FSDP2 lifetimes); check a "
+                "layout with `memledger ledger --loop torchtitan --precision fsdp2-mixed`")
         self._check_framework()
         self.base_train()  # validates precision, optimizer, profile, attention
+        from memledger.ledger.activations.finetune import graphless_layers
+        require(graphless_layers(self.model, self.base_train()) == 0, "freeze",
+                "leading frozen layers keep no activations, which the planner's per-kind "
+                "tables do not express; check this fine-tuning with `memledger ledger`")
         for knob in ("optimizer_offload", "grad_offload"):
             require(not getattr(self.runtime, knob), knob,
                     "the planner does not model ZeRO-Offload; check such a layout with "
@@ -172,4 +185,4 @@ class PlanSpec:
                    recompute: str = "none") -> TrainSpec:
         return TrainSpec(micro_batch=micro_batch, seq=self.seq, micro_batches=micro_batches,
                          precision=self.precision, optimizer=self.optimizer, profile=self.profile,
-                         attention=self.attention, recompute=recompute)
+                         attention=self.attention, recompute=recompute, finetune=self.finetune)

@@ -44,13 +44,14 @@ class VecGroup:
 
     expert = ParamGroup.expert
 
-    def __init__(self, name, count, shard, matrix, rows, cols, fp32):
+    def __init__(self, name, count, shard, matrix, rows, cols, fp32, frozen=False, store=None):
         self.name, self.count, self.shard, self.matrix = name, count, shard, matrix
         self.rows, self.cols, self.fp32 = rows, cols, fp32
+        self.frozen, self.store = frozen, store  # fine-tuning (ledger/static/finetune.py)
 
     @staticmethod
     def kind(g: ParamGroup) -> tuple:
-        return type(g), g.shard, g.matrix, g.fp32
+        return type(g), g.shard, g.matrix, g.fp32, g.frozen, g.store
 
     @classmethod
     def of(cls, groups: list) -> VecGroup:
@@ -58,7 +59,8 @@ class VecGroup:
             raise ValueError("VecGroup: groups of different kinds")
         col = lambda k: np.array([getattr(g, k) for g in groups], np.int64)[None, :]  # noqa: E731
         g = groups[0]
-        return cls(g.name, col("count"), g.shard, g.matrix, col("rows"), col("cols"), g.fp32)
+        return cls(g.name, col("count"), g.shard, g.matrix, col("rows"), col("cols"), g.fp32,
+                   g.frozen, g.store)
 
 
 class VecTrain:

@@ -76,6 +76,8 @@ BOUNDS: dict[str, Bound] = {
     "gpus_per_node": Bound(1_024, "over 10x the largest NVLink domain, GB200 NVL72's 72 GPUs"),
     "worlds": Bound(64, "world sizes searched in one plan: each is a full search"),
     "vocab_pad": Bound(65_536, "vocabulary padding multiples are 64..256 in practice"),
+    # FinetuneSpec (lora_rank is bounded by "hidden": a rank is at most a layer's width)
+    "lora_targets": Bound(64, "entries: module names and sets; a model has ~20 linear kinds"),
 }
 
 

@@ -43,6 +43,12 @@ W_HOLDS = ("graph", "w-inputs")
 # Whose tensor parallelism and whose ZeRO-1 partition the static rows follow
 TP_ENGINES = ("megatron", "dtensor")
 ZERO1_PARTITIONS = ("even", "greedy-params")
+# torchtitan parallelism.fsdp_reshard_after_forward (torchtitan/distributed/fsdp.py
+# get_fsdp_reshard_after_forward_policy): default = reshard unless PP is on
+RESHARD_AFTER_FORWARD = ("default", "always", "never")
+# FSDP2's placement of 3-D expert tensors (memledger.ledger.fsdp2): auto = torchtitan's rule under
+# torchtitan as it runs, plain fully_shard's dim 0 (padded) elsewhere
+EXPERT_SHARDS = ("auto", "dim0", "dim1-if-fewer")
 
 # NCCL src/init.cc: DEFAULT_LL_BUFFSIZE = 8 lines × 512 threads × 8 steps × 16 B,
 # DEFAULT_LL128_BUFFSIZE = 120 elems × 640 threads × 8 steps × 8 B, DEFAULT_BUFFSIZE = 4 MiB.
@@ -87,6 +93,10 @@ class RuntimeSpec:
     zb_w_holds: str = "graph"  # zero-bubble I..W: whole graph (torch) or only W's inputs
     tp_engine: str = "megatron"  # megatron | dtensor (embedding gradient sharded or full)
     zero1_partition: str = "even"  # even N/d | greedy-params (whole tensors, largest first)
+    fsdp_reshard_after_forward: str = "default"  # FSDP2: default (not under PP) | always | never
+    torch_compile: bool = False  # torchtitan [compile] model: the partitioner's saved set
+    loss_parallel: bool = True  # torchtitan disable_loss_parallel=False: logits stay V/tp
+    fsdp_expert_shard: str = "auto"  # FSDP2 3-D experts: dim0 (padded) | dim1-if-fewer (torchtitan)
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -117,6 +127,12 @@ class RuntimeSpec:
         require_choice("zb_w_holds", self.zb_w_holds, W_HOLDS)
         require_choice("tp_engine", self.tp_engine, TP_ENGINES)
         require_choice("zero1_partition", self.zero1_partition, ZERO1_PARTITIONS)
+        require_choice("fsdp_reshard_after_forward", self.fsdp_reshard_after_forward,
+                       RESHARD_AFTER_FORWARD)
+        require_choice("fsdp_expert_shard", self.fsdp_expert_shard, EXPERT_SHARDS)
+        for f in ("torch_compile", "loss_parallel"):
+            require(isinstance(getattr(self, f), bool), f,
+                    f"must be true or false, got {getattr(self, f)!r}")
         if self.grad_offload and not self.optimizer_offload:
             raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
                                             "optimizer step must run where the gradients are (CPU)")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from memledger.errors import (SpecError, require, require_choice, require_non_negative,
                               require_positive)
 from memledger.specs.bounds import check_bound, check_bounds
+from memledger.specs.finetune import FinetuneSpec
 from memledger.specs.hashing import cache_hash
 from memledger.specs.policy import ActivationPolicy
 
@@ -27,6 +28,8 @@ class Recipe:
     act_fmt: str  # format of saved activations
     fp8_matrices: bool = False  # linear weights stored in fp8 (+ a transposed fp8 copy)
     main_grad_fmt: str | None = None  # extra high-precision grad copy kept by the optimizer
+    param_fmt: str | None = None  # FSDP2 MixedPrecisionPolicy.param_dtype: the unsharded copy
+    reduce_fmt: str | None = None  # FSDP2 MixedPrecisionPolicy.reduce_dtype
     description: str = ""
 
 
@@ -54,6 +57,11 @@ RECIPES: dict[str, Recipe] = {
         Recipe(name="fp8", weight_fmt="bf16", grad_fmt="fp32", master_fmt="fp32",
                state_fmt="fp32", act_fmt="bf16", fp8_matrices=True,
                description="TE fp8 params: linear weights 1 byte + 1 byte transpose, fp32 main-grads"),
+        Recipe(name="fsdp2-mixed", weight_fmt="fp32", grad_fmt="fp32", master_fmt=None,
+               state_fmt="fp32", act_fmt="bf16", param_fmt="bf16", reduce_fmt="fp32",
+               description="torchtitan: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, "
+                           "reduce_dtype=fp32) over fp32 parameters: 4 + 4 + 8 = 16 bytes/param "
+                           "sharded, a bf16 unsharded copy of each unit while it computes"),
     )
 }
 
@@ -87,7 +95,11 @@ OPTIMIZERS: dict[str, Optimizer] = {
 
 PROFILES = ("megatron", "paper", "hf", "hf-cpu")
 ATTENTION_IMPLS = ("flash", "eager")
-RECOMPUTE = ("none", "selective", "full", "every-k")
+RECOMPUTE = ("none", "selective", "full", "every-k", "op", "interval", "memory-budget")
+# torchtitan's activation_checkpoint modes (torchtitan/distributed/activation_checkpoint.py):
+# op = SelectiveAC (per-operator save list), interval = selective_ac_option "<k>" (torchtitan
+# 0.2: every k-th block fully checkpointed), memory-budget = MemoryBudgetAC (torch.compile's
+# partitioner at activation_memory_budget = recompute_budget_pct / 100)
 
 
 @cache_hash
@@ -101,9 +113,12 @@ class TrainSpec:
     profile: str = "megatron"  # or "traced:<name>" registered with memledger.ledger.activations
     attention: str = "flash"
     recompute: str = "none"
-    recompute_every: int = 0  # for every-k: checkpoint every k layers; 0 = ceil(sqrt(L)) (Chen 2016)
+    recompute_every: int = 0  # every-k: checkpoint every k layers, 0 = ceil(sqrt(L)) (Chen 2016);
+    # interval: every k-th block fully checkpointed (k >= 1 required)
+    recompute_budget_pct: int = 50  # memory-budget: torchtitan memory_budget × 100 (0..100)
     vocab_pad: int = 0  # pad vocab to a multiple of vocab_pad*tp; 0 = profile default (128 / 1 for hf)
     policy: ActivationPolicy = ActivationPolicy()  # per-class storage rules on top of `recompute`
+    finetune: FinetuneSpec = FinetuneSpec()  # which parameters train (specs/finetune.py)
 
     def __post_init__(self):
         for f in ("micro_batch", "seq", "micro_batches"):
@@ -115,12 +130,28 @@ class TrainSpec:
         require_choice("attention", self.attention, ATTENTION_IMPLS)
         require_choice("recompute", self.recompute, RECOMPUTE)
         require_non_negative("recompute_every", self.recompute_every)
+        if self.recompute == "interval":
+            require(self.recompute_every >= 1, "recompute_every",
+                    f"recompute=interval needs k >= 1 (torchtitan selective_ac_option='<k>': "
+                    f"every k-th block fully checkpointed), got {self.recompute_every}")
+        require(isinstance(self.recompute_budget_pct, int) and not isinstance(
+            self.recompute_budget_pct, bool) and 0 <= self.recompute_budget_pct <= 100,
+            "recompute_budget_pct", f"must be an integer 0..100 (torchtitan memory_budget × 100), "
+                                    f"got {self.recompute_budget_pct!r}")
         require_non_negative("vocab_pad", self.vocab_pad)
         check_bounds(self, ("micro_batch", "seq", "micro_batches", "recompute_every", "vocab_pad"))
         check_bound("tokens_per_step", self.micro_batch * self.seq * self.micro_batches,
                     "micro_batches")
         require(isinstance(self.policy, ActivationPolicy), "policy",
                 f"must be an ActivationPolicy, got {type(self.policy).__name__}")
+        require(isinstance(self.finetune, FinetuneSpec), "finetune",
+                f"must be a FinetuneSpec, got {type(self.finetune).__name__}")
+        if self.finetune.mode == "qlora" and self.recipe.fp8_matrices:
+            raise SpecError("base_weights", f"qlora keeps a {self.finetune.base_weights} base that "
+                                            f"is dequantised to {self.finetune.compute_dtype}; "
+                                            f"precision={self.precision} stores fp8 matrices "
+                                            f"(Transformer Engine), which cannot wrap it; valid "
+                                            f"precisions: {', '.join(r for r in RECIPES if not RECIPES[r].fp8_matrices)}")
         if self.attention == "eager" and self.profile == "megatron":
             raise SpecError("attention", "profile=megatron assumes flash attention; use "
                                          "profile=hf or profile=paper for eager attention")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from memledger.ledger import build_ledger
 from memledger.model.hf_config import from_hf_config
 from memledger.specs import ParallelSpec, TrainSpec
+from memledger.specs.finetune import FinetuneSpec
 from memledger.specs.runtime import RuntimeSpec
 
 VOCAB = 32000
@@ -64,12 +65,14 @@ class Case:
     optimizer: str = "adamw"  # adamw | muon
     attention: str = "flash"  # flash (sdpa) | eager
     recompute: str = "none"  # none | full
+    finetune: FinetuneSpec = FinetuneSpec()  # peft LoRA / frozen modules (measure.apply_finetune)
 
     def train(self, device: str = "cuda") -> TrainSpec:
         return TrainSpec(micro_batch=self.micro_batch, seq=self.seq, micro_batches=self.micro_batches,
                          precision=self.precision, optimizer=self.optimizer,
                          profile="hf" if device == "cuda" else "hf-cpu",
-                         attention=self.attention, recompute=self.recompute)
+                         attention=self.attention, recompute=self.recompute,
+                         finetune=self.finetune)
 
 
 GPU_CASES: tuple[Case, ...] = (
@@ -113,6 +116,41 @@ CPU_CASES: tuple[Case, ...] = (
 )
 
 
+_LLAMA_T = llama(256, 4, 4, 2, 704, 1024)
+_QWEN_T = {**qwen3_moe(256, 4, 4, 2, 8, 2, 128), "head_dim": 64, "vocab_size": 1024}
+_MIXTRAL_T = {**mixtral(256, 4, 4, 2, 512, 4, 2), "vocab_size": 1024}
+_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Fine-tuning on the CPU (peft 0.21 LoRA, requires_grad=False freezing): validation/
+# validation-finetune-cpu.json. Four layers, so that layer 0 (whose input needs no gradient
+# under a frozen embedding) is one layer in four.
+FINETUNE_CPU_CASES: tuple[Case, ...] = (
+    Case(name="llama-tiny lora q,v r8", config=_LLAMA_T, seq=128,
+         finetune=FinetuneSpec(mode="lora")),
+    Case(name="llama-tiny lora all-linear r16 dropout", config=_LLAMA_T, seq=128, micro_batches=2,
+         finetune=FinetuneSpec(mode="lora", lora_rank=16, lora_alpha=32, lora_targets=_ALL,
+                               lora_dropout_pct=5)),
+    Case(name="llama-tiny lora attention r32 b2", config=_LLAMA_T, seq=96, micro_batch=2,
+         finetune=FinetuneSpec(mode="lora", lora_rank=32, lora_targets=("attention",))),
+    Case(name="llama-tiny freeze embeddings+attention", config=_LLAMA_T, seq=128,
+         finetune=FinetuneSpec(mode="freeze", freeze=("embeddings", "attention"))),
+    Case(name="llama-tiny freeze embeddings+layers 0-1 (LLaMA-Factory freeze)", config=_LLAMA_T,
+         seq=128, finetune=FinetuneSpec(mode="freeze", freeze=("embeddings", "layers:0-1"))),
+    Case(name="llama-tiny lora q,v on layers 2-3 only", config=_LLAMA_T, seq=128,
+         finetune=FinetuneSpec(mode="lora", freeze=("layers:0-1",))),
+    Case(name="llama-tiny freeze head+norms+mlp", config=_LLAMA_T, seq=128,
+         finetune=FinetuneSpec(mode="freeze", freeze=("head", "norms", "mlp"))),
+    Case(name="qwen3-moe-tiny lora attention dropout", config=_QWEN_T, seq=128,
+         finetune=FinetuneSpec(mode="lora", lora_targets=("attention",), lora_dropout_pct=10)),
+    Case(name="qwen3-moe-tiny freeze experts+router", config=_QWEN_T, seq=128,
+         finetune=FinetuneSpec(mode="freeze", freeze=("experts", "router"))),
+    Case(name="mixtral-tiny lora q,v,o", config=_MIXTRAL_T, seq=128,
+         finetune=FinetuneSpec(mode="lora", lora_targets=("q_proj", "v_proj", "o_proj"))),
+    Case(name="llama-tiny lora all-linear r16 8 layers dropout", config=llama(256, 8, 4, 2, 704, 1024),
+         seq=128, finetune=FinetuneSpec(mode="lora", lora_rank=16, lora_targets=_ALL,
+                                        lora_dropout_pct=5)),
+)
+
+
 def predict(case: Case, device: str = "cuda"):
     """The ledger for a case: one GPU, no context/slack (allocated bytes only), and the loop the
     measurement runs (measure.Stepper): the transformers model and its loss, fused AdamW,
@@ -124,7 +162,8 @@ def predict(case: Case, device: str = "cuda"):
     return build_ledger(model, parallel, case.train(device), runtime)
 
 
-def cases_named(names: list[str] | None, pool=GPU_CASES + CPU_CASES) -> tuple[Case, ...]:
+def cases_named(names: list[str] | None,
+                pool=GPU_CASES + CPU_CASES + FINETUNE_CPU_CASES) -> tuple[Case, ...]:
     return pick_named(names, pool, "case")
 
 

@@ -35,10 +35,49 @@ def build_model(case: Case, device):
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=impl, dtype=dtype)
+    model = apply_finetune(model, case.finetune)
     if case.recompute == "full":
         model.activation_checkpointing_enable(  # transformers 5.x; the old name is deprecated
             activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
+    return model
+
+
+# FinetuneSpec names -> the nn.Module / nn.Parameter names of transformers 5 causal LMs
+_HF_FREEZE = {"embeddings": ("embed_tokens",), "head": ("lm_head",), "norms": ("norm",),
+              "attention": ("self_attn.",), "mlp": ("mlp.gate_proj", "mlp.up_proj",
+                                                    "mlp.down_proj", "shared_expert."),
+              "experts": ("mlp.experts.",), "router": ("mlp.gate.",)}
+
+
+def apply_finetune(model, spec):
+    """peft LoRA (lora: get_peft_model with the spec's rank, alpha, dropout and targets, the
+    named sets expanded to module names) or requires_grad=False on the frozen modules
+    (freeze). The base of a peft model is frozen by peft itself."""
+    if spec.mode == "full":
+        return model
+    if spec.adapters:
+        from peft import LoraConfig, get_peft_model
+
+        from memledger.specs.finetune import TARGET_SETS
+        names = sorted({n for t in spec.lora_targets for n in TARGET_SETS.get(t, (t,))})
+        present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        n_layers = model.config.num_hidden_layers
+        frozen = {i for lo, hi in spec.frozen_ranges for i in range(lo, hi + 1)}
+        cfg = LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha,
+                         lora_dropout=spec.lora_dropout_pct / 100,
+                         target_modules=[n for n in names if n in present],
+                         layers_to_transform=[i for i in range(n_layers) if i not in frozen]
+                         if frozen else None)
+        return get_peft_model(model, cfg, autocast_adapter_dtype=spec.lora_dtype == "fp32")
+    from memledger.specs.finetune import parse_range
+    keys = tuple(k for name in spec.freeze if parse_range(name) is None
+                 for k in _HF_FREEZE.get(name, ("layers." if name == "layers" else name,)))
+    keys += tuple(f"layers.{i}." for lo, hi in spec.frozen_ranges for i in range(lo, hi + 1))
+    for name, p in model.named_parameters():
+        is_norm = "norm" in name.rsplit(".", 2)[-2] if "." in name else False
+        if any(k in name for k in keys if k != "norm") or ("norm" in keys and is_norm):
+            p.requires_grad_(False)
     return model
 
 

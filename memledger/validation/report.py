@@ -38,7 +38,7 @@ def compare(case: Case, measured: dict, env: dict, workspace_bytes: int = 0) -> 
                     "seq": case.seq, "micro_batch": case.micro_batch,
                     "micro_batches": case.micro_batches, "precision": case.precision,
                     "optimizer": case.optimizer, "attention": case.attention,
-                    "recompute": case.recompute})
+                    "recompute": case.recompute, "finetune": case.finetune.mode})
     return out
 
 
@@ -52,8 +52,8 @@ def worst_by_row(records: list[dict]) -> dict[str, float]:
 def rescore(doc: dict) -> list[dict]:
     """Records for stored measurements, predicted by the ledger as it is now. Measurements are
     facts of a run; predictions are re-derived, so a stored GPU run keeps checking the model."""
-    from memledger.validation.cases import CPU_CASES, GPU_CASES
-    by_name = {c.name: c for c in GPU_CASES + CPU_CASES}
+    from memledger.validation.cases import CPU_CASES, FINETUNE_CPU_CASES, GPU_CASES
+    by_name = {c.name: c for c in GPU_CASES + CPU_CASES + FINETUNE_CPU_CASES}
     env = doc["environment"]
     ws = env.get("cublas_workspace_bytes", 0)
     records = []

@@ -116,7 +116,8 @@ def measure_marks(case: Case, run: LoopRun, device: str = "cpu") -> dict:
                 *(p.grad for p in model.parameters() if p.grad is not None),
                 *(v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor))]
     tr = LiveBytes(existing)
-    layers = model.model.layers
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    layers = base.model.layers
     state = {"mb": 0}
     hooks = []
     for i, layer in enumerate(layers):
@@ -124,8 +125,10 @@ def measure_marks(case: Case, run: LoopRun, device: str = "cpu") -> dict:
         hooks.append(layer.register_forward_hook(
             lambda mod, a, o, i=i: tr.mark(f"F{state['mb']}.{i}") and None))
         # a layer's backward ends with its input norm's gradient: mark when it is accumulated
-        hooks.append(layer.input_layernorm.weight.register_post_accumulate_grad_hook(
-            lambda p, i=i: tr.mark(f"B{state['mb']}.{i}") and None))
+        # (a frozen norm accumulates none: fine-tuning cases are compared without B marks)
+        if layer.input_layernorm.weight.requires_grad:
+            hooks.append(layer.input_layernorm.weight.register_post_accumulate_grad_hook(
+                lambda p, i=i: tr.mark(f"B{state['mb']}.{i}") and None))
     try:
         with tr:
             losses = []

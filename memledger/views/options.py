@@ -18,7 +18,8 @@ from memledger.ledger.activations import get_profile
 from memledger.ledger.checks import check_all
 from memledger.presets import GPUS
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
-from memledger.specs.runtime import LOOP_CHOICES
+from memledger.specs.finetune import BASE_WEIGHTS, LORA_DTYPES, MODES
+from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.state import LAYOUT_WORDS, Config, to_specs
 
@@ -26,15 +27,19 @@ from memledger.views.state import LAYOUT_WORDS, Config, to_specs
 FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",
              "sp": "sp", "seq": "seq", "layout": "layout", "schedule": "schedule",
              "attention": "attention", "profile": "profile", "world": None,
-             "micro_batches": "m"}  # tokens per step over its bound: fewer micro-batches
+             "micro_batches": "m",  # tokens per step over its bound: fewer micro-batches
+             "recompute_every": "recompute_every", "recompute_budget_pct": "budget",
+             "finetune": "ft", "lora_rank": "lora_r", "lora_targets": "lora_targets",
+             "base_weights": "base", "freeze": "freeze", "lora_dropout": "lora_dropout"}
 # Settings a repair may move, most expendable first (after the one the error names).
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
-                "profile", "seq")
+                "profile", "seq", "lora_targets", "lora_r", "freeze", "base", "ft")
 # Values that make any model valid on any world size (the last resort of a repair).
 SIMPLEST = dict(tp=1, pp=1, vpp=1, ep=1, etp=1, cp=1, sp=False, schedule="1f1b",
                 layout="balanced", attention="flash", profile="megatron")
 DEGREE_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
-NUMERIC = frozenset(DEGREE_KEYS) | {"seq", "world", "mb", "m", "zero"}
+NUMERIC = frozenset(DEGREE_KEYS) | {"seq", "world", "mb", "m", "zero", "recompute_every",
+                                    "budget"}
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -68,11 +73,26 @@ CANDIDATES = {
     "attention": lambda m, c: tuple(ATTENTION_IMPLS),
     "recompute": lambda m, c: tuple(RECOMPUTE),
     "loop": lambda m, c: LOOP_CHOICES,
+    "recompute_every": lambda m, c: tuple(sorted({c.recompute_every, *range(9)})),
+    "budget": lambda m, c: tuple(sorted({c.budget, *range(0, 101, 10)})),
+    "reshard": lambda m, c: RESHARD_AFTER_FORWARD,
+    "compile": lambda m, c: (False, True),
+    "loss_parallel": lambda m, c: (True, False),
     "gpu": lambda m, c: tuple(GPUS) + (() if c.gpu in GPUS else (c.gpu,)),  # or a custom GPU
     "seq": _seq_candidates,
     # micro-batches: powers of two and multiples of pp (what pipeline engines ask for)
     "m": lambda m, c: tuple(sorted({c.m} | {2**k for k in range(17)}
                                    | {k * c.pp for k in range(1, 9)})),
+    # fine-tuning: the current value first, then the common ones (peft / LLaMA-Factory)
+    "ft": lambda m, c: MODES,
+    "lora_r": lambda m, c: tuple(dict.fromkeys((c.lora_r, 8, 4, 2, 1, 16, 32, 64, 128, 256))),
+    "lora_alpha": lambda m, c: tuple(dict.fromkeys((c.lora_alpha, 8, 16, 32, 64))),
+    "lora_targets": lambda m, c: tuple(dict.fromkeys((c.lora_targets, "q_proj,v_proj",
+                                                      "attention", "all-linear", "mlp"))),
+    "lora_dropout": lambda m, c: tuple(dict.fromkeys((c.lora_dropout, 0, 5, 10))),
+    "lora_dtype": lambda m, c: LORA_DTYPES,
+    "base": lambda m, c: ("auto",) + BASE_WEIGHTS,
+    "freeze": lambda m, c: tuple(dict.fromkeys((c.freeze, "", "embeddings", "embeddings,head"))),
 }
 
 

@@ -19,7 +19,7 @@ from memledger.views import safe_text
 from memledger.views.gpu_widget import gpu_choice
 from memledger.views.model_codec import PREFIX, decode_model, encode_model
 from memledger.views.options import DEGREE_KEYS, valid_values
-from memledger.views.state import INT_LIMITS, PageParam
+from memledger.views.state import CONFIG_KEYS, INT_LIMITS, PageParam
 from memledger.views.sync import Resolved, W, resolve
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -61,7 +61,22 @@ HELP = {
                  "(needs the paper or hf profile).",
     "recompute": "Activation recomputation: *selective* re-runs attention core, norms and "
                  "activation functions; *full* keeps only each layer's input; *every-k* keeps "
-                 "every ⌈√L⌉-th layer's input (Chen et al. 2016).",
+                 "every ⌈√L⌉-th layer's input (Chen et al. 2016). torchtitan's: *op* (per-"
+                 "operator save list: every other matmul, attention outputs, reduce-scatter / "
+                 "all-to-all outputs), *interval* (every k-th block fully checkpointed), "
+                 "*memory-budget* (torch.compile's partitioner at a budget; needs compile). "
+                 "See docs/torchtitan.md.",
+    "recompute_every": "k for every-k (0 = ⌈√L⌉) and for interval (every k-th block fully "
+                       "checkpointed, k ≥ 1).",
+    "budget": "memory-budget: torchtitan memory_budget × 100 — 0 = the activations of full "
+              "checkpointing, 100 = the compiler's default saved set.",
+    "reshard": "FSDP2 reshard_after_forward (ZeRO-3): *default* reshards after forward unless "
+               "PP is on (torchtitan); *never* keeps each unit's unsharded copy from forward to "
+               "backward, beside its shard.",
+    "compile": "torch.compile the model (torchtitan [compile]): the partitioner recomputes the "
+               "fused pointwise outputs (norms, SwiGLU) instead of saving them.",
+    "loss_parallel": "torchtitan loss parallel (with tp > 1): the logits stay vocab-sharded; "
+                     "off gathers them to full V on every tp rank.",
     "loop": "Which framework runs the step, and so when memory is alive: *auto* follows the "
             "profile (hf → plain PyTorch, megatron/paper → Megatron). "
             + " ".join(f"*{k}*: {v.grad_lifetime} gradients, {v.optimizer_impl} optimizer, MTP "
@@ -119,7 +134,47 @@ def _load_hub() -> None:
         ss["_ml_import_error"] = f"Could not load this model: {e}"
 
 
+def _import_training() -> None:
+    """Callback of the training-config button: a framework's file → the whole sidebar (and so
+    the URL). A bad file leaves every setting as it was and says why."""
+    from memledger.views.config_io import MAX_BYTES, import_config
+    from memledger.views.sync import CFG
+    ss = st.session_state
+    ss["_ml_train_error"], ss["_ml_train_rows"] = "", []
+    upload = ss.get("train_file")
+    data = upload.getvalue()[:MAX_BYTES + 1] if upload is not None else \
+        ss.get("train_text", "").encode()
+    name = safe_text.plain(upload.name, 80) if upload is not None else "pasted"
+    try:
+        new, rows = import_config(ss[CFG], data, name)
+    except (SpecError, ValueError, KeyError, TypeError) as e:
+        ss["_ml_train_error"] = f"Could not import this training config: {e}"
+        return
+    ss[CFG] = new  # the file's layout, not the new model's start layout
+    for k in CONFIG_KEYS:
+        ss[W + k] = getattr(new, k)
+    ss["_ml_train_rows"] = rows
+
+
+def _training_import_widgets() -> None:
+    st.file_uploader("Launch script or config", type=["sh", "yaml", "yml", "toml", "json", "txt"],
+                     key="train_file", help="Megatron-LM script or YAML, torchtitan TOML, "
+                                            "DeepSpeed JSON, TrainingArguments, accelerate or "
+                                            "LLaMA-Factory YAML (docs/configs.md)")
+    st.text_area("…or paste it", key="train_text", height=100)
+    st.button("Use this training config", on_click=_import_training, key="train_go")
+    if st.session_state.get("_ml_train_error"):
+        st.error(safe_text.md(st.session_state["_ml_train_error"], 600))
+    rows = st.session_state.get("_ml_train_rows")
+    if rows:
+        st.caption("What was read, the framework defaults used, what was ignored and what "
+                   "memledger does not model:")
+        st.dataframe([{k: safe_text.plain(str(v), 120) for k, v in r.items()} for r in rows],
+                     hide_index=True, key="train_rows")
+
+
 IMPORT_OPEN, MORE_OPEN = "import_open", "more_open"  # the lazy expanders' keys
+TRAIN_OPEN = "train_import_open"
 
 
 def lazy_expander(label: str, key: str, **kw):
@@ -150,6 +205,10 @@ def _model_section(res: Resolved) -> None:
     if box is not None:
         with box:
             _import_widgets()
+    box = lazy_expander("Import a training config", TRAIN_OPEN, icon=":material/terminal:")
+    if box is not None:
+        with box:
+            _training_import_widgets()
     gpu_choice(cfg.gpu, HELP["gpu"])
     lo, hi = INT_LIMITS["world"]
     st.number_input("World size (GPUs)", lo, hi, key=W + "world", step=8, help=HELP["world"])
@@ -191,28 +250,77 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
         _choice("recompute", "Recompute", res)
     # rarely changed: built only while open (a closed widget keeps its value: sync reads the
     # configuration, not the widget)
-    box = lazy_expander("More: " + ", ".join(MORE_LABELS[k].lower() for k in MORE_KEYS
-                                             if with_recompute or k != "loop"),
+    keys = [k for k in MORE_KEYS if with_recompute or k not in TRAIN_ONLY]
+    box = lazy_expander("More: " + ", ".join(MORE_LABELS[k].lower() for k in keys),
                         MORE_OPEN, icon=":material/tune:")
     if box is not None:
         with box:
-            for k in MORE_KEYS:
-                if with_recompute or k != "loop":
-                    _choice(k, MORE_LABELS[k], res)
+            for k in keys:
+                fmt = (lambda v: "on" if v else "off") if k in ("compile", "loss_parallel") else str
+                _choice(k, MORE_LABELS[k], res, fmt)
 
 
-MORE_KEYS = ("loop", "profile", "attention")
+MORE_KEYS = ("loop", "profile", "attention", "recompute_every", "budget", "reshard", "compile",
+             "loss_parallel")
 MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
-               "attention": "Attention kernel"}
+               "attention": "Attention kernel", "recompute_every": "Recompute k",
+               "budget": "Memory budget %", "reshard": "FSDP2 reshard after forward",
+               "compile": "torch.compile", "loss_parallel": "Loss parallel"}
+# not on the planner's workload section: its search varies recompute and runs its own loop
+TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel")
+
+
+FT_KEYS = ("ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",
+           "freeze")
+FT_HELP = {
+    "ft": "*full*: every parameter trains. *lora*: the base is frozen, rank-r adapters train "
+          "(Hu et al. 2021). *qlora*: LoRA on a base quantised to NF4 / int8 / fp8 (Dettmers et "
+          "al. 2023). *freeze*: the named modules or layer ranges do not train.",
+    "lora_targets": "Comma separated: attention, mlp, all-linear (peft's), experts, router, or "
+                    "module names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                    "down_proj, linear_qkv, ...).",
+    "lora_dtype": "The adapters' storage dtype: peft upcasts bf16/fp16 adapters to fp32 "
+                  "(autocast_adapter_dtype=True).",
+    "base": "Storage of the frozen base: auto = nf4 for qlora (block 64, double quantisation), "
+            "else bf16.",
+    "freeze": "Comma separated modules (embeddings, head, norms, attention, mlp, q_proj, ...) "
+              "or layer ranges (layers:0-15) that do not train.",
+}
+
+
+def _finetune_section(res: Resolved) -> None:
+    cfg = res.cfg
+    _ft_choice("ft", "Fine-tuning", res)
+    if cfg.ft in ("lora", "qlora"):
+        c1, c2 = st.columns(2)
+        with c1:
+            st.number_input("LoRA rank r", *INT_LIMITS["lora_r"], key=W + "lora_r")
+        with c2:
+            st.number_input("LoRA alpha", *INT_LIMITS["lora_alpha"], key=W + "lora_alpha")
+        st.text_input("LoRA targets", key=W + "lora_targets", help=FT_HELP["lora_targets"])
+        st.number_input("LoRA dropout (%)", *INT_LIMITS["lora_dropout"], key=W + "lora_dropout")
+        _ft_choice("lora_dtype", "Adapter dtype", res)
+        _ft_choice("base", "Base weights", res)
+    if cfg.ft in ("freeze", "lora", "qlora"):
+        st.text_input("Frozen modules / layers", key=W + "freeze", help=FT_HELP["freeze"])
+    for note in res.notes:  # a fine-tuning setting the core refused, moved back (options.repair)
+        if note.split(" ", 1)[0] in FT_KEYS:
+            st.error(safe_text.md(note, 600))
+
+
+def _ft_choice(key: str, label: str, res: Resolved) -> None:
+    opts = valid_values(res.model, res.cfg, key)
+    st.selectbox(label, opts, key=W + key, help=FT_HELP.get(key), disabled=len(opts) < 2)
 
 
 SECTIONS = {"model": ("Model & GPUs", _model_section),
             "parallel": ("Parallelism", _parallel_section),
             "train": ("Training", _train_section),
-            "workload": ("Workload", _workload_section)}
+            "workload": ("Workload", _workload_section),
+            "finetune": ("Fine-tuning", _finetune_section)}
 
 
-ALL_SECTIONS = ("model", "parallel", "train")
+ALL_SECTIONS = ("model", "parallel", "train", "finetune")
 
 
 def draw(res: Resolved, sections: tuple[str, ...] = ALL_SECTIONS) -> None:

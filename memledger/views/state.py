@@ -20,8 +20,10 @@ from memledger.presets.gpus import CUSTOM as CUSTOM_GPU
 from memledger.presets.gpus import canonical_custom
 from memledger.presets.layouts import LAYOUT_KEYS, start_layout
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
+from memledger.specs.finetune import (BASE_WEIGHTS, FREEZE_ONLY, LORA_DTYPES, MODES, MODULES,
+                                      TARGET_SETS, FinetuneSpec, parse_range)
 from memledger.specs.hardware import Hardware
-from memledger.specs.runtime import LOOP_CHOICES, RuntimeSpec
+from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD, RuntimeSpec
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.model_codec import PREFIX as SPEC_PREFIX
 from memledger.views.model_codec import decode_model
@@ -29,7 +31,9 @@ from memledger.views.model_codec import decode_model
 # The share-link keys, in URL order (the planner builds links with the same names).
 KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
         "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile", "attention",
-        "recompute", "loop")
+        "recompute", "loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel",
+        "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",
+        "freeze")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -61,6 +65,22 @@ class Config:
     attention: str = D["attention"]
     recompute: str = D["recompute"]
     loop: str = "auto"  # training-loop preset (specs/loop.py); auto follows the profile
+    # fine-tuning (specs/finetune.py); at their defaults they stay out of the link, so links
+    # made before fine-tuning existed open the same (full) configuration
+    ft: str = "full"
+    lora_r: int = 8
+    lora_alpha: int = 8
+    lora_targets: str = "q_proj,v_proj"  # comma separated names (specs/finetune.py)
+    lora_dropout: int = 0  # percent
+    lora_dtype: str = "fp32"
+    base: str = "auto"  # base_weights; auto = nf4 for qlora, else bf16
+    freeze: str = ""  # comma separated modules or layers:A-B
+    # torchtitan / FSDP2 (docs/torchtitan.md); links made before they existed open at defaults
+    recompute_every: int = 0  # every-k / interval k
+    budget: int = 50  # memory-budget: TrainSpec.recompute_budget_pct
+    reshard: str = "default"  # RuntimeSpec.fsdp_reshard_after_forward
+    compile: bool = False  # RuntimeSpec.torch_compile
+    loss_parallel: bool = True  # RuntimeSpec.loss_parallel
 
     @property
     def dp(self) -> int:
@@ -75,13 +95,18 @@ CONFIG_KEYS = tuple(f.name for f in fields(Config))
 INT_LIMITS: dict[str, tuple[int, int]] = {
     "world": (1, 262_144), "tp": (1, 1024), "pp": (1, 1024), "vpp": (1, 64), "ep": (1, 4096),
     "etp": (1, 1024), "cp": (1, 1024), "dp": (1, 262_144), "zero": (0, 3), "mb": (1, 1024),
-    "seq": (1, 4_194_304), "m": (1, 65_536),
+    "seq": (1, 4_194_304), "m": (1, 65_536), "recompute_every": (0, 1024), "budget": (0, 100),
+    "lora_r": (1, 204_800), "lora_alpha": (1, 1_000_000), "lora_dropout": (0, 99),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
     "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
-    "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES,
+    "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES, "reshard": RESHARD_AFTER_FORWARD,
+    "ft": MODES, "lora_dtype": LORA_DTYPES, "base": ("auto",) + BASE_WEIGHTS,
 }
+NAME_KEYS = {"lora_targets": tuple(MODULES) + tuple(TARGET_SETS),
+             "freeze": tuple(MODULES) + tuple(TARGET_SETS) + FREEZE_ONLY + ("layers:A-B",)}
+BOOL_KEYS = ("sp", "compile", "loss_parallel")
 BOOL_WORDS = {"1": True, "true": True, "on": True, "yes": True,
               "0": False, "false": False, "off": False, "no": False}
 LAYOUT_WORDS = ("balanced", "even")
@@ -161,6 +186,19 @@ def parse_gpu(raw: str) -> str:
     return parse_choice("gpu", raw)
 
 
+def parse_names(key: str, raw: str) -> str:
+    """A comma-separated list of module names (or, for freeze, layer ranges)."""
+    names = [x.strip() for x in raw.split(",") if x.strip()]
+    if len(names) > 64:
+        raise BadValue(f"{len(names)} names; at most 64")
+    for n in names:
+        if n not in NAME_KEYS[key] and not (key == "freeze" and parse_range(n)):
+            raise BadValue(f"unknown module {n[:40]!r}; valid: {', '.join(NAME_KEYS[key])}")
+    if key == "lora_targets" and not names:
+        raise BadValue("needs at least one target")
+    return ",".join(names)
+
+
 def parse_value(key: str, raw: str):
     if len(raw) > MAX_VALUE_CHARS:
         raise BadValue(f"value is {len(raw)} characters long (at most {MAX_VALUE_CHARS})")
@@ -170,10 +208,12 @@ def parse_value(key: str, raw: str):
         return parse_int(key, raw)
     if key in CHOICES:
         return parse_choice(key, raw)
-    if key == "sp":
+    if key in BOOL_KEYS:
         return parse_bool(raw)
     if key == "layout":
         return parse_layout(raw)
+    if key in NAME_KEYS:
+        return parse_names(key, raw)
     if key == "model":
         return parse_model(raw)
     raise BadValue("not a dashboard parameter")
@@ -249,8 +289,10 @@ def hardware(cfg: Config) -> Hardware:
 
 
 def runtime(cfg: Config, **kw) -> RuntimeSpec:
-    """The runtime spec a configuration implies: its training loop (the rest at defaults)."""
-    return RuntimeSpec(loop=cfg.loop, **kw)
+    """The runtime spec a configuration implies: its training loop and FSDP2 / compile / loss
+    knobs (the rest at defaults)."""
+    return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
+                       torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel, **kw)
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:
@@ -274,8 +316,21 @@ def to_specs(cfg: Config, m: ModelSpec) -> tuple[ParallelSpec, TrainSpec]:
     par = replace(probe, layout=layout) if layout is not None else probe
     train = TrainSpec(micro_batch=cfg.mb, seq=cfg.seq, micro_batches=cfg.m,
                       precision=cfg.precision, optimizer=cfg.optimizer, profile=cfg.profile,
-                      attention=cfg.attention, recompute=cfg.recompute)
+                      attention=cfg.attention, recompute=cfg.recompute,
+                      recompute_every=cfg.recompute_every, recompute_budget_pct=cfg.budget,
+                      finetune=finetune_spec(cfg))
     return par, train
+
+
+def finetune_spec(cfg: Config) -> FinetuneSpec:
+    """The fine-tuning spec of a configuration; raises SpecError as the core does."""
+    if cfg.ft == "full":
+        return FinetuneSpec()
+    names = lambda text: tuple(x for x in text.split(",") if x)  # noqa: E731
+    base = cfg.base if cfg.base != "auto" else ("nf4" if cfg.ft == "qlora" else "bf16")
+    return FinetuneSpec(mode=cfg.ft, lora_rank=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                        lora_targets=names(cfg.lora_targets), lora_dropout_pct=cfg.lora_dropout,
+                        lora_dtype=cfg.lora_dtype, base_weights=base, freeze=names(cfg.freeze))
 
 
 # -- page-specific parameters ----------------------------------------------------------------

@@ -24,7 +24,9 @@ CFG, PAGE, RECENT = "_ml_cfg", "_ml_page", "_ml_recent"
 W, P = "sb_", "pg_"  # widget key prefixes: shared (sidebar) settings, page settings
 RECENT_KEEP = 16
 # Typed numbers are rounded to a valid value rather than moving the parallel layout for them.
-NEVER_PINNED = frozenset({"seq"})
+# fine-tuning text and rank: a refused value is moved back (with st.error in the sidebar)
+# rather than switching fine-tuning off
+NEVER_PINNED = frozenset({"seq", "lora_targets", "freeze", "lora_r"})
 
 
 @dataclass

@@ -60,7 +60,24 @@ def finish(res: Resolved, specs: tuple[PageParam, ...] = (), page: dict | None =
             st.warning("This link names this machine (localhost): it opens only here. To share "
                        "it, serve memledger on an address your team can reach — see Hosting in "
                        "the README.", icon=":material/lan:")
+        _copy_as(res)
     return url
+
+
+def _copy_as(res: Resolved) -> None:
+    """The current configuration in a framework's own form (memledger.configs.export)."""
+    from memledger.views.config_io import COPY_AS, copy_as
+    choice = st.selectbox("Copy as", list(COPY_AS), index=None, key="share_copy_as",
+                          placeholder="Megatron flags, torchtitan config, DeepSpeed JSON")
+    if choice is None:
+        return
+    try:
+        text = copy_as(res.cfg, COPY_AS[choice])
+    except ValueError as e:  # the framework cannot express a setting: say which
+        st.caption(md_escape(f"{choice}: {e}."))
+        return
+    st.code(text, language={"megatron": "bash", "torchtitan": "toml"}.get(COPY_AS[choice], "json"),
+            wrap_lines=True)
 
 
 def chart(fig, stem: str, key: str, led: Ledger | None = None, setting: str = "") -> None:

@@ -7,6 +7,8 @@ run time from a trace JSON (see memledger.trace).
 """
 from __future__ import annotations
 
+import copy
+
 from memledger.errors import lookup
 from memledger.ledger.activations.inventory import ActTensor, Profile, tensor_bytes
 
@@ -18,9 +20,47 @@ def register(name: str, profile: Profile) -> None:
 
 
 def get_profile(name: str) -> Profile:
+    """The registered profile, seen through fine-tuning (activations/finetune.py: frozen
+    weights keep fewer inputs, adapters keep theirs); unchanged for full fine-tuning. The view
+    is an instance of a subclass of the profile's own class, so isinstance and its fields hold."""
     if "megatron" not in _REGISTRY:  # a traced profile may have been registered first
         _load_builtins()
-    return lookup("profile", _REGISTRY, name, "activation profile", ordered=False)
+    prof = lookup("profile", _REGISTRY, name, "activation profile", ordered=False)
+    key = (name, id(prof))
+    view = _VIEWS.get(key)
+    if view is None or view[0] is not prof:
+        view = _VIEWS[key] = (prof, _finetuned(prof))
+    return view[1]
+
+
+class _Finetuned:
+    """Mixin: the layer and first/last-stage inventories follow TrainSpec.finetune."""
+
+    def layer(self, m, kind, t, p):
+        from memledger.ledger.activations.finetune import finetune_tensors
+        return finetune_tensors(super().layer(m, kind, t, p), m, kind, t)
+
+    def first_stage(self, m, t, p):
+        from memledger.ledger.activations.finetune import finetune_tensors
+        return finetune_tensors(super().first_stage(m, t, p), m, "first", t, outer=True)
+
+    def last_stage(self, m, t, p):
+        from memledger.ledger.activations.finetune import finetune_tensors
+        return finetune_tensors(super().last_stage(m, t, p), m, "last", t, outer=True)
+
+
+_VIEWS: dict[tuple, tuple] = {}
+_CLASSES: dict[type, type] = {}
+
+
+def _finetuned(prof):
+    cls = type(prof)
+    sub = _CLASSES.get(cls)
+    if sub is None:
+        sub = _CLASSES[cls] = type(cls.__name__, (_Finetuned, cls), {"__module__": cls.__module__})
+    view = copy.copy(prof)
+    object.__setattr__(view, "__class__", sub)
+    return view
 
 
 def _load_builtins() -> None:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from memledger.ledger.activations import get_profile
+from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.inventory import ActTensor, formula, tensor_bytes
 from memledger.ledger.activations.policy import _decision
+from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
 from memledger.ledger.pipeline.schedules import stage_layers
 from memledger.model.flops import layer_forward_flops_per_token
 from memledger.model.params import layer_kind
@@ -55,12 +57,13 @@ def entry(x: ActTensor, m, t, p) -> Entry:
 
 
 @lru_cache(maxsize=4096)
-def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> KindTable:
+def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
+               compiled: bool = False) -> KindTable:
     entries = tuple(entry(x, m, t, p) for x in get_profile(t.profile).layer(m, kind, t, p))
     tokens = t.micro_batch * t.seq
     return KindTable(
         kind=kind, entries=entries,
-        decisions=tuple(_decision(e.tensor, m, t, p, True, e.bytes) for e in entries),
+        decisions=tuple(_decision(e.tensor, m, t, p, True, e.bytes, compiled) for e in entries),
         full_bytes=sum(e.bytes for e in entries),
         forward_flops=layer_forward_flops_per_token(m, kind, t.seq) * tokens // (p.tp * p.cp))
 
@@ -94,45 +97,70 @@ class HeldActivations:
     tables: dict[str, KindTable]  # the kinds this rank holds
     outer: dict[str, tuple[Entry, ...]]
     chunked_loss: bool = False  # a fused linear cross-entropy keeps no logits-sized tensor
+    ckpt_mbs: dict | None = None  # interval: kind -> layer-micro-batches of checkpointed blocks
+    ckpt_per_mb: dict | None = None  # interval: kind -> checkpointed blocks one micro-batch passes
+    compiled: bool = False  # torch.compile's partitioner decides the saved set (torchtitan_ac)
+    logits_gathered: int = 1  # tp when torchtitan runs without loss parallel: full V per rank
 
     @property
     def kinds(self) -> tuple[str, ...]:
         return tuple(k for k in KINDS if self.layer_mbs.get(k))
 
 
-def _per_kind(m, p, flights) -> Counter:
+def _per_kind(m, p, flights, skip: int = 0) -> Counter:
+    """Layer-micro-batches by kind; the first `skip` layers keep nothing (finetune.graphless_layers)."""
     stages = stage_layers(m, p)
     out = Counter()
     for stage, n in flights:
         for i in stages[stage]:
-            out[layer_kind(m, i)] += n
+            if i >= skip:
+                out[layer_kind(m, i)] += n
     return out
 
 
-def _checkpoints(m, p, t, flights) -> int:
+def _checkpoints(m, p, t, flights, skip: int = 0) -> int:
     stages = stage_layers(m, p)
     k = t.checkpoint_every(m.n_layers)
-    return sum(n * -(-len(stages[s]) // k) for s, n in flights)
+    return sum(n * -(-sum(i >= skip for i in stages[s]) // k) for s, n in flights)
+
+
+def _interval_per_kind(m, p, t, flights) -> Counter:
+    """interval: layer-micro-batches of the blocks torchtitan checkpoints (every k-th block the
+    rank wraps, counted over its stages in order: torchtitan_ac.interval_checkpointed)."""
+    stages = stage_layers(m, p)
+    out, start = Counter(), 0
+    for stage, n in flights:
+        layers = stages[stage]
+        for i, ck in zip(layers, interval_checkpointed(layers, t.recompute_every, start)):
+            out[layer_kind(m, i)] += n * ck
+        start += len(layers)
+    return out
 
 
 def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first: int,
                      last: int, loss: int | None = None,
-                     chunked_loss: bool = False) -> HeldActivations:
+                     chunked_loss: bool = False, compiled: bool = False,
+                     logits_gathered: int = 1) -> HeldActivations:
     """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
     of the first/last stage held on this rank (0 if it does not hold that stage); `loss`: of the
     last stage's, those whose loss is alive (default: all of them;
     memledger.ledger.pipeline.schedules.last_stage_open); `chunked_loss`: the loop's loss keeps
     no logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE)."""
-    layer_mbs = _per_kind(m, p, flights)
+    skip = graphless_layers(m, t)  # fine-tuning: leading layers without a graph
+    layer_mbs = _per_kind(m, p, flights, skip)
     ones = tuple((s, 1) for s, _ in flights)
     every_k = t.recompute == "every-k"
+    interval = t.recompute == "interval"
     return HeldActivations(
-        m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, p, ones)),
-        checkpoints=_checkpoints(m, p, t, flights) if every_k else 0,
-        checkpoints_per_mb=_checkpoints(m, p, t, ones) if every_k else 0,
+        m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, p, ones, skip)),
+        checkpoints=_checkpoints(m, p, t, flights, skip) if every_k else 0,
+        checkpoints_per_mb=_checkpoints(m, p, t, ones, skip) if every_k else 0,
         first=first, last=last, loss=last if loss is None else loss,
-        tables={k: kind_table(m, k, t, p) for k, n in layer_mbs.items() if n},
-        outer=outer_entries(m, t, p), chunked_loss=chunked_loss)
+        tables={k: kind_table(m, k, t, p, compiled) for k, n in layer_mbs.items() if n},
+        outer=outer_entries(m, t, p), chunked_loss=chunked_loss,
+        ckpt_mbs=dict(_interval_per_kind(m, p, t, flights)) if interval else None,
+        ckpt_per_mb=dict(_interval_per_kind(m, p, t, ones)) if interval else None,
+        compiled=compiled, logits_gathered=logits_gathered)
 
 
 def layer_bytes(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> int:

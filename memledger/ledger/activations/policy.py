@@ -26,6 +26,7 @@ from typing import NamedTuple
 from memledger.ledger.activations import get_profile
 from memledger.ledger.activations.inventory import (ActTensor, divisor, routed_rows, tensor_bytes,
                                                     tokens_on_rank)
+from memledger.ledger.activations.torchtitan_ac import COMPILE_RECOMPUTES
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.policy import KEEP, TensorPolicy
@@ -110,20 +111,23 @@ def recompute_flops(x: ActTensor, m, t, p) -> int:
     return ceil_div(rows * x.flops, divisor(x, p))
 
 
-def chosen(x: ActTensor, t: TrainSpec, in_layer: bool) -> TensorPolicy:
+def chosen(x: ActTensor, t: TrainSpec, in_layer: bool, compiled: bool = False) -> TensorPolicy:
     for c, _ in t.policy.rules:
         if c == x.cls:
             return t.policy.get(c)
     if in_layer and t.recompute == "selective" and x.cls in get_profile(t.profile).selective:
         return TensorPolicy(recompute=True)
+    if in_layer and compiled and x.cls in COMPILE_RECOMPUTES:  # the partitioner's choice
+        return TensorPolicy(recompute=True)
     return KEEP
 
 
 @lru_cache(maxsize=65536)
-def _decision(x: ActTensor, m, t, p, in_layer: bool, native: int | None = None) -> tuple:
+def _decision(x: ActTensor, m, t, p, in_layer: bool, native: int | None = None,
+              compiled: bool = False) -> tuple:
     """Everything about x's storage that does not depend on how many copies a rank holds
     (cached: every rank and every layer of a kind asks the same question)."""
-    pol = chosen(x, t, in_layer)
+    pol = chosen(x, t, in_layer, compiled)
     native = tensor_bytes(x, m, t, p) if native is None else native  # the inventory's, if given
     producer = recompute_flops(x, m, t, p)
     if pol.recompute and x.flops:

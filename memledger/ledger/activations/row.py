@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import Counter
 
 from memledger.ledger.activations.held import KINDS, HeldActivations
+from memledger.ledger.activations.inventory import formula, tensor_bytes
+from memledger.ledger.activations.torchtitan_ac import SRC_AC, op_saved
 from memledger.ledger.activations.policy import TensorMove, decide, move
 from memledger.ledger.items import Item
 from memledger.ledger.static.sharding import shard_divisor
@@ -27,6 +29,9 @@ from memledger.units import format_bytes
 SRC = {"megatron": "Megatron-Core + TE saved tensors (docs/design.md §5)",
        "paper": "Korthikanti et al. 2022 (arXiv 2205.05198) §4",
        "hf": "traced from Hugging Face transformers modules"}
+SRC_MODE = {"op": SRC_AC, "interval": "torchtitan 0.2 activation_checkpoint.py (ac_freq)",
+            "memory-budget": "torchtitan MemoryBudgetAC + torch._functorch.config."
+                             "activation_memory_budget"}
 STAGING = {"cpu": "offload staging buffers", "pp": "remote offload staging buffers"}
 
 
@@ -55,28 +60,112 @@ def _structural_moves(a: HeldActivations) -> list[TensorMove]:
     return out
 
 
+def _recompute_move(a: HeldActivations, kind: str, copies: int, per_mb: int, native: int,
+                    how: str) -> TensorMove:
+    table = a.tables[kind]
+    return TensorMove(section=f"{kind} layers", tensor="layer inventory", cls="*",
+                      policy=f"recompute ({how})", copies=copies, per_micro_batch=per_mb,
+                      native_bytes=native, stored_bytes=0, gpu_bytes=0,
+                      recompute_flops=table.forward_flops, producer_flops=table.forward_flops,
+                      formula=f"{how}: the block's other tensors re-made in backward")
+
+
+def op_saved_bytes(a: HeldActivations, kind: str) -> int:
+    """One block's op-SAC saved tensors, one micro-batch (torchtitan_ac.op_saved)."""
+    return sum(tensor_bytes(x, a.m, a.t, a.p) for x in op_saved(a.m, kind, a.p))
+
+
+def _op_moves(a: HeldActivations) -> list[TensorMove]:
+    """torchtitan op-level SAC: the save list's outputs and the block input are kept."""
+    m, p, t = a.m, a.p, a.t
+    out = []
+    for kind in a.kinds:
+        n, per = a.layer_mbs[kind], a.per_mb[kind]
+        for x in op_saved(m, kind, p):
+            out.append(decide(x, m, t, p, section=f"{kind} layers", copies=n, per_mb=per,
+                              in_layer=True, base_formula=f"{n} layer-micro-batches × "
+                                                          f"{formula(x, m, t, p)} (op SAC)"))
+        rest = max(0, a.tables[kind].full_bytes - op_saved_bytes(a, kind))
+        out.append(_recompute_move(a, kind, n, per, rest, "op SAC"))
+    return out
+
+
+def budget_kept_bytes(a: HeldActivations, kind: str) -> int:
+    """memory-budget: per block-micro-batch, the full-checkpoint bytes (the block input) plus
+    budget × (the compiled default saved set − those): activation_memory_budget's definition."""
+    (x,) = a.outer["layer input"]
+    table = a.tables[kind]
+    default = sum(d[3] for d in table.decisions)  # gpu bytes kept with no AC (compiled)
+    return x.bytes + a.t.recompute_budget_pct * max(0, default - x.bytes) // 100
+
+
+def _budget_moves(a: HeldActivations) -> list[TensorMove]:
+    out = []
+    for kind in a.kinds:
+        n, per, kept = a.layer_mbs[kind], a.per_mb[kind], budget_kept_bytes(a, kind)
+        out.append(TensorMove(
+            section=f"{kind} layers", tensor="kept under the memory budget", cls="*",
+            policy="keep", copies=n, per_micro_batch=per, native_bytes=kept, stored_bytes=kept,
+            gpu_bytes=kept, formula=f"{n} layer-micro-batches × (block input + "
+                                    f"{a.t.recompute_budget_pct}% of the compiled saved set "
+                                    f"above it) = {kept} B"))
+        out.append(_recompute_move(a, kind, n, per, max(0, a.tables[kind].full_bytes - kept),
+                                   f"memory budget {a.t.recompute_budget_pct}%"))
+    return out
+
+
+def _interval_moves(a: HeldActivations) -> list[TensorMove]:
+    """interval: the checkpointed blocks keep their input; the others (above) keep all."""
+    m, p, t = a.m, a.p, a.t
+    (x,) = a.outer["layer input"]
+    n, n_mb = sum(a.ckpt_mbs.values()), sum(a.ckpt_per_mb.values())
+    out = []
+    if n:
+        mv = decide(x.tensor, m, t, p, section="checkpoints", copies=n, per_mb=n_mb,
+                    in_layer=False, native=x.bytes,
+                    base_formula=f"{n} block-micro-batches × {x.formula} (every "
+                                 f"{t.recompute_every}-th block checkpointed)")
+        out.append(mv._replace(native_bytes=0))
+    for kind in a.kinds:
+        if a.ckpt_mbs.get(kind):
+            out.append(_recompute_move(a, kind, a.ckpt_mbs[kind], a.ckpt_per_mb[kind],
+                                       a.tables[kind].full_bytes, "interval checkpoint"))
+    return out
+
+
 def activation_moves(a: HeldActivations) -> list[TensorMove]:
     """Every saved tensor of the rank and its storage decision."""
-    if a.t.recompute in ("full", "every-k"):
+    rc = a.t.recompute
+    if rc in ("full", "every-k"):
         moves = _structural_moves(a)
+    elif rc == "op":
+        moves = _op_moves(a)
+    elif rc == "memory-budget":
+        moves = _budget_moves(a)
     else:
         moves = []
+        ck, ck_mb = a.ckpt_mbs or {}, a.ckpt_per_mb or {}
         for kind in a.kinds:
-            n, table = a.layer_mbs[kind], a.tables[kind]
-            for e, dec in zip(table.entries, table.decisions):
+            n, table = a.layer_mbs[kind] - ck.get(kind, 0), a.tables[kind]
+            per = a.per_mb[kind] - ck_mb.get(kind, 0)
+            for e, dec in zip(table.entries, table.decisions) if n else ():
                 moves.append(move(e.tensor, dec, section=f"{kind} layers", copies=n,
-                                  per_mb=a.per_mb[kind],
+                                  per_mb=per,
                                   base_formula=f"{n} layer-micro-batches × {e.formula}"))
+        if rc == "interval":
+            moves += _interval_moves(a)
     for section, held in (("first stage", a.first), ("last stage", a.last)):
         for e in a.outer[section] if held else ():
             logits = section == "last stage" and e.tensor.cls == "logits"
             if logits and a.chunked_loss:
                 continue
             n = a.loss if logits else held
+            g = a.logits_gathered if logits else 1  # no loss parallel: gathered to full V
             if n:
                 moves.append(decide(e.tensor, a.m, a.t, a.p, section=section, copies=n,
-                                    per_mb=1, in_layer=False, native=e.bytes,
-                                    base_formula=f"{n} micro-batches × {e.formula}"))
+                                    per_mb=1, in_layer=False, native=e.bytes * g,
+                                    base_formula=f"{n} micro-batches × {e.formula}" + (
+                                        f" × {g} (loss parallel off: gathered)" if g > 1 else "")))
     return moves
 
 
@@ -99,7 +188,7 @@ def staging_bytes(moves: list[TensorMove], target: str) -> int:
 
 def activation_items(a: HeldActivations, moves: list[TensorMove]) -> list[Item]:
     """Items of the activation row (recomputed tensors have none; offloaded ones show 0 bytes)."""
-    src = SRC.get(a.t.profile, f"profile {a.t.profile}")
+    src = SRC_MODE.get(a.t.recompute) or SRC.get(a.t.profile, f"profile {a.t.profile}")
     items = [Item("activations", item_name(mv), mv.gpu_total, mv.formula, src)
              for mv in moves if mv.stored_bytes or mv.gpu_bytes]
     for target, name in STAGING.items():
@@ -121,8 +210,8 @@ def cast_params(a: HeldActivations, kind: str) -> int:
 
 
 def is_autocast(a: HeldActivations) -> bool:
-    r = a.t.recipe
-    return r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16")
+    r = a.t.recipe  # under FSDP2 mixed precision the bf16 copy is the unsharded parameter
+    return r.weight_fmt == "fp32" and r.act_fmt in ("bf16", "fp16") and r.param_fmt is None
 
 
 def autocast_copies(a: HeldActivations) -> Item | None:
@@ -135,7 +224,7 @@ def autocast_copies(a: HeldActivations) -> Item | None:
     if not is_autocast(a):
         return None
     n = 0
-    if a.t.recompute not in ("full", "every-k"):
+    if a.t.recompute not in ("full", "every-k"):  # amp is not torchtitan's: its modes not here
         n += sum(copies * cast_params(a, kind) for kind, copies in a.layer_mbs.items())
     if a.last and a.m.vocab:
         n += a.last * -(-padded_vocab(a.m, a.p.tp, a.t.pad_multiple()) // a.p.tp) * a.m.hidden

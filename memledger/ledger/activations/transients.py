@@ -22,7 +22,8 @@ from memledger.ledger.activations import get_profile
 from memledger.ledger.activations.held import HeldActivations
 from memledger.ledger.activations.inventory import tokens_on_rank
 from memledger.ledger.activations.policy import TensorMove
-from memledger.ledger.activations.row import SRC, cast_params, is_autocast
+from memledger.ledger.activations.row import (SRC, SRC_MODE, budget_kept_bytes, cast_params,
+                                              is_autocast, op_saved_bytes)
 from memledger.ledger.items import Item
 from memledger.units import ceil_div, format_bytes
 
@@ -48,6 +49,11 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
         out.append(Item("runtime", f"recompute working set ({span} layer{'s' * (span > 1)})",
                         worst, f"{span} × one layer's full inventory, one micro-batch" + plus,
                         "docs/design.md §5 (full / every-k recompute)"))
+    if t.recompute in ("op", "interval", "memory-budget") and a.kinds:
+        worst = max(recompute_set(a, k) + (ws if k == "dense" else 0) for k in a.kinds)
+        out.append(Item("runtime", "recompute working set (1 layer)", worst,
+                        f"one block's tensors re-made in its backward ({t.recompute})" + plus,
+                        SRC_MODE[t.recompute]))
     policy_set = _policy_recompute_set(t, moves)
     if policy_set:
         out.append(Item("runtime", "recompute working set (policy, one layer)", policy_set + ws,
@@ -58,8 +64,9 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
         out.append(bwd)
     forward = [autocast_cache(a)]
     for e in a.outer["transients"] if a.last and not a.chunked_loss else ():
-        item = Item("runtime", e.tensor.name, e.bytes, f"one micro-batch × {e.formula}",
-                    SRC.get(t.profile, t.profile))
+        g = a.logits_gathered if e.tensor.cls == "logits" else 1  # loss parallel off
+        item = Item("runtime", e.tensor.name, e.bytes * g, f"one micro-batch × {e.formula}" + (
+            f" × {g} (gathered: no loss parallel)" if g > 1 else ""), SRC.get(t.profile, t.profile))
         (forward if e.tensor.cls == "forward" else out).append(item)
     forward = [i for i in forward if i is not None and i.bytes]
     if forward:  # alive together at the end of the forward pass: one working set
@@ -67,6 +74,17 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
                         sum(i.bytes for i in forward), "; ".join(i.formula for i in forward),
                         forward[-1].source))
     return out
+
+
+def recompute_set(a: HeldActivations, kind: str) -> int:
+    """What one block's backward re-creates under torchtitan's modes: its inventory less what
+    the mode kept (interval: the whole inventory of a checkpointed block)."""
+    full = a.tables[kind].full_bytes
+    if a.t.recompute == "op":
+        return max(0, full - op_saved_bytes(a, kind))
+    if a.t.recompute == "memory-budget":
+        return max(0, full - budget_kept_bytes(a, kind))
+    return full
 
 
 def autocast_cache(a: HeldActivations) -> Item | None:
@@ -131,14 +149,32 @@ def dense_backward_bytes(m, t, p) -> int:
         down_proj's backward on the bf16 cast of the fp32 incoming gradient, its bf16 weight
         gradient and input gradient; or the fp32 weight gradient the weight cast's backward
         makes once the saved bf16 cast and input are freed.
+    A frozen down_proj (fine-tuning) makes no weight gradient; under qlora its backward
+    dequantises the weight instead (bitsandbytes MatMul4Bit.backward: dequantize_4bit(B) for
+    the input gradient), h·f in the compute dtype, alive with the input gradient.
     Array-safe (the planner evaluates it over micro-batch sizes)."""
     tokens, f, h = tokens_on_rank(t, p), ceil_div(m.ffn_hidden, p.tp), m.hidden
     act, w = t.recipe.act_fmt, t.recipe.weight_fmt
+    down = _down_weight_fmt(t)
     if w == "fp32" and act != "fp32":  # amp: the hf profile's own test (profiles.hf._mode)
-        return _larger(format_bytes(act, tokens * h) + format_bytes(act, tokens * f)
-                       + format_bytes(act, h * f), format_bytes(w, h * f))
-    return _larger(format_bytes(act, tokens * f) + format_bytes(w, h * f),
+        trains = down == w  # its bf16 weight gradient, then the fp32 one of the weight cast
+        extra = format_bytes(act if trains else down, h * f) if down else 0
+        return _larger(format_bytes(act, tokens * h) + format_bytes(act, tokens * f) + extra,
+                       format_bytes(w, h * f) if trains else 0)
+    return _larger(format_bytes(act, tokens * f) + (format_bytes(down, h * f) if down else 0),
                    2 * format_bytes(act, tokens * f))
+
+
+def _down_weight_fmt(t) -> str | None:
+    """The format of the h·f tensor down_proj's backward makes: its weight gradient (the
+    weight format) when it trains, the dequantised weight under qlora, none when frozen."""
+    ft = t.finetune
+    if ft.mode == "qlora":
+        return ft.compute_dtype
+    if ft.adapters or (ft.mode == "freeze" and ("mlp.fc2" in ft.frozen_pieces or
+                                                "layers" in ft.frozen_pieces)):
+        return None
+    return t.recipe.weight_fmt
 
 
 def _backward_formula(m, t, p) -> str:

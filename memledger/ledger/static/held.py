@@ -13,8 +13,10 @@ from functools import lru_cache
 from memledger.ledger.items import Item
 from memledger.ledger.optimizer_step import muon_coverage
 from memledger.ledger.pipeline.schedules import first_stage_rank, last_stage_rank, stage_layers
+from memledger.ledger.static.finetune import finetune_held, frozen_layer_counts
 from memledger.ledger.static.rows import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
-from memledger.ledger.static.sharding import shard_divisor
+from memledger.ledger.fsdp2 import RULES, n_experts
+from memledger.ledger.static.sharding import shard_divisor, zero_group
 from memledger.model.params import (embedding_groups, head_groups, layer_groups, layer_kind,
                                     mtp_groups, padded_vocab)
 from memledger.specs.loop import LoopSpec
@@ -44,22 +46,31 @@ def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int,
             held += [Held("mtp", g, m.n_mtp_layers) for g in mtp_groups(m)]
             if not first:  # MTP re-embeds tokens: the last stage keeps an embedding copy
                 held += [Held("mtp", g, 1) for g in embedding_groups(m, vocab)[:1]]
+    if t.finetune.mode != "full":  # frozen groups, adapters, a quantised base (static/finetune.py)
+        held = finetune_held(held, t.finetune, frozen_layer_counts(m, layers, t.finetune))
     return muon_coverage(held, t, loop)
 
 
 @lru_cache(maxsize=65536)
-def held_items(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[Item, ...]:
+def held_items(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[Item, ...]:
     """The weights, gradients and optimizer items of one held group (cached: middle pipeline
-    ranks hold the same groups)."""
+    ranks hold the same groups); `pad`: FSDP2's expert sharding (ledger.fsdp2)."""
     n = ceil_div(h.group.count, shard_divisor(h.group, p))
     out = []
     for row, fn in ROW_FUNCS.items():
-        b, f = fn(h, p, t)
+        b, f = fn(h, p, t, pad)
+        note, src = zero_note(row, h, p), SOURCE_ZERO
+        if pad and b != fn(h, p, t)[0]:
+            note += (f", FSDP2 dim-0 chunks: ⌈{n_experts(h.group) // p.ep} experts / "
+                     f"{zero_group(h.group, p)} ranks⌉ per rank (padded)")
+            src = RULES["dim-0 padding"][1]
         out.append(Item(row, f"{h.section} / {h.group.name}", b,
-                        f"{h.instances} × {n} params{zero_note(row, h, p)}: {f}", SOURCE_ZERO))
+                        f"{h.instances} × {n} params{note}: {f}", src))
     return tuple(out)
 
 
-def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec) -> list[Item]:
-    per_group = [held_items(h, p, t) for h in held]
-    return [g[k] for k in range(len(ROW_FUNCS)) for g in per_group]
+def static_items(held: list[Held], p: ParallelSpec, t: TrainSpec, pad: str = "") -> list[Item]:
+    per_group = [held_items(h, p, t, pad) for h in held]
+    # a frozen group has weights only: its zero gradient and optimizer items are not listed
+    return [g[k] for k in range(len(ROW_FUNCS)) for g, h in zip(per_group, held)
+            if k == 0 or not h.group.frozen]

@@ -104,4 +104,5 @@ def opt_partition_params(held, p: ParallelSpec) -> int:
 def _opt_partition_params(held: tuple, p: ParallelSpec) -> int:
     from memledger.ledger.static.rows import local_params
     from memledger.ledger.static.sharding import zero_divisor
-    return sum(ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p)) for h in held)
+    return sum(ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p)) for h in held
+               if not h.group.frozen)

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memledger.ledger.static.sharding import shard_divisor, zero_divisor, zero_group
+from memledger.ledger.fsdp2 import expert_local, n_experts
+from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor, zero_divisor, zero_group
 from memledger.model.params import ParamGroup
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import Optimizer, Recipe, TrainSpec
 from memledger.units import ceil_div, format_bytes
 
 SOURCE_ZERO = "ZeRO (arXiv 1910.02054) §5; Megatron-LM distributed optimizer docs"
+# torch 2.13 torch/optim/adam.py (_init_group; AdamW is Adam): a requires_grad=False parameter
+# keeps .grad None and gets no state (`if p.grad is not None`); DDP/FSDP skip it likewise
+FROZEN = "frozen (requires_grad=False): no .grad, no optimizer state"
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,19 @@ def local_params(h: Held, p: ParallelSpec) -> int:
     return ceil_div(h.group.count, shard_divisor(h.group, p)) * h.instances
 
 
+def sharded_params(row: str, h: Held, p: ParallelSpec, pad: str = ""):
+    """n_local / z, or FSDP2's dim-0 chunk for a 3-D expert tensor (memledger.ledger.fsdp2:
+    `pad` = expert_sharding(...): "", "dim0" or "dim1-if-fewer")."""
+    z = zero_divisor(row, h.group, p)
+    if pad and h.group.expert and row in ZERO_SHARDED[p.zero] and (
+            pad == "dim0" or zero_group(h.group, p) * p.ep <= n_experts(h.group)):
+        return expert_local(h.group, p, z, h.instances)
+    return ceil_div(local_params(h, p), z)
+
+
 def weight_fmt(g: ParamGroup, r: Recipe) -> str:
+    if g.store:
+        return g.store
     if g.fp32:
         return "fp32"
     return "fp8" if r.fp8_matrices and g.matrix else r.weight_fmt
@@ -49,21 +65,29 @@ def state_values(g: ParamGroup, n: int, opt: Optimizer) -> int:
     return n * int(opt.matrix_states.split(":")[1])
 
 
-def weights_bytes(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[int, str]:
-    n = ceil_div(local_params(h, p), zero_divisor("weights", h.group, p))
+def weights_bytes(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[int, str]:
+    n = sharded_params("weights", h, p, pad)
     f = weight_fmt(h.group, t.recipe)
-    copies = 2 if f == "fp8" else 1  # TE keeps a transposed fp8 copy for the backward GEMMs
+    if ":" in f:  # a quantised base: constants per tensor (specs/finetune.py, units._quantised)
+        k = h.instances * (h.group.count // (h.group.rows * h.group.cols))
+        k = k + (k == 0)  # array-safe max(k, 1) (the planner passes arrays)
+        return format_bytes(f, ceil_div(n, k)) * k, f"N_local/z in {k} tensors × {f}"
+    copies = 2 if f == "fp8" and not h.group.store else 1  # TE keeps a transposed fp8 copy
     return format_bytes(f, n) * copies, f"N_local/z × {f}" + (" × 2 (fp8 + transpose)" if copies == 2 else "")
 
 
-def gradients_bytes(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[int, str]:
-    n = ceil_div(local_params(h, p), zero_divisor("gradients", h.group, p))
+def gradients_bytes(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[int, str]:
+    if h.group.frozen:
+        return 0, FROZEN
+    n = sharded_params("gradients", h, p, pad)
     f = "fp32" if h.group.fp32 else t.recipe.grad_fmt
     return format_bytes(f, n), f"N_local/z × {f}"
 
 
-def optimizer_bytes(h: Held, p: ParallelSpec, t: TrainSpec) -> tuple[int, str]:
-    n = ceil_div(local_params(h, p), zero_divisor("optimizer", h.group, p))
+def optimizer_bytes(h: Held, p: ParallelSpec, t: TrainSpec, pad: str = "") -> tuple[int, str]:
+    if h.group.frozen:
+        return 0, FROZEN
+    n = sharded_params("optimizer", h, p, pad)
     opt, r = t.opt, t.recipe
     state_fmt = opt.fixed_fmt or ("fp32" if h.group.fp32 else r.state_fmt)
     total = format_bytes(state_fmt, state_values(h.group, n, opt))

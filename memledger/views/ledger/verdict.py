@@ -8,6 +8,7 @@ import streamlit as st
 from memledger.ledger import Ledger
 from memledger.specs.hardware import Hardware
 from memledger.units import gib
+from memledger.views import safe_text, ui
 from memledger.views.ledger import summary
 from memledger.views.ledger.fixes import fixes, gpus_needed
 from memledger.views.sync import Resolved, W
@@ -22,6 +23,8 @@ def verdict(res: Resolved, led: Ledger, hw: Hardware) -> None:
     fits, sentence = summary.verdict(led, hw)
     (st.success if fits else st.error)(f"**{sentence}**", icon=":material/check_circle:" if fits
                                        else ":material/error:")
+    for w in led.warnings:  # modelled, but the layout wastes memory (FSDP2 dim-0 padding)
+        st.warning(ui.md_escape(safe_text.plain(w, 600)), icon=":material/warning:")
     if fits:
         return
     need = gpus_needed(res.model, res.cfg)

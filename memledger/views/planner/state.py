@@ -21,7 +21,7 @@ from memledger.presets import gpu
 from memledger.specs import ModelSpec
 from memledger.specs.runtime import RuntimeSpec
 from memledger.views.budget import PLANNER_CACHE_BYTES, PLANNER_MAX_WORLDS, ByteLRU, admit_plan
-from memledger.views.state import INT_LIMITS, BadValue, Config, PageParam
+from memledger.views.state import INT_LIMITS, BadValue, Config, PageParam, finetune_spec
 
 MAX_WORLDS = PLANNER_MAX_WORLDS  # a link is input from anyone: each world size is a full search
 ANY = "any"
@@ -134,7 +134,7 @@ def plan_settings(cfg: Config, page: Mapping) -> dict:
             "gb": global_batch(cfg, page),
             "gpn": page["gpn"], "precision": cfg.precision, "optimizer": cfg.optimizer,
             "profile": cfg.profile, "attention": cfg.attention, "headroom": page["headroom"],
-            "loop": cfg.loop, "framework": page["framework"],
+            "loop": cfg.loop, "framework": page["framework"], "finetune": finetune_spec(cfg),
             **{k: page[k] for k in FIXED}, **{k: page[k] for k in CHOSEN}}
 
 
@@ -149,7 +149,8 @@ def plan_spec(m: ModelSpec, gpu_key: str, v: Mapping) -> PlanSpec:
                     attention=v["attention"], headroom=v["headroom"] / 100,
                     framework=v.get("framework", "megatron-core"),
                     runtime=RuntimeSpec(loop=v.get("loop", "auto")),
-                    constraints=Constraints(**fixed, **chosen))
+                    constraints=Constraints(**fixed, **chosen),
+                    **({"finetune": v["finetune"]} if "finetune" in v else {}))
 
 
 def run_plan(m: ModelSpec, gpu_key: str, v: Mapping, progress=None) -> Plan:

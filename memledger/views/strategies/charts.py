@@ -139,7 +139,7 @@ def levelled_staircase(stair, capacity_bytes: int | None = None,
 
 
 def advice_sections(a) -> dict[str, list[str]]:
-    """The four answers and the plan as lines of text (numbers in GiB / GB / seconds)."""
+    """The answers (fine-tuning the fifth) and the plan as lines of text (GiB / GB / seconds)."""
     s, act, st, b, pl = a.static, a.activations, a.staircase, a.buffers, a.plan
     g = lambda n: f"{gib(n):,.2f} GiB"  # noqa: E731
     return {
@@ -168,5 +168,10 @@ def advice_sections(a) -> dict[str, list[str]]:
         + ([f"all-to-all '{b.a2a_mode}': " + ", ".join(f"{k} {g(v)}" for k, v in b.a2a_bytes.items()),
             f"static shapes save {g(b.static_saving_bytes)} against the worst case"] if b.a2a_bytes else
            ["no expert-parallel all-to-all"]),
+        **({"5. Fine-tuning": [f"{a.finetune.mode}: {a.finetune.trainable_pct:.2f}% of the rank's "
+                                  f"parameters train"]
+            + [f"{o.label}: " + (o.error or f"trains {o.trainable_pct:.3f}%, saves "
+                                 f"{g(o.saved_bytes)}, peak {g(o.peak_bytes)}")
+               for o in a.finetune.options]} if a.finetune is not None else {}),
         "Plan": list(pl.steps) + [f"peak after {g(pl.peak_bytes)}: {'fits' if pl.fits else 'still over'}"],
     }

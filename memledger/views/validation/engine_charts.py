@@ -92,3 +92,21 @@ def trackers_figure(rows: list[dict]) -> go.Figure:
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=11))
     fig.update_xaxes(title_text="peak, MiB (log scale)", type="log")
     return fig
+
+
+def rows_figure(records: list[dict], case: str) -> go.Figure:
+    """One case on one rank: predicted and measured bytes per row, side by side (GiB)."""
+    recs = [r for r in records if r["case"] == case and r["row"] in ROWS]
+    names = [LABELS[r["row"]] for r in recs]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=[r["predicted_bytes"] / 2 ** 30 for r in recs],
+                         name="memledger (predicted)", marker_color="#1F77B4"))
+    fig.add_trace(go.Bar(x=names, y=[r["measured_bytes"] / 2 ** 30 for r in recs],
+                         name="torchtitan (measured)", marker_color=INK,
+                         customdata=[100 * r["rel_error"] for r in recs],
+                         hovertemplate="%{x}: %{y:.3f} GiB measured, memledger "
+                                       "%{customdata:+.2f}%<extra></extra>"))
+    _layout(fig, f"torchtitan at scale: {case}", "rank 0 · blue: memledger (re-derived now) · "
+            "black: torchtitan's code, measured", 420)
+    fig.update_layout(barmode="group", yaxis_title="GiB (2³⁰ bytes)")
+    return fig

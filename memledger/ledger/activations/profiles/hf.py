@@ -75,7 +75,7 @@ class _Mode:
 
 def _mode(t: TrainSpec) -> _Mode:
     r = t.recipe
-    amp = r.weight_fmt == "fp32" and r.act_fmt != "fp32"
+    amp = r.weight_fmt == "fp32" and r.act_fmt != "fp32" and r.param_fmt is None
     return _Mode(amp, "fp32" if amp else "act")
 
 

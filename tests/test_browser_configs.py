@@ -1,0 +1,35 @@
+"""A training config pasted into the sidebar in a real browser (system Chromium via Playwright):
+the sliders and the link follow the file, and the Share popover shows the configuration as
+Megatron flags. Skipped without Chromium, unless MEMLEDGER_REQUIRE_BROWSER=1 (CI)."""
+from pathlib import Path
+
+import pytest
+
+from memledger.views.devserver import wait_idle
+
+pytestmark = pytest.mark.browser
+SCRIPT = (Path(__file__).parent / "fixtures" / "configs" / "llama3_70b_megatron.sh").read_text()
+
+
+def test_pasted_launch_script_moves_the_sidebar_and_the_link(served_app):
+    base, browser = served_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/?tp=2&pp=1&world=8&model=llama3-8b")
+    wait_idle(page)
+    page.get_by_text("Import a training config").click()
+    box = page.get_by_label("…or paste it").last
+    box.fill(SCRIPT)
+    box.press("Control+Enter")  # commit the text area before the click
+    page.get_by_role("button", name="Use this training config").click()
+    page.wait_for_url("**seq=8192**", timeout=30_000)
+    wait_idle(page)
+    assert "model=spec" in page.url and "m=64" in page.url and "world=64" not in page.url
+    for name, want in (("TP: tensor parallel", "8"), ("PP: pipeline stages", "4")):
+        assert page.get_by_role("slider", name=name).get_attribute("aria-valuetext") == want
+    page.get_by_role("button", name="Share link").click()
+    page.get_by_role("combobox", name="Copy as").click()
+    page.get_by_role("option", name="Megatron flags").click()
+    code = page.locator("code", has_text="--tensor-model-parallel-size 8")
+    code.first.wait_for(timeout=20_000)
+    assert "--use-distributed-optimizer" in code.first.inner_text()
+    page.close()
