@@ -55,8 +55,9 @@ def test_a_share_link_as_the_first_request_of_a_fresh_server_opens_inside_the_ap
 
 def test_a_hostile_staircase_link_answers_within_3_s_with_its_budget_said(browser_app):
     """Issue 32 #3: m = 65,535 at pp = 64 is 262,142 timeline events (1.6 M points took ~10 s
-    on the server and ~20 s in the browser). The page draws at most MAX_DRAWN_EVENTS of them
-    and says so; the whole answer, both charts painted, within 3 s on a warm server."""
+    on the server and ~20 s in the browser). Over the events budget, the page answers with the
+    reason (naming m) and the staircase, and no chart draws more than MAX_DRAWN_EVENTS; the
+    whole answer within 3 s on a warm server."""
     from memledger.views.budget import MAX_DRAWN_EVENTS
     base, browser = browser_app
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -66,9 +67,9 @@ def test_a_hostile_staircase_link_answers_within_3_s_with_its_budget_said(browse
     wait_idle(page)
     t0 = time.monotonic()
     page.goto(f"{base}/staircase?m=65535&pp=64&world=512", wait_until="commit")
-    page.get_by_text("this server sends the browser at most").wait_for(timeout=30_000)
+    page.get_by_text("more than this server builds for one request").wait_for(timeout=30_000)
     page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg')"
-                           ".length >= 2", timeout=30_000)
+                           ".length >= 1", timeout=30_000)
     wait_idle(page)
     elapsed = time.monotonic() - t0
     points = page.evaluate("() => Math.max(...[...document.querySelectorAll('.js-plotly-plot')]"

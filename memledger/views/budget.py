@@ -38,10 +38,12 @@ PLANNER_CACHE_BYTES = 300 << 20
 LEDGER_CACHE_BYTES = 256 << 20
 BYTES_PER_ITEM = 256  # one ledger Item with its formula text, measured ~240 B
 # The step timeline of one rank: its events are built on the server (~2 µs each: 262,142 for
-# m = 65,535 at pp = 64 took 0.5 s) and drawn in the browser, where a stacked chart of 1.6 M
-# points took ~20 s. Events over MAX_TIMELINE_EVENTS are not built; a chart draws at most
-# MAX_DRAWN_EVENTS of them (6 stacked traces: 24,000 points, ~0.3 s in Chromium).
-MAX_TIMELINE_EVENTS = 400_000
+# m = 65,535 at pp = 64 took 0.5 s, and the page ~2 s with the chart's own work) and drawn in
+# the browser, where a stacked chart of 1.6 M points took ~20 s. Events over
+# MAX_TIMELINE_EVENTS (~0.25 s) are not built, so such a link answers at once with the reason;
+# a chart draws at most MAX_DRAWN_EVENTS of them (6 stacked traces: 24,000 points, ~0.3 s in
+# Chromium).
+MAX_TIMELINE_EVENTS = 120_000
 MAX_DRAWN_EVENTS = 4_000
 
 

@@ -89,7 +89,7 @@ def trackers_figure(rows: list[dict]) -> go.Figure:
             "FSDPMemTracker: PyTorch's own estimate (what a torchtitan user runs), same step",
             height=140 + 70 * max(len(rows), 1), bottom=110)
     fig.update_layout(barmode="group")
-    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11), automargin=True)
     fig.update_xaxes(title_text="peak, MiB (log scale)", type="log")
     return fig
 
