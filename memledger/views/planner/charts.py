@@ -113,16 +113,20 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
     head, top = title_block(f"{safe_text.plot(spec.model.name)} on {spec.hardware.name}: fitting "
                             f"configurations{shown}", "")
     fig.update_layout(title=head,
-                      font=dict(family=FONT_FAMILY, color=INK, size=13), height=480 + top,
+                      font=dict(family=FONT_FAMILY, color=INK, size=13), height=520 + top,
                       plot_bgcolor="white", paper_bgcolor="white",
-                      xaxis=dict(axis, title="peak of the most loaded rank<br>(GiB = 2³⁰ bytes)"),
+                      xaxis=dict(axis, title="peak of the most loaded rank<br>(GiB = 2³⁰ bytes)",
+                                 nticks=6),
                       # log: a few slow layouts (deep pipelines, tiny micro-batches) would
                       # otherwise squash the fast ones that matter into one line
                       yaxis=dict(axis, type="log", title="estimated step time (log scale)",
                                  **_tick_layout(ev.seconds[idx])),
-                      legend_title_text="", margin=dict(l=70, r=30, t=top + 20, b=105),
+                      # legend two entries a row in the bottom margin, below the x title: one a
+                      # row on a phone pushed the title onto the data and hid the ticks
+                      legend_title_text="", margin=dict(l=70, r=30, t=top + 20, b=150),
                       legend=dict(orientation="h", yref="container", y=0, yanchor="bottom",
-                                  xref="container", x=0.01, xanchor="left"))
+                                  xref="container", x=0.01, xanchor="left", entrywidth=0.5,
+                                  entrywidthmode="fraction", font=dict(size=11)))
     return fig
 
 
