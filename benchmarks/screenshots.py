@@ -3,7 +3,9 @@
     python benchmarks/screenshots.py [--out out/screenshots] [--readme]
 
 --readme also writes assets/ledger.png and assets/validation.png (the Ledger and Validation
-pages at 1280×800, the README's pictures). Views: every page with defaults, the staircase
+pages at 1280×800, the README's pictures). --phone writes assets/phone/: each page of
+PHONE_VIEWS at 390×844 (its first screen) and each of its charts on its own (<page>-chart<N>.png),
+to look at after a layout change (tests/test_browser_phone.py checks the text boxes). Views: every page with defaults, the staircase
 comparing schedules for DeepSeek-V3, a policy on the Strategies page, an over-capacity ledger,
 and a link with bad values (the error banners).
 """
@@ -34,6 +36,26 @@ VIEWS = {
 }
 SIZES = {"wide": (1280, 800), "narrow": (420, 900)}
 README_VIEWS = ("ledger", "validation")
+PHONE_VIEWS = ("ledger", "ledger-over", "staircase", "where", "strategies", "planner",
+               "validation")
+
+
+def shoot_phone(out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    with streamlit_app() as base, chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        for name in PHONE_VIEWS:
+            page.goto(f"{base}/{VIEWS[name]}")
+            wait_idle(page, 120_000)
+            time.sleep(1.0)
+            files.append(out / f"{name}.png")
+            page.screenshot(path=str(files[-1]))
+            for i, chart in enumerate(page.query_selector_all(".js-plotly-plot"), start=1):
+                files.append(out / f"{name}-chart{i}.png")
+                chart.screenshot(path=str(files[-1]))
+        page.close()
+    return files
 
 
 def shoot(out: Path, readme: bool) -> list[Path]:
@@ -59,8 +81,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "out" / "screenshots"))
     ap.add_argument("--readme", action="store_true", help="also write assets/ledger.png and assets/validation.png")
+    ap.add_argument("--phone", action="store_true", help="only write assets/phone/ (390 px)")
     args = ap.parse_args()
-    for f in shoot(Path(args.out), args.readme):
+    files = (shoot_phone(ROOT / "assets" / "phone") if args.phone
+             else shoot(Path(args.out), args.readme))
+    for f in files:
         print(f)
     return 0
 

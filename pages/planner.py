@@ -80,15 +80,37 @@ with st.expander("Constraints and search bounds", icon=":material/filter_alt:"):
         _number(col, key)
 
 
+def _set(key: str, value: int) -> None:
+    st.session_state[f"pg_{key}"] = value
+
+
+def narrow(settings: dict) -> None:
+    """One button per single change that brings the search within the budget (counted)."""
+    options = pst.narrowings(res.model, cfg.gpu, settings, cfg)
+    if not options:
+        return
+    st.caption("Narrow the search in one click (each counted within the budget):")
+    for col, (key, value, n) in zip(st.columns(len(options)), options):
+        col.button(f"{pst.LABEL[key].split(' (')[0]} = {value:,} ({n:,} configurations)",
+                   key=f"narrow_{key}", on_click=_set, args=(key, value))
+
+
 def body() -> None:
     bar, metrics, slot = st.empty(), st.container(), st.empty()
     try:
         settings = pst.plan_settings(cfg, page)
+        st.caption(f"Global batch: {settings['gb']:,} sequences"
+                   + (" (the sidebar's dp × micro-batches × micro-batch size)"
+                      if not page["gb"] else ""))
+        if (short := pst.batch_warning(cfg, page)) is not None:
+            st.warning(short, icon=":material/warning:")
         result = _plan(cfg.model, cfg.gpu, tuple(sorted(settings.items())), bar, slot)
     except SpecError as e:
         bar.empty()
         slot.empty()
         st.error(ui.md_escape(str(e)), icon=":material/error:")
+        if isinstance(e, budget.OverBudget) and e.field == "constraints":
+            narrow(settings)
         return
     c = result.counts()
     m = metrics.columns(5)

@@ -9,7 +9,8 @@ from memledger.views.frame import page_frame
 from memledger.views.staircase import charts
 from memledger.views.staircase import stages as staircase_stages
 from memledger.views.staircase import tables as stair_tables
-from memledger.views.staircase.timeline_charts import peak_sentence, timeline_chart
+from memledger.views.budget import OverBudget, admit_timeline
+from memledger.views.staircase.timeline_charts import drawn_note, peak_sentence, timeline_chart
 from memledger.views.state import PageParam, hardware
 from memledger.views.sync import resolve
 
@@ -66,13 +67,23 @@ st.caption(f"Training loop **{loop}** (sidebar → Training loop; *auto* follows
            "optimizer step and zero_grad; the rows are stacked as they are alive after it. "
            "The staircase above is what this timeline holds at each rank's first backward.")
 ranks = list(range(len(led.ranks)))
+# the widget's value through Session State only (an index= as well makes Streamlit warn in
+# the server log): -1 in the link means the most loaded rank
+st.session_state["pg_rank"] = (led.most_loaded_rank if res.page["rank"] < 0
+                               else min(res.page["rank"], len(ranks) - 1))
 rank = st.selectbox("Pipeline rank", ranks, key="pg_rank",
-                    index=ranks.index(led.most_loaded_rank) if res.page["rank"] < 0
-                    else min(res.page["rank"], len(ranks) - 1),
                     format_func=lambda r: f"rank {r}" + (" (most loaded)" if r == led.most_loaded_rank else ""))
 st.markdown(peak_sentence(led, rank))
-ui.chart(timeline_chart(led, rank), ui.stem(res, f"timeline_rank{rank}"), key="timeline_chart",
-         setting=ui.setting(res))
+try:
+    admit_timeline(led.ranks[rank], f"The timeline of rank {rank}")
+except OverBudget as e:
+    st.warning(ui.md_escape(str(e)), icon=":material/hourglass_disabled:")
+else:
+    events = led.ranks[rank].timeline
+    if (note := drawn_note(len(events))) is not None:
+        st.caption(note)
+    ui.chart(timeline_chart(led, rank, events=events), ui.stem(res, f"timeline_rank{rank}"),
+             key="timeline_chart", setting=ui.setting(res))
 
 per_rank = st.expander("Per rank: layers, micro-batches in flight, activations",
                        icon=":material/table_rows:", key="ranks_open", on_change="rerun")

@@ -69,6 +69,14 @@ def parse_case(raw: str) -> str:
     return raw
 
 
+# What the numbers are, said once above them (a reader took "Weights 0.04 %" for a typical
+# error and the GPU cases for multi-GPU training)
+WHAT_IT_SHOWS = ("Each figure above is the worst |predicted − measured| / measured of its row "
+                 "over every case, not a typical one. The GPU cases are single-GPU training steps "
+                 "of Hugging Face models shrunk to a few layers, predicted with the `hf` "
+                 "activation profile; the multi-rank cases (Per rank, below) run "
+                 "torch.distributed on CPU with gloo, or on fake tensors — no multi-GPU run is "
+                 "stored here.")
 SPECS = (PageParam("rows", data.ROW_ORDER, choices=data.ROW_ORDER, multi=True),
          PageParam("env", "all", choices=tuple(ENV_NAMES)),
          PageParam("case", "all", parse=parse_case))
@@ -85,13 +93,14 @@ if not df.empty:
                                        else ":material/error:")
     with st.container(horizontal=True, gap="medium"):
         for s in data.summary(df):
-            st.metric(s.label, "—" if s.worst_pct is None else f"{s.worst_pct:.2f}%",
+            st.metric(f"{s.label}: worst", "—" if s.worst_pct is None else f"{s.worst_pct:.2f}%",
                       f"bar ±{s.bar_pct:g}%", delta_color="normal" if s.ok else "inverse",
                       delta_arrow="off", width=170,
                       help=f"Worst |predicted − measured| / measured over {s.count} cases"
                            + (f": {s.worst_case}" if s.worst_case else ""))
     for name, label, n in result.environments:
         st.caption(f"**{name}** ({n} cases): {ui.md_escape(label)}")
+    st.caption(WHAT_IT_SHOWS)
 
 st.subheader("Predicted vs measured")
 rows = st.pills("Rows", data.ROW_ORDER, selection_mode="multi", key="pg_rows",

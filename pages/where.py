@@ -3,7 +3,7 @@ checkpoint curve."""
 import streamlit as st
 
 from memledger.costs.textbook import SEED_EXAMPLES, technique_columns
-from memledger.views import safe_text, sidebar, tables, ui
+from memledger.views import export, safe_text, sidebar, tables, ui
 from memledger.views.compute import sizing
 from memledger.views.frame import page_frame
 from memledger.views.state import PageParam, hardware
@@ -25,7 +25,12 @@ size = st.radio("Size", SIZES, key="pg_size", horizontal=True,
                 else SEED_EXAMPLES[s][0],
                 help="The two textbook examples (7B and 70B parameters) give only a parameter count: no layer shapes, so no activation estimate.")
 z = sizing(res.model, res.cfg, size)
-stem = ui.stem(res, f"where-{size}")
+# named by what it shows: one GPU's textbook ledger, ZeRO over the world (no tp / pp here)
+stem = export.file_stem(f"where-{size}", ui.model_key(res), f"world{res.cfg.world}",
+                        f"mb{res.cfg.mb}x{res.cfg.seq}")
+st.caption(f"One GPU's ledger, the textbook way: the sidebar's tp, pp, ep and cp do not apply "
+           f"here (the Ledger page splits the model); ZeRO shards over the {res.cfg.world:,} "
+           "GPUs of the world size.")
 act_note = f"micro-batch {res.cfg.mb} × {res.cfg.seq:,} tokens"
 
 ui.chart(seed_charts.static_strip(z.n_params, z.act_mixed, z.name, act_note), stem + "_16n",

@@ -1,5 +1,6 @@
 """The Streamlit pages under AppTest: defaults render, every kind of widget changes the chart and
 the URL, a share link reproduces the view, and bad links give errors, not exceptions."""
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -11,7 +12,7 @@ from conftest import chart_numbers, figures
 from memledger.units import GIB
 from memledger.views.compute import ledger_for
 from memledger.views.navigation import PAGES, available
-from memledger.views.state import KEYS, load_model, parse_params
+from memledger.views.state import DEFAULT, KEYS, load_model, parse_params
 
 LEDGER, STAIRS, WHERE = "pages/ledger.py", "pages/staircase.py", "pages/where.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +70,20 @@ def test_changing_the_gpu_moves_the_capacity_line_only(app_test):
     assert at.query_params == {"gpu": "h200"}
     assert chart_numbers(after)[:6] == chart_numbers(before)[:6]
     assert after["layout"]["shapes"][0]["x0"] == pytest.approx(143771 / 1024)
+
+
+def test_a_custom_gpu_from_the_sidebar_is_carried_by_the_link(app_test):
+    """Issue 32 #6: choosing 'Custom GPU…' gives four inputs; a change is one `gpu` value in
+    the link, and the capacity line follows it."""
+    at = ok(app_test(LEDGER).run())
+    at.selectbox(key="sb_gpu").set_value("custom:80,450,50,989").run()
+    assert ok(at).query_params == {"gpu": "custom:80,450,50,989"}
+    at.number_input(key="sb_custom_capacity").set_value(96).run()
+    assert ok(at).query_params == {"gpu": "custom:96,450,50,989"}
+    assert figures(at)[0]["layout"]["shapes"][0]["x0"] == pytest.approx(96)
+    again = ok(app_test(LEDGER, "gpu=custom:96,450,50,989").run())
+    assert again.number_input(key="sb_custom_capacity").value == 96
+    assert figures(again)[0]["layout"]["shapes"][0]["x0"] == pytest.approx(96)
 
 
 def test_a_new_model_keeps_a_valid_configuration(app_test):
@@ -207,7 +222,8 @@ def test_staircase_page_draws_the_step_timeline_of_the_chosen_rank_and_loop(app_
     at = ok(app_test(STAIRS, "loop=pytorch").run())
     timeline = figures(at)[1]
     assert "loop pytorch" in timeline["layout"]["title"]["text"]
-    assert {tr["name"] for tr in timeline["data"]} >= {"Gradients", "Activations", "peak"}
+    assert {tr["name"] for tr in timeline["data"]} >= {"Gradients", "Activations"}
+    assert any(tr["name"].startswith("peak ") for tr in timeline["data"])
     at.selectbox(key="pg_rank").set_value(3).run()
     ok(at)
     assert at.query_params == {"loop": "pytorch", "rank": "3"}
@@ -367,3 +383,60 @@ def test_a_bad_link_is_blamed_only_for_what_it_contains(app_test):
     assert not any("`pp=4`" in e.value or "`sp=1`" in e.value for e in at.error)
     (tp,) = [e.value for e in at.error if "`tp=banana`" in e.value]
     assert "Using `tp=1`" in tp  # what is really used after the layout was repaired
+
+
+def test_numbers_over_a_thousand_carry_separators():
+    """Issue 32 #12: 'Over by 11,231.6 GiB', not 'Over by 11231.6 GiB'."""
+    from memledger.views.figures import Fit
+    gib = 2**30
+    over = Fit(False, 0, int(11_311.2 * gib), int(79.6 * gib))
+    assert over.sentence("H100").startswith("Over by 11,231.6 GiB on H100")
+
+
+def test_the_staircase_rank_widget_leaves_no_session_state_warning(app_test):
+    """Issue 32 #12: a widget given both a default (index=) and a Session State value makes
+    Streamlit log a warning for every run; the rank picker gets its value one way only."""
+    import logging
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    log = logging.getLogger("streamlit.elements.lib.policies")
+    log.addHandler(handler)
+    try:
+        at = ok(app_test("pages/staircase.py", "rank=2").run())
+        assert at.selectbox(key="pg_rank").value == 2
+        at.selectbox(key="pg_rank").set_value(1).run()
+        assert ok(at).query_params["rank"] == "1"
+    finally:
+        log.removeHandler(handler)
+    assert not [m for m in seen if "pg_rank" in m], seen
+
+
+def test_where_memory_goes_says_the_layout_does_not_apply_and_names_no_dtype_per_legend(app_test):
+    """Issue 32 #9: the page is one GPU's textbook ledger (no tp / pp): it says so, and the
+    techniques legend does not call the fp32 column's parameters bf16."""
+    at = ok(app_test(WHERE, "tp=4&pp=2").run())
+    assert any("tp, pp, ep and cp do not apply" in c.value for c in at.caption)
+    names = {d["name"] for d in figures(at)[1]["data"]}
+    assert "Parameters" in names and not any("bf16" in n for n in names)
+
+
+def test_ab_pins_a_layout_and_shows_both_ledgers_row_by_row_through_the_link(app_test):
+    """Issue 32 #7: pin A, change the sidebar (B), see both with B − A per row and both
+    staircases; the link carries A, and a bad pinned value is refused with its reason."""
+    from memledger.views import compare
+    at = ok(app_test(LEDGER).run())
+    at.button(key="ab_pin").click().run()
+    at.select_slider(key="sb_tp").set_value(4).run()
+    assert ok(at).query_params == {"tp": "4", "pin": "model=llama3-70b"}
+    table = at.dataframe[-1].value
+    a = ledger_for(load_model("llama3-70b"), DEFAULT)
+    b = ledger_for(load_model("llama3-70b"), replace(DEFAULT, tp=4))
+    assert list(table["B − A (bytes)"]) == list(compare.diff_table(a, b)["B − A (bytes)"])
+    assert table["B − A (bytes)"].iloc[-1] == b.peak.peak_total_bytes - a.peak.peak_total_bytes
+    ab = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("A/B"))
+    assert [t["name"][:2] for t in ab["data"]] == ["A:", "B:"]
+    again = ok(app_test(LEDGER, "tp=4&pin=model%3Dllama3-70b").run())
+    assert list(again.dataframe[-1].value["B − A (bytes)"]) == list(table["B − A (bytes)"])
+    bad = ok(app_test(LEDGER, "pin=model%3Dllama3-70b%26tp%3Dbanana").run())
+    assert any("`pin=" in e.value and "tp" in e.value for e in bad.error)

@@ -53,6 +53,58 @@ def test_a_share_link_as_the_first_request_of_a_fresh_server_opens_inside_the_ap
     page.close()
 
 
+def test_a_hostile_staircase_link_answers_within_3_s_with_its_budget_said(browser_app):
+    """Issue 32 #3: m = 65,535 at pp = 64 is 262,142 timeline events (1.6 M points took ~10 s
+    on the server and ~20 s in the browser). Over the events budget, the page answers with the
+    reason (naming m) and the staircase, and no chart draws more than MAX_DRAWN_EVENTS; the
+    whole answer within 3 s on a warm server."""
+    from memledger.views.budget import MAX_DRAWN_EVENTS
+    base, browser = browser_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/staircase?m=8&pp=4", wait_until="commit")  # warm: the page's imports
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg')"
+                           ".length >= 2", timeout=30_000)
+    wait_idle(page)
+    t0 = time.monotonic()
+    page.goto(f"{base}/staircase?m=65535&pp=64&world=512", wait_until="commit")
+    page.get_by_text("more than this server builds for one request").wait_for(timeout=30_000)
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg')"
+                           ".length >= 1", timeout=30_000)
+    wait_idle(page)
+    elapsed = time.monotonic() - t0
+    points = page.evaluate("() => Math.max(...[...document.querySelectorAll('.js-plotly-plot')]"
+                           ".map(gd => (gd.data || []).reduce((n, t) => n + (t.x || []).length,"
+                           " 0)))")
+    assert points <= 7 * MAX_DRAWN_EVENTS, points
+    assert elapsed <= 3.0, f"{elapsed:.1f} s"
+    page.close()
+
+
+COPY_SHOWN = """() => {
+  const b = document.querySelector("[data-testid='stPopoverBody'] button[aria-label='Copy to clipboard']");
+  if (!b) return null;
+  let shown = true;
+  for (let e = b; e; e = e.parentElement) {
+    const s = getComputedStyle(e);
+    shown = shown && s.opacity !== '0' && s.visibility !== 'hidden';
+  }
+  return [shown, getComputedStyle(b, '::after').content];
+}"""
+
+
+def test_the_share_popover_shows_a_labelled_copy_button_without_hovering(browser_app):
+    """Issue 32 #12: Streamlit shows a code block's copy button only under the pointer."""
+    base, browser = browser_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/ledger")
+    wait_idle(page)
+    page.get_by_role("button", name="Share link").click()
+    page.wait_for_selector("[data-testid='stPopoverBody'] [data-testid='stCode']")
+    page.mouse.move(2, 2)  # the pointer away from the box
+    assert page.evaluate(COPY_SHOWN) == [True, '"Copy"']
+    page.close()
+
+
 def test_slider_url_share_link_and_downloads(browser_app, tmp_path):
     base, browser = browser_app
     t0 = time.monotonic()

@@ -56,3 +56,19 @@ def test_deepseek_v3_search_shows_progress_then_the_chart(served_app):
                           ".querySelectorAll('.ytick text')].map(e => e.textContent)")
     assert ticks and all(t.endswith(" s") for t in ticks)
     page.close()
+
+
+def test_the_readmes_deepseek_v3_job_returns_a_ranked_table(served_app):
+    """Issue 32 #1: the README's job with every axis open (23.5 M configurations) is searched,
+    not refused; the table is drawn and no error shows."""
+    base, browser = served_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/planner?model=deepseek-v3&gpu=h100&world=2048&seq=4096&gb=15360",
+              wait_until="commit")
+    page.wait_for_function(PLOTTED, timeout=120_000)
+    wait_idle(page, 120_000)
+    page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+    body = page.inner_text("body")
+    assert "23,472,312" in body and "over capacity" in body
+    page.close()

@@ -101,6 +101,9 @@ def test_an_invalid_value_shows_no_number_and_releasing_there_sets_nothing(previ
     assert page.url == url and "not valid here: nothing set" in page.locator(
         ".mlp-status").text_content()
     assert page.get_by_role("slider", name=SIDEBAR_EP).get_attribute("aria-valuetext") == "1"
+    # issue 32 #12: the panel is back on the set value, not left on the invalid one
+    back = dragprobe.shown(page)
+    assert back["value"] == "1" and back["ok"] and back["rows"]
 
 
 def test_releasing_on_a_value_sets_it_in_the_sidebar_and_the_link(preview_page):

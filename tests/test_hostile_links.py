@@ -91,10 +91,12 @@ def test_a_planner_link_with_many_world_sizes_is_refused_quickly(app_test):
 
 def test_a_planner_search_over_the_configuration_budget_is_refused_before_evaluating(app_test):
     t0 = time.process_time()
-    at = app_test("pages/planner.py", "model=deepseek-v3&world=2048&gb=15360&seq=4096").run()
+    at = app_test("pages/planner.py",
+                  "model=deepseek-v3&world=2048&gb=15360&seq=4096&worlds=2048,4096").run()
     assert not at.exception
     errors = " ".join(e.value for e in at.error)
-    assert "23,970,720 configurations" in errors.replace("\\", "") and "worlds" in errors
+    assert "50,107,296 configurations" in errors.replace("\\", "")
+    assert errors.startswith("constraints:") and "fewer world sizes" in errors
     assert time.process_time() - t0 < 20
 
 

@@ -109,7 +109,7 @@ def test_table_cells_are_values_never_none():
     table = top_table(result, 50)
     assert not table.isna().any().any()
     assert not (table.astype(str) == "None").any().any()
-    assert set(table["layout"]) <= {"even", "balanced"}
+    assert all(t == "even" or t.startswith("custom: 61 layers over ") for t in table["layout"])
     assert "micro-batch size" in table and "micro-batches per step" in table
     assert "None" not in top_csv(result, 5)
 
@@ -180,3 +180,46 @@ def test_the_search_frame_holds_the_chart_place_with_no_data():
     fig = searching_frame("DeepSeek-V3", "H100 SXM")
     assert fig.data == () and "searching" in fig.layout.title.text
     assert fig.layout.height >= 480  # the real chart's height: the page does not jump
+
+
+def test_the_csv_has_the_tables_throughput_and_rows_say_what_differs_from_the_one_above():
+    """Issue 32 #10: tokens/s, TFLOP/s and MFU in the download as on the page; a column names
+    the settings that tell a row from the one above it (near-identical rows)."""
+    import io
+
+    import pandas as pd
+
+    from memledger.views.planner.steps import throughput_columns
+    result = small_plan()
+    groups = top_groups(result, 10)
+    rows = result.rows([g[0] for g in groups])
+    table = throughput_columns(result, top_table(result, 10, groups), rows)
+    csv = pd.read_csv(io.StringIO(top_csv(result, 10, groups)))
+    assert list(csv["tokens_per_s"].round()) == list(table["tokens/s"])
+    assert list(csv["mfu_pct"].round(1)) == list(table["MFU %"])
+    assert list(csv["tflops_per_gpu"].round(1)) == list(table["TFLOP/s per GPU"])
+    differs = list(table["differs from the row above"])
+    assert differs[0] == "" and all(differs[1:])
+    assert list(table.columns).index("differs from the row above") == 4  # before the layout
+    a, b = rows[0], rows[1]
+    changed = [k for k in ("tp", "pp", "zero", "micro_batch", "recompute") if a[k] != b[k]]
+    assert all(k.replace("micro_batch", "mb") in differs[1] for k in changed)
+
+
+def test_a_stage_split_the_layers_do_not_divide_is_marked_as_a_custom_layout():
+    from memledger.planner import Constraints
+    result = plan(PlanSpec(model=model("deepseek-v3"), hardware=gpu("h100"), worlds=(2048,),
+                           seq=4096, global_batch=15360,
+                           constraints=Constraints(tp=2, pp=32, ep=16, cp=2, zero=1)))
+    table = top_table(result, 5)
+    assert "custom: 61 layers over 32 stages" in set(table["layout"])
+
+
+def test_the_step_breakdown_keeps_one_colour_per_term_and_its_legend_below_the_axis():
+    from memledger.views.palette import TERM_COLORS
+    from memledger.views.planner.steps import LABELS, breakdown_chart
+    result = small_plan()
+    fig = breakdown_chart(result, result.rows(result.top(1))[0])
+    by_name = {v: TERM_COLORS[k] for k, v in LABELS.items()}
+    assert fig.data and all(t.marker.color == by_name[t.name] for t in fig.data)
+    assert fig.layout.legend.yref == "container" and fig.layout.margin.b >= 100

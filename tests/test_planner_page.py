@@ -36,8 +36,9 @@ def test_renders_with_the_sidebar_defaults_a_chart_a_top_20_table_and_a_ledger_l
     ranking = list(zip(table["est. s/step"], table["peak GiB"]))
     assert len(table) == 20 and ranking == sorted(ranking)  # equal times: more headroom first
     assert table["why it ranks here"].iloc[0].startswith("fastest")
+    # the global batch is the sidebar's: dp 2 × 8 micro-batches × micro-batch size 1
     expected = plan(PlanSpec(model=model("llama3-70b"), hardware=gpu("h100"), worlds=(64,),
-                             seq=4096, global_batch=64, gpus_per_node=8))
+                             seq=4096, global_batch=16, gpus_per_node=8))
     best = expected.rows([top_groups(expected, 1)[0][0]])[0]
     assert table["peak GiB"].iloc[0] == pytest.approx(best["peak_bytes"] / 2**30)
     assert link(at) == ledger_query(expected, best, "llama3-70b", "h100")  # the top row's link
@@ -143,7 +144,7 @@ def test_the_framework_decides_sequence_parallelism_and_the_ledger_link_follows(
     assert link(at)["sp"] == "0"
     assert len(core) and len(old)
     expected = plan(PlanSpec(model=model("llama3-70b"), hardware=gpu("h100"), worlds=(64,),
-                             seq=4096, global_batch=64, gpus_per_node=8,
+                             seq=4096, global_batch=16, gpus_per_node=8,
                              framework="megatron-2021",
                              constraints=Constraints(tp=4, recompute="full")))
     best = expected.rows([top_groups(expected, 1)[0][0]])[0]
@@ -196,3 +197,55 @@ def test_only_the_page_that_plans_starts_loading_the_compiled_pass(app_test, mon
     ok(app_test(PAGE).run())
     assert calls == [1]
     frame._start_planner_pass.clear()
+
+
+README_JOB = "model=deepseek-v3&gpu=h100&world=2048&seq=4096&gb=15360"
+
+
+def test_the_readmes_deepseek_v3_job_is_searched_and_agrees_with_the_cli(app_test, capsys):
+    """Issue 32 #1: the README's headline job (24 M configurations, every axis open) is within
+    the per-request budget, and the page ranks what `memledger plan` prints."""
+    import json
+
+    from memledger.cli import main
+    at = ok(app_test(PAGE, README_JOB).run())
+    assert at.error == []
+    table = at.dataframe[0].value
+    assert len(table) == 20
+    assert main(["plan", "--model", "deepseek-v3", "--gpu", "h100", "--world", "2048", "--seq",
+                 "4096", "--global-batch", "15360", "--top", "10", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert int(at.metric[1].value.replace(",", "")) == cli["counts"]["evaluated"]
+    first = cli["configurations"][0]  # the page folds recompute variants within 5 %
+    for axis in ("tp", "pp", "ep", "etp", "cp", "dp", "schedule", "zero"):
+        assert table[axis].iloc[0] == first[axis], axis
+    assert table["est. s/step"].iloc[0] == pytest.approx(first["seconds"], abs=0.05)  # shown to 3 digits
+
+
+def test_an_over_budget_search_names_the_constraints_and_narrows_in_one_click(app_test):
+    """Two world sizes of DeepSeek-V3 are 50 M configurations: the refusal names the
+    constraints (not the world list alone) and each offered button lands within the budget."""
+    at = ok(app_test(PAGE, README_JOB + "&worlds=2048,4096").run())
+    assert at.error[0].value.startswith("constraints:") and "fix tp, pp or ep" in at.error[0].value
+    labels = [b.label for b in at.button]
+    assert any(lab.startswith("tp = 8 (") for lab in labels), labels
+    at.button(key="narrow_fix_tp").click().run()
+    assert ok(at).error == [] and set(at.dataframe[0].value["tp"]) == {8}
+    assert at.query_params["fix_tp"] == "8"
+
+
+def test_the_global_batch_follows_the_sidebar_and_a_too_small_one_is_named(app_test):
+    """Issue 32 #2: no gb in the link = the sidebar's dp × micro-batches × micro-batch (DeepSeek-V3's
+    start layout on 2,048 GPUs: dp 128 × 32 × 1 = 4,096); a global batch below what the world
+    can use says so."""
+    from memledger.views.planner.state import batch_warning, global_batch
+    from memledger.views.state import Config
+    cfg = Config(model="deepseek-v3", world=2048, tp=1, pp=16, ep=64, m=32)
+    assert global_batch(cfg, {"gb": 0, "worlds": ""}) == 128 * 32 == 4096
+    assert batch_warning(cfg, {"gb": 0, "worlds": ""}) is None
+    text = batch_warning(cfg, {"gb": 64, "worlds": ""})
+    assert "Global batch 64 is smaller than 2,048 GPUs can use" in text and "≥ 32" in text
+    at = ok(app_test(PAGE, "model=deepseek-v3&world=2048&pp=16&tp=1&ep=64&m=32&gb=64").run())
+    assert any("Global batch 64 is smaller" in w.value for w in at.warning)
+    at = ok(app_test(PAGE, "m=4&mb=2").run())  # 64 H100, tp 8 pp 4: dp 2 × 4 × 2
+    assert any(c.value.startswith("Global batch: 16 sequences (the sidebar") for c in at.caption)

@@ -123,3 +123,18 @@ def test_a_page_param_parser_error_names_the_value():
     spec = (PageParam("policy", "", parse=canonical_policy),)
     values, issues = parse_page_params({"policy": "qkv:fp9"}, spec)
     assert values == {"policy": ""} and "unknown policy 'fp9'" in issues[0].message
+
+
+def test_the_largest_tensor_is_named_as_a_sum_of_copies_and_quantisation_priced_in_its_unit(app_test):
+    """Issue 32 #9: 'largest tensor mlp.fc1_out 4.38 GiB' is every copy held (layers ×
+    micro-batches): the line says so and gives one tensor; int8 is not '0 mantissa bits' (it
+    read as free next to fp8); bytes per step in GiB like the rest of the page."""
+    from memledger.advisor.text import QUANT_PRICE
+    at = ok(app_test(PAGE).run())
+    text = " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert "copies (layers × micro-batches in flight)" in text and " each" in text
+    assert "mantissa bits" not in text.replace(QUANT_PRICE["fp8"], "")
+    assert " GB/step" not in text
+    at.selectbox(key="pg_pol_mlp_fc1").set_value("int8").run()
+    costs = " ".join(ok(at).dataframe[0].value["cost"])
+    assert QUANT_PRICE["int8"] in costs and "0 mantissa bits" not in costs

@@ -1,4 +1,6 @@
 """The step-timeline chart: rows stacked over the events, the peak marked, phases shaded."""
+import pytest
+
 from memledger import ParallelSpec, TrainSpec, build_ledger, model
 from memledger.specs.runtime import RuntimeSpec
 from memledger.units import gib
@@ -14,10 +16,10 @@ def test_rows_stack_to_the_peak_at_the_marked_event():
     ledger = led()
     fig = timeline_chart(ledger, 0)
     stacked = [tr for tr in fig.data if tr.stackgroup == "rows"]
-    assert [tr.name for tr in stacked] == ["Weights", "Optimizer states", "Gradients",
-                                           "Activations", "Communication buffers", "Transient"]
+    assert [tr.name for tr in stacked] == ["Weights", "Optimizer", "Gradients",
+                                           "Activations", "Comm. buffers", "Transient"]
     totals = [sum(v) for v in zip(*(tr.y for tr in stacked))]
-    peak = next(tr for tr in fig.data if tr.name == "peak")
+    peak = next(tr for tr in fig.data if tr.name.startswith("peak "))
     assert abs(peak.y[0] - gib(ledger.ranks[0].peak_allocated_bytes)) < 1e-9
     assert abs(max(totals) - peak.y[0]) < 1e-6 and abs(totals[peak.x[0]] - peak.y[0]) < 1e-6
 
@@ -42,3 +44,28 @@ def test_measured_bytes_overlay_as_a_line():
     fig = timeline_chart(ledger, 1, measured=[1, 2, 3])
     line = next(tr for tr in fig.data if tr.name == "measured")
     assert list(line.x) == [0, 1, 2]
+
+
+def test_a_long_timeline_is_drawn_within_the_browser_budget_keeping_its_peak():
+    """Issue 32 #3: 15,000 micro-batches at pp 64 are ~60,000 events; the chart draws at most
+    MAX_DRAWN_EVENTS (the highest of each bin), the peak among them, and the count of events
+    is bounded before any is built (65,535 at pp 64, the hostile link, is refused)."""
+    from memledger.views import budget
+    from memledger.views.compute import ledger_for
+    from memledger.views.staircase.timeline_charts import drawn_note
+    from memledger.views.state import Config, load_model
+    cfg = Config(world=512, pp=64, m=15000)
+    led = ledger_for(load_model(cfg.model), cfg)
+    r = led.ranks[led.most_loaded_rank]
+    events = r.timeline
+    assert len(events) <= budget.timeline_events(r) <= budget.MAX_TIMELINE_EVENTS
+    fig = timeline_chart(led, led.most_loaded_rank, events=events)
+    stacked = [t for t in fig.data if t.stackgroup]
+    assert all(len(t.x) <= budget.MAX_DRAWN_EVENTS for t in stacked)
+    top = max(sum(t.y[i] for t in stacked) for i in range(len(stacked[0].x)))
+    assert top == pytest.approx(fig.data[-1].y[0])  # the drawn envelope reaches the peak marker
+    assert f"{len(events):,} events" in drawn_note(len(events))
+    for hostile in (Config(world=64, pp=1, m=65535), Config(world=512, pp=64, m=65535)):
+        deep = ledger_for(load_model(cfg.model), hostile)
+        with pytest.raises(budget.OverBudget, match=r"use fewer micro-batches \(m <= "):
+            budget.admit_timeline(deep.ranks[deep.most_loaded_rank], "rank 0")

@@ -30,7 +30,7 @@ def test_section_renders_parity_per_rank_trackers_and_the_table(app_test):
     box = next(s for s in at.selectbox if s.label == "Engine case")
     assert box.value == "fsdp2 zero-3 dp=2" and len(box.options) == 14 + 6  # cpu + fake cases
     (parity,) = by_title(at, "Per rank")
-    measured = [t for t in parity["data"] if t["name"].endswith("measured")]
+    measured = [t for t in parity["data"] if t["name"].startswith("measured")]
     assert len(measured) == 5 and all(t["x"] == [0, 1] for t in measured)
     (trackers,) = by_title(at, "Peak per FSDP2 case")
     assert [t["name"] for t in trackers["data"]] == ["measured", "memledger", "FSDPMemTracker"]
@@ -76,3 +76,17 @@ def test_every_stored_case_is_offered(doc, app_test):
     at = ok(app_test(PAGE).run())
     options = next(s for s in at.selectbox if s.label == "Engine case").options
     assert {m["case"] for m in doc["measurements"]} <= set(options)
+
+
+def test_per_rank_panels_share_a_scale_from_zero_and_tick_every_rank(app_test):
+    """Issue 32 #8: autoscaled panels made a 0.001 % difference between ranks look like 3 %;
+    every panel starts at 0 MiB, ticks name ranks on every panel, titles have room."""
+    at = ok(app_test(PAGE).run())
+    (parity,) = by_title(at, "Per rank")
+    lay = parity["layout"]
+    yaxes = [v for k, v in lay.items() if k.startswith("yaxis")]
+    xaxes = [v for k, v in lay.items() if k.startswith("xaxis")]
+    assert len(yaxes) >= 3 and all(y.get("rangemode") == "tozero" for y in yaxes)
+    assert all(x.get("tickprefix") == "rank " and x.get("showticklabels") for x in xaxes)
+    legend = [t["name"] for t in parity["data"] if t.get("showlegend", True)]
+    assert legend == ["memledger (line)", "measured (open diamonds)"]

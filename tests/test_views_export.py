@@ -64,3 +64,19 @@ def test_exported_charts_state_the_setting_the_version_and_the_date():
     out = export.stamped(fig, text)
     assert [a.text for a in out.layout.annotations][-1] == text
     assert len(out.layout.annotations) == len(fig.layout.annotations) + 1  # the original is untouched
+
+
+def test_html_exports_carry_the_charts_title_and_images_keep_it_inside_the_margin():
+    """Issue 32 #11: a <title> (a browser tab, a review's file list), escaped; the exported
+    figure gets room above its title instead of a title flush with the image's top edge."""
+    import re
+    page = export.to_html(FIG, "memledger_x")
+    title = re.search(r"<title>(.*?)</title>", page).group(1)
+    assert title.startswith("Llama-3 70B on H100 SXM: the most loaded GPU") and "<br>" not in title
+    out = export.stamped(FIG, "stamp")
+    assert out.layout.height == FIG.layout.height + export.EXPORT_TOP_PX
+    assert out.layout.margin.t == FIG.layout.margin.t + export.EXPORT_TOP_PX
+    assert out.layout.title.y * out.layout.height == pytest.approx(
+        out.layout.height - export.EXPORT_TOP_PX)
+    import plotly.graph_objects as go
+    assert export.page_title(go.Figure(FIG).update_layout(title_text="<b>a & b</b>"), "x") == "a &amp; b"

@@ -170,3 +170,45 @@ def test_bad_page_parameters_are_named():
     values, issues = parse_page_params(bad, PAGE)
     assert sorted(i.key for i in issues) == ["compare", "rank", "schedules"]
     assert values == {"compare": False, "schedules": ("1f1b", "zb-v"), "rank": -1}
+
+
+def test_new_gpu_presets_carry_their_datasheet_numbers_and_sources():
+    """Issue 32 #6: H800 (DeepSeek-V3's GPU: the H100's compute and memory, NVLink 400 GB/s
+    bidirectional), GB200 / GB300 (NVL72, per GPU), B300 (HGX)."""
+    from memledger.presets import GPUS
+    h800, h100 = GPUS["h800"], GPUS["h100"]
+    assert (h800.hbm_bytes, h800.bf16_flops, h800.fp8_flops) == \
+        (h100.hbm_bytes, h100.bf16_flops, h100.fp8_flops)
+    assert h800.nvlink_bw == 200 * 10**9 < h100.nvlink_bw
+    assert GPUS["gb200"].hbm_bytes == 186 * 10**9 and GPUS["gb300"].hbm_bytes == 288 * 10**9
+    assert GPUS["b300"].hbm_bytes == 288 * 10**9
+    assert GPUS["gb200"].fp8_flops == 5 * 10**15 and GPUS["b300"].bf16_flops == 2250 * 10**12
+    for key in ("h800", "gb200", "gb300", "b300"):
+        assert "datasheet" in GPUS[key].source
+
+
+def test_a_custom_gpu_is_one_bounded_value_the_share_link_carries():
+    from memledger.errors import SpecError
+    from memledger.presets import gpu
+    from memledger.views.state import hardware
+    cfg, issues = parse_params({"gpu": "custom:96,0450,50,989"})
+    assert issues == [] and cfg.gpu == "custom:96,450,50,989"  # one spelling
+    assert to_params(cfg) == {"gpu": "custom:96,450,50,989"}
+    assert parse_params(to_params(cfg))[0] == cfg
+    hw = hardware(cfg)
+    assert hw.hbm_bytes == 96 * 2**30 and hw.nvlink_bw == 450 * 10**9
+    assert hw.network_bw == 50 * 10**9 and hw.bf16_flops == 989 * 10**12
+    for bad, why in (("custom:96,450,50", "expected custom:"), ("custom:0,450,50,989", "1..4,096"),
+                     ("custom:96,450,50,1e9", "bf16 TFLOP/s"), ("custom:" + "9" * 80, "expected")):
+        cfg, issues = parse_params({"gpu": bad})
+        assert cfg.gpu == "h100" and issues[0].key == "gpu" and why in issues[0].message, bad
+        with pytest.raises(SpecError, match=r"^gpu: "):
+            gpu(bad)
+
+
+def test_deepseek_v3s_start_names_the_gpu_it_was_trained_on_and_the_one_priced():
+    from memledger.views.state import start_of
+    _, said = start_of("deepseek-v3", Config())
+    assert "They trained on H800 SXM; this page prices the sidebar's H100 SXM" in said
+    _, said = start_of("deepseek-v3", Config(gpu="h800"))
+    assert "They trained on" not in said

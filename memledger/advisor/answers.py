@@ -71,10 +71,11 @@ class ActivationAnswer:
     largest_layer_bytes: int  # one layer, one micro-batch, as kept
     largest_tensor: str
     largest_tensor_class: str
-    largest_tensor_bytes: int  # at the peak on the rank
+    largest_tensor_bytes: int  # at the peak on the rank: every copy (layers × micro-batches)
     by_class: tuple[tuple[str, int], ...]  # GPU bytes at the peak, largest first
     currencies: tuple[Currency, ...]
     smaller_micro_batch: MicroBatchAlternative | None  # fits without offload; None if none does
+    largest_tensor_copies: int = 1  # copies held at the peak; bytes / copies = one tensor
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def _activations(led: Ledger, target: int, mfu: int) -> ActivationAnswer:
         largest_layer_bytes=per_layer.get(layer, 0), largest_tensor=top.tensor if top else "",
         largest_tensor_class=top.cls if top else "", largest_tensor_bytes=top.gpu_total if top else 0,
         by_class=tuple(sorted(by_class.items(), key=lambda kv: -kv[1])), currencies=cur,
-        smaller_micro_batch=smaller_micro_batch(led, target))
+        smaller_micro_batch=smaller_micro_batch(led, target),
+        largest_tensor_copies=top.copies if top else 1)
 
 
 def _staircase(led: Ledger, target: int, mfu: int) -> tuple[StaircaseAnswer, Candidate | None]:

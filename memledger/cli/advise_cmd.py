@@ -67,7 +67,9 @@ def render(a) -> str:
                    f"static {_g(o.static_bytes)}, peak {_g(o.peak_bytes)}{'  fits' if o.fits else ''}"))
     out += ["", f"2. activations: {_g(act.activation_bytes)}; largest layer {act.largest_layer} "
             f"({_g(act.largest_layer_bytes)} per layer per micro-batch); largest tensor "
-            f"{act.largest_tensor} [{act.largest_tensor_class}] {_g(act.largest_tensor_bytes)}"]
+            f"{act.largest_tensor} [{act.largest_tensor_class}] {_g(act.largest_tensor_bytes)} "
+            f"over {act.largest_tensor_copies:,} copies (layers × micro-batches), "
+            f"{_g(act.largest_tensor_bytes // max(act.largest_tensor_copies, 1))} each"]
     for c in act.currencies:
         out.append(f"   {c.policy:<12} saves {_g(c.saved_bytes):>12}  costs {price(c)}"
                    f"{'  → fits' if c.fits else ''}")

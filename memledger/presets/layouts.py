@@ -16,6 +16,7 @@ class StartLayout:
     settings: dict = field(default_factory=dict)  # dashboard keys (world, tp, pp, ...) -> value
     published: bool = False
     source: str = "memledger: a layout that fits an 80 GB GPU"
+    gpu: str = ""  # the GPU preset the authors trained on, when the source names one
 
 
 START: dict[str, StartLayout] = {
@@ -25,17 +26,20 @@ START: dict[str, StartLayout] = {
         published=True,
         source="DeepSeek-V3 technical report (arXiv 2412.19437) §3.2: 2,048 H800, 16-way PP "
                "(DualPipe), 64-way EP, ZeRO-1. Its FP8 activation storage and partial recompute "
-               "are Strategies-page policies; the start uses full recompute instead"),
+               "are Strategies-page policies; the start uses full recompute instead",
+        gpu="h800"),
     "kimi-k2": StartLayout(
         settings=dict(world=2048, tp=1, pp=16, ep=16, zero=1, m=16, recompute="full"),
         published=True,
         source="Kimi K2 technical report (arXiv 2507.20534) §2.4: 16-way PP, 16-way EP, ZeRO-1 "
-               "on H800; world size and full recompute are memledger's choice"),
+               "on H800; world size and full recompute are memledger's choice",
+        gpu="h800"),
     "llama3.1-405b": StartLayout(
         settings=dict(world=16384, tp=8, pp=16, zero=1, m=16, seq=8192, recompute="selective"),
         published=True,
         source="The Llama 3 Herd of Models (arXiv 2407.21783) Table 4: 16,384 H100, TP 8, CP 1, "
-               "PP 16, DP 128 at 8K tokens; selective recompute is memledger's choice"),
+               "PP 16, DP 128 at 8K tokens; selective recompute is memledger's choice",
+        gpu="h100"),
     "llama3-70b": StartLayout(),  # the dashboard's own defaults
     "llama3-8b": StartLayout(settings=dict(world=8, tp=2, pp=1, m=8)),
     "llama3.2-1b": StartLayout(settings=dict(world=8, tp=1, pp=1, m=8)),

@@ -23,17 +23,28 @@ from memledger.errors import SpecError
 
 # Per request. Ranks: 8,000 pipeline-rank ledgers ~ 2 s of CPU (0.25 ms each).
 MAX_RANK_LEDGERS = 8_000
-# The Planner: world sizes in one link, and configurations evaluated per request
-# ~1.1 s of CPU and at most ~280 MB of fitting rows (28 B each) kept by the page's cache.
-# DeepSeek-V3 on 2,048 GPUs with every axis open is 24 M: it needs one axis fixed.
+# The Planner: world sizes in one link, and configurations evaluated per request. The README's
+# headline job, DeepSeek-V3 on 2,048 H100 (seq 4096, global batch 15,360) with every axis
+# open, is 23.5-24.0 M configurations: 1.2 s of CPU and +100 MB resident (8.4 M fitting rows of
+# 28 B), measured; a third of them are pruned unassembled (planner.cells). 32 M admits it with
+# a margin (~1.7 s); a search where everything fits would keep at most ~900 MB of rows, which
+# the page's cache (PLANNER_CACHE_BYTES) then does not keep.
 PLANNER_MAX_WORLDS = 4
-PLANNER_MAX_CONFIGURATIONS = 10_000_000
+PLANNER_MAX_CONFIGURATIONS = 32_000_000
 # The Planner page's cache of plans (28 B per fitting configuration kept): the largest
 # admitted plan, as the st.cache_resource(max_entries=1) it replaces kept.
 PLANNER_CACHE_BYTES = 300 << 20
 # Process-wide: bytes of ledgers kept between requests.
 LEDGER_CACHE_BYTES = 256 << 20
 BYTES_PER_ITEM = 256  # one ledger Item with its formula text, measured ~240 B
+# The step timeline of one rank: its events are built on the server (~2 µs each: 262,142 for
+# m = 65,535 at pp = 64 took 0.5 s, and the page ~2 s with the chart's own work) and drawn in
+# the browser, where a stacked chart of 1.6 M points took ~20 s. Events over
+# MAX_TIMELINE_EVENTS (~0.25 s) are not built, so such a link answers at once with the reason;
+# a chart draws at most MAX_DRAWN_EVENTS of them (6 stacked traces: 24,000 points, ~0.3 s in
+# Chromium).
+MAX_TIMELINE_EVENTS = 120_000
+MAX_DRAWN_EVENTS = 4_000
 
 
 class OverBudget(SpecError):
@@ -51,15 +62,46 @@ def admit_ledgers(n_ledgers: int, pp: int, what: str) -> None:
 
 
 def admit_plan(n_worlds: int, n_configurations: int) -> None:
-    """Refuse a Planner request over its world-size or configuration budget."""
+    """Refuse a Planner request over its world-size or configuration budget. The field named
+    is the setting to change: the world list only when it holds more than one size."""
     if n_worlds > PLANNER_MAX_WORLDS:
         raise OverBudget("worlds", f"{n_worlds} world sizes: this server searches at most "
                                    f"{PLANNER_MAX_WORLDS} per request")
     if n_configurations > PLANNER_MAX_CONFIGURATIONS:
-        raise OverBudget("worlds", f"the search covers {n_configurations:,} configurations, more "
-                                   f"than this server evaluates for one request "
-                                   f"({PLANNER_MAX_CONFIGURATIONS:,}); fix tp, pp or ep in "
-                                   "Constraints, or search fewer world sizes")
+        fewer = ", or search fewer world sizes" if n_worlds > 1 else ""
+        raise OverBudget("constraints", f"the search covers {n_configurations:,} configurations, "
+                                        f"more than this server evaluates for one request "
+                                        f"({PLANNER_MAX_CONFIGURATIONS:,}); fix tp, pp or ep, or "
+                                        f"bound vpp, cp or the micro-batch in Constraints{fewer}")
+
+
+def timeline_events(rank) -> int:
+    """The events of a rank's step timeline, counted from its shape without building them:
+    per micro-batch and stage, a forward and a backward per layer plus at most two more (the
+    loss's forward and backward, or a layerless stage's closing backward: an upper bound,
+    exact for a stage with the loss), then the optimizer step and zero_grad."""
+    sh = rank.shape
+    if sh is None:
+        return 0
+    per_mb = sum(2 * len(s.layers) + 2 for s in sh.stages)
+    return sh.micro_batches * per_mb + 2
+
+
+def admit_timeline(rank, what: str) -> None:
+    n = timeline_events(rank)
+    if n > MAX_TIMELINE_EVENTS:
+        raise OverBudget("m", f"{what} has about {n:,} events, more than this server builds for "
+                              f"one request ({MAX_TIMELINE_EVENTS:,}); use fewer micro-batches "
+                              f"(m <= {max(1, rank.shape.micro_batches * MAX_TIMELINE_EVENTS // n):,})")
+
+
+def drawn_events(n: int, most: int = MAX_DRAWN_EVENTS) -> list[int] | None:
+    """None when all `n` events are drawn; else bins of ⌈n / most⌉ consecutive events whose
+    highest one the chart keeps (the caller picks it), as the bins' starts."""
+    if n <= most:
+        return None
+    k = -(-n // most)
+    return list(range(0, n, k))
 
 
 def ledger_bytes(led) -> int:

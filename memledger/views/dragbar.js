@@ -89,7 +89,11 @@ function build(parent) {
 function commit(s) {
   const d = s.data, v = d.values[+s.input.value];
   if (!v.ok) {
-    s.status.textContent = `${d.label} = ${v.v} is not valid here: nothing set.`;
+    // back to the set value: a panel left on the invalid one read as if it had been set
+    const back = d.values.findIndex(x => x.v === s.committed);
+    if (back >= 0) { s.input.value = String(back); draw(s, back); }
+    s.status.textContent = `${d.label} = ${v.v} is not valid here: nothing set, back to ` +
+      `${d.label} = ${s.committed}.`;
     return;
   }
   if (v.v === s.committed) return;

@@ -150,7 +150,7 @@ def capacity_label(fig: go.Figure, gpu_name: str, capacity_bytes: int) -> None:
 def _capacity_note(gpu_name: str, capacity_bytes: int) -> dict:
     cap = gib(capacity_bytes)
     return dict(x=1, xref="paper", xanchor="left", xshift=4, y=cap, yref="y", showarrow=False,
-                align="left", text=f"{gpu_name}<br>{cap:.1f} GiB",
+                align="left", text=f"{gpu_name}<br>{cap:,.1f} GiB",
                 font=dict(color=CAPACITY_COLOR, size=12))
 
 

@@ -23,7 +23,13 @@ from memledger.views.navigation import available, page
 
 ROOT = Path(__file__).resolve().parents[2]
 CSS = ("<style>[data-testid='stMainBlockContainer']{padding-top:3.8rem;padding-bottom:2rem}"
-       "[data-testid='stPageLink'] p{font-size:0.92rem}</style>")
+       "[data-testid='stPageLink'] p{font-size:0.92rem}"
+       # the share link's copy button, shown (Streamlit shows a code block's only on hover)
+       # and labelled: a visible Copy button in the Share popover
+       "[data-testid='stPopoverBody'] [data-testid='stCode'] div:has([data-testid="
+       "'stElementToolbarButton']){opacity:1!important;visibility:visible!important}"
+       "[data-testid='stPopoverBody'] [data-testid='stCode'] button[aria-label='Copy to "
+       "clipboard']::after{content:'Copy';margin-left:0.3rem;font-size:0.85rem}</style>")
 
 
 @st.cache_resource

@@ -78,7 +78,7 @@ CANDIDATES = {
     "reshard": lambda m, c: RESHARD_AFTER_FORWARD,
     "compile": lambda m, c: (False, True),
     "loss_parallel": lambda m, c: (True, False),
-    "gpu": lambda m, c: tuple(GPUS),
+    "gpu": lambda m, c: tuple(GPUS) + (() if c.gpu in GPUS else (c.gpu,)),  # or a custom GPU
     "seq": _seq_candidates,
     # micro-batches: powers of two and multiples of pp (what pipeline engines ask for)
     "m": lambda m, c: tuple(sorted({c.m} | {2**k for k in range(17)}

@@ -21,6 +21,13 @@ ROW_COLORS: dict[str, str] = {
 PEAK_COLOR = "#1B1B1B"
 # The planner's recompute modes: blue, orange, green of the same Okabe–Ito set.
 RECOMPUTE_COLORS = {"none": "#0072B2", "selective": "#E69F00", "full": "#009E73"}
+# The step-time terms of the Planner's breakdown (memledger.planner.throughput.LABELS): one fixed
+# colour each, so a term keeps its colour from row to row. Compute is the ledger's weights blue,
+# recompute the activations orange it trades against; communication terms in greens and
+# purples; idle time (bubble) grey.
+TERM_COLORS = {"compute": "#0072B2", "recompute": "#E69F00", "tp": "#009E73", "cp": "#56B4E9",
+               "ep": "#7B4EA3", "pp_p2p": "#CC79A7", "bubble": "#9A9A9A", "dp_sync": "#D55E00",
+               "zero3": "#F0E442", "optimizer": "#262730", "grad_accum": "#8C564B"}
 CAPACITY_COLOR = "#D62728"
 OPTIMUM_COLOR = "#CC3311"
 INK = "#262730"  # Streamlit's text colour, for annotations

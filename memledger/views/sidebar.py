@@ -11,12 +11,12 @@ import streamlit as st
 
 from memledger import safe_json
 from memledger.errors import SpecError
-from memledger.presets import GPUS, MODELS
+from memledger.presets import MODELS
 from memledger.specs.loop import LOOPS
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.train import OPTIMIZERS, RECIPES
-from memledger.units import gib
 from memledger.views import safe_text
+from memledger.views.gpu_widget import gpu_choice
 from memledger.views.model_codec import PREFIX, decode_model, encode_model
 from memledger.views.options import DEGREE_KEYS, valid_values
 from memledger.views.state import CONFIG_KEYS, INT_LIMITS, PageParam
@@ -209,8 +209,7 @@ def _model_section(res: Resolved) -> None:
     if box is not None:
         with box:
             _training_import_widgets()
-    st.selectbox("GPU", list(GPUS), key=W + "gpu", help=HELP["gpu"],
-                 format_func=lambda k: f"{GPUS[k].name} ({gib(GPUS[k].hbm_bytes):.1f} GiB)")
+    gpu_choice(cfg.gpu, HELP["gpu"])
     lo, hi = INT_LIMITS["world"]
     st.number_input("World size (GPUs)", lo, hi, key=W + "world", step=8, help=HELP["world"])
 

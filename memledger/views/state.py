@@ -16,6 +16,8 @@ from memledger.errors import SpecError
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.presets import GPUS, MODELS, gpu, model
 from memledger.presets.defaults import DEFAULTS as D
+from memledger.presets.gpus import CUSTOM as CUSTOM_GPU
+from memledger.presets.gpus import canonical_custom
 from memledger.presets.layouts import LAYOUT_KEYS, start_layout
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelSpec, TrainSpec
 from memledger.specs.finetune import (BASE_WEIGHTS, FREEZE_ONLY, LORA_DTYPES, MODES, MODULES,
@@ -174,6 +176,16 @@ def parse_model(raw: str) -> str:
     raise BadValue(f"unknown preset; valid: {', '.join(MODELS)} or an imported config")
 
 
+def parse_gpu(raw: str) -> str:
+    """A preset, or a custom GPU (memledger.presets.gpus.custom_gpu) in its one spelling."""
+    if raw.startswith(CUSTOM_GPU):
+        try:
+            return canonical_custom(raw)
+        except SpecError as e:
+            raise BadValue(e.message) from None
+    return parse_choice("gpu", raw)
+
+
 def parse_names(key: str, raw: str) -> str:
     """A comma-separated list of module names (or, for freeze, layer ranges)."""
     names = [x.strip() for x in raw.split(",") if x.strip()]
@@ -190,6 +202,8 @@ def parse_names(key: str, raw: str) -> str:
 def parse_value(key: str, raw: str):
     if len(raw) > MAX_VALUE_CHARS:
         raise BadValue(f"value is {len(raw)} characters long (at most {MAX_VALUE_CHARS})")
+    if key == "gpu":
+        return parse_gpu(raw)
     if key in INT_LIMITS:
         return parse_int(key, raw)
     if key in CHOICES:
@@ -396,4 +410,8 @@ def start_of(model: str, cfg: Config) -> tuple[Config, str]:
     base = {k: getattr(DEFAULT, k) for k in LAYOUT_KEYS}
     new = replace(cfg, model=model, **(base | start.settings))
     kind = "the layout its authors published" if start.published else "a layout that fits"
-    return new, f"{MODELS[model].name} starts from {kind} ({start.source})"
+    said = f"{MODELS[model].name} starts from {kind} ({start.source})"
+    if start.gpu and start.gpu != new.gpu:  # the banner never names one GPU, the page another
+        said += (f". They trained on {GPUS[start.gpu].name}; this page prices the sidebar's "
+                 f"{gpu(new.gpu).name}: choose {GPUS[start.gpu].name} there to match")
+    return new, said

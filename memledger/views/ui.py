@@ -53,8 +53,8 @@ def finish(res: Resolved, specs: tuple[PageParam, ...] = (), page: dict | None =
     params = write_url(res, specs, page)
     url = share_url(params)
     with share if share is not None else st.sidebar:
-        st.caption("Opens exactly this view. Copy it with the copy button at the box's top right "
-                   "(it appears when the pointer is over the box, or on tap).")
+        st.caption("Opens exactly this view. Copy it with the Copy button at the box's top "
+                   "right.")
         st.code(url, language=None, wrap_lines=True)
         if link_is_local(url):
             st.warning("This link names this machine (localhost): it opens only here. To share "
@@ -128,9 +128,14 @@ def _ledger_downloads(led: Ledger, stem: str) -> None:
                        help="Exactly what `memledger ledger --json` prints for this configuration.")
 
 
+def model_key(res: Resolved) -> str:
+    """The model as a file name part: the preset key, or an imported model's name."""
+    return res.cfg.model if not res.cfg.model.startswith("spec:") else res.model.name
+
+
 def stem(res: Resolved, page: str) -> str:
     c = res.cfg
-    model = c.model if not c.model.startswith("spec:") else res.model.name
+    model = model_key(res)
     return export.file_stem(page, model, f"tp{c.tp}", f"pp{c.pp}", f"ep{c.ep}", f"cp{c.cp}",
                             f"dp{c.dp}", f"zero{c.zero}", f"mb{c.mb}x{c.seq}")
 

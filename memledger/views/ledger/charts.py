@@ -24,25 +24,25 @@ def ledger_bar(led: Ledger, hw: Hardware) -> go.Figure:
         v = gib(rank.rows[row])
         data.append(dict(
             type="bar", x=[v], y=[f"pp rank {rank.pp_rank}"], orientation="h",
-            name=f"{ROW_SHORT[row]} {v:.1f} GiB",
+            name=f"{ROW_SHORT[row]} {v:,.1f} GiB",
             marker=dict(color=ROW_COLORS[row], line=dict(color="white", width=1)),
-            text=[f"{v:.1f}" if v >= MIN_LABEL_SHARE * span else ""], textposition="inside",
+            text=[f"{v:,.1f}" if v >= MIN_LABEL_SHARE * span else ""], textposition="inside",
             insidetextanchor="middle", textfont=dict(color="white", size=13), textangle=0,
             customdata=[[rank.rows[row]]],
-            hovertemplate=f"<b>{ROW_LABELS[row]}</b><br>%{{x:.2f}} GiB (%{{customdata[0]:,}} bytes)"
+            hovertemplate=f"<b>{ROW_LABELS[row]}</b><br>%{{x:,.2f}} GiB (%{{customdata[0]:,}} bytes)"
                           "<extra></extra>"))
     word = "fits" if verdict.fits else "does not fit"
     title = (f"{safe_text.plot(led.model.name)} on {hw.name}: the most loaded GPU (pp rank {rank.pp_rank}) "
-             f"needs {total:.1f} GiB: {word}")
+             f"needs {total:,.1f} GiB: {word}")
     shapes = [dict(type="line", xref="x", x0=cap, x1=cap, yref="paper", y0=0, y1=1,
                    line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))]
     notes = [dict(x=cap, xref="x", y=1.0, yref="paper", yanchor="bottom", showarrow=False,
-                  text=f"{hw.name} capacity {cap:.1f} GiB", font=dict(color=CAPACITY_COLOR),
+                  text=f"{hw.name} capacity {cap:,.1f} GiB", font=dict(color=CAPACITY_COLOR),
                   xanchor="right" if cap > 0.6 * span else "left"),
              # over the bar's end, in the band above the bar, right-aligned: inside the chart
              # on a phone too
              dict(x=total, xref="x", y=1, yref="paper", showarrow=False, xanchor="right",
-                  yanchor="top", text=f"<b>{total:.1f} GiB</b>", font=dict(size=14))]
+                  yanchor="top", text=f"<b>{total:,.1f} GiB</b>", font=dict(size=14))]
     layout = merge(house_layout(title, describe(led), height=370, bottom=130), dict(
         uniformtext=dict(minsize=11, mode="hide"), shapes=shapes, annotations=notes,
         xaxis=dict(title=dict(text=GIB_AXIS), range=[0, span]),

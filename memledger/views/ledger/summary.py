@@ -46,7 +46,7 @@ def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
                f"pp rank {peak.pp_rank} of {led.parallel.pp}", "off",
                peak_help("total") + " The most loaded pipeline rank; "
                + peak_label("allocated", peak.peak_allocated_bytes) + "."),
-        Metric("GPU capacity", f"{gib(hw.hbm_bytes):.1f} GiB", hw.name, "off",
+        Metric("GPU capacity", f"{gib(hw.hbm_bytes):,.1f} GiB", hw.name, "off",
                "HBM the driver reports as total."),
         Metric("Headroom", size(v.headroom_bytes, signed=True),
                "fits" if v.fits else "over capacity", "normal" if v.fits else "inverse",

@@ -35,6 +35,6 @@ def verdict(res: Resolved, led: Ledger, hw: Hardware) -> None:
                 "fits: the Planner page searches every layout."))
     with st.container(horizontal=True, gap="small"):
         for i, f in enumerate(options):
-            st.button(f"{f.label} → {gib(f.peak_bytes):.1f} GiB", key=f"fix_{i}",
+            st.button(f"{f.label} → {gib(f.peak_bytes):,.1f} GiB", key=f"fix_{i}",
                       on_click=_apply, args=(f.changes,), icon=":material/build:",
                       help="Apply this change to the sidebar (the link follows).")

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from memledger.planner import Plan
 from memledger.planner.groups import shown_seconds, top_groups, variants_text
 from memledger.planner.spec import PLAN_RECOMPUTE
+from memledger.planner.throughput import throughput
 from memledger.units import GIB
 from memledger.views import safe_text
 from memledger.views.figures import title_block
@@ -102,7 +103,7 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
                                              line=dict(color="white", width=1))))
     cap = spec.capacity_bytes / GIB
     fig.add_vline(x=cap, line=dict(color=CAPACITY_COLOR, width=2, dash="dash"),
-                  annotation_text=f"{spec.hardware.name} {cap:.1f} GiB")
+                  annotation_text=f"{spec.hardware.name} {cap:,.1f} GiB")
     if spec.limit_bytes < spec.capacity_bytes:
         fig.add_vline(x=spec.limit_bytes / GIB, line=dict(color=HEADROOM_COLOR, dash="dot"),
                       annotation_text=f"headroom {spec.headroom:.0%}",
@@ -112,16 +113,20 @@ def plan_scatter(result: Plan, selected: dict | None = None, max_points: int = 2
     head, top = title_block(f"{safe_text.plot(spec.model.name)} on {spec.hardware.name}: fitting "
                             f"configurations{shown}", "")
     fig.update_layout(title=head,
-                      font=dict(family=FONT_FAMILY, color=INK, size=13), height=480 + top,
+                      font=dict(family=FONT_FAMILY, color=INK, size=13), height=520 + top,
                       plot_bgcolor="white", paper_bgcolor="white",
-                      xaxis=dict(axis, title="peak total of the most loaded rank<br>(GiB = 2³⁰ bytes)"),
+                      xaxis=dict(axis, title="peak total of the most loaded rank<br>(GiB = 2³⁰ bytes)",
+                                 nticks=6),
                       # log: a few slow layouts (deep pipelines, tiny micro-batches) would
                       # otherwise squash the fast ones that matter into one line
                       yaxis=dict(axis, type="log", title="estimated step time (log scale)",
                                  **_tick_layout(ev.seconds[idx])),
-                      legend_title_text="", margin=dict(l=70, r=30, t=top + 20, b=105),
+                      # legend two entries a row in the bottom margin, below the x title: one a
+                      # row on a phone pushed the title onto the data and hid the ticks
+                      legend_title_text="", margin=dict(l=70, r=30, t=top + 20, b=150),
                       legend=dict(orientation="h", yref="container", y=0, yanchor="bottom",
-                                  xref="container", x=0.01, xanchor="left"))
+                                  xref="container", x=0.01, xanchor="left", entrywidth=0.5,
+                                  entrywidthmode="fraction", font=dict(size=11)))
     return fig
 
 
@@ -133,7 +138,29 @@ def _tick_layout(seconds: np.ndarray) -> dict:
 
 
 MB_SIZE, MB_COUNT = "micro-batch size", "micro-batches per step"
-LAYOUT_TEXT = {None: "even", "balanced": "balanced"}  # the stage split (ParallelSpec.layout)
+DIFFERS = "differs from the row above"
+# what tells two rows apart, in the order a reader scans for it
+DIFF_KEYS = ("world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "schedule",
+             "micro_batch", "micro_batches", "recompute")
+DIFF_NAMES = {"micro_batch": "mb", "micro_batches": "m"}
+
+
+def layout_text(row: dict, n_layers: int) -> str:
+    """The stage split: 'even', or — when pp·vpp does not divide the layers and the planner
+    gave the stages `balanced_layout` — a custom layout the framework must be told (Megatron:
+    --decoder-first/last-pipeline-num-layers or a pipeline layout string)."""
+    if row["layout"] is None:
+        return "even"
+    return f"custom: {n_layers} layers over {row['pp'] * row['vpp']} stages"
+
+
+def differs(rows: list[dict]) -> list[str]:
+    """For each row, the settings that differ from the row above ('' for the first)."""
+    out = [""]
+    for a, b in zip(rows, rows[1:]):
+        out.append(", ".join(f"{DIFF_NAMES.get(k, k)} {a[k]}→{b[k]}" for k in DIFF_KEYS
+                             if a[k] != b[k]) or "same layout")
+    return out
 
 
 def top_table(result: Plan, k: int, groups: list | None = None) -> pd.DataFrame:
@@ -144,10 +171,11 @@ def top_table(result: Plan, k: int, groups: list | None = None) -> pd.DataFrame:
     cols = ["world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "schedule"]
     table = pd.DataFrame({
         "est. s/step": shown_seconds([r["seconds"] for r in rows]),
+        DIFFERS: differs(rows),
         "peak GiB": [r["peak_bytes"] / GIB for r in rows],
         "free GiB": [r["free_bytes"] / GIB for r in rows],
         **{c: [r[c] for r in rows] for c in cols},
-        "layout": [LAYOUT_TEXT[r["layout"]] for r in rows],
+        "layout": [layout_text(r, result.spec.model.n_layers) for r in rows],
         MB_SIZE: [r["micro_batch"] for r in rows],
         MB_COUNT: [r["micro_batches"] for r in rows],
         "recompute": [r["recompute"] for r in rows],
@@ -167,12 +195,16 @@ def describe_row(row: dict) -> str:
 
 
 def top_csv(result: Plan, k: int, groups: list | None = None) -> str:
-    """The table's configurations (one per group) with their peaks in exact bytes and exact
-    step times (download)."""
+    """The table's configurations (one per group) with their peaks in exact bytes, exact step
+    times and the table's throughput columns: tokens/s, TFLOP/s per GPU, MFU (download)."""
     groups = top_groups(result, k) if groups is None else groups
     rows = result.rows([g[0] for g in groups])
     frame = pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1))
-    frame["layout"] = [LAYOUT_TEXT[r["layout"]] for r in rows]
+    tps, tflops, mfu = throughput(result.spec, [r["seconds"] for r in rows],
+                                  [r["world"] for r in rows])
+    frame["tokens_per_s"], frame["tflops_per_gpu"], frame["mfu_pct"] = tps, tflops, mfu
+    frame[DIFFERS.replace(" ", "_")] = differs(rows)
+    frame["layout"] = [layout_text(r, result.spec.model.n_layers) for r in rows]
     frame["similar"] = [variants_text(result, g) for g in groups]
     return frame.to_csv(index_label="#")
 

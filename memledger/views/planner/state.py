@@ -44,7 +44,7 @@ def parse_worlds(raw: str) -> str:
 
 SPECS = (
     PageParam("worlds", "", parse=parse_worlds),
-    PageParam("gb", 64, limits=(1, 1 << 24)),
+    PageParam("gb", 0, limits=(0, 1 << 24)),  # 0: the sidebar's dp × micro-batches × mb
     PageParam("gpn", 8, limits=(1, 64)),
     PageParam("headroom", 0, limits=(0, 90)),
     PageParam("top", 20, limits=(1, 500)),
@@ -55,7 +55,7 @@ SPECS = (
     PageParam("framework", "megatron-core", choices=tuple(FRAMEWORKS)),
     *(PageParam(k, 0, limits=(0, 4096 if k.endswith("mb") else 1024)) for k in FIXED),
 )
-LABEL = {"worlds": "World sizes", "gb": "Global batch (sequences)", "gpn": "GPUs per node",
+LABEL = {"worlds": "World sizes", "gb": "Global batch (0 = sidebar's)", "gpn": "GPUs per node",
          "headroom": "Headroom (% HBM)", "top": "Top K",
          "row": "Configuration #", "fix_zero": "ZeRO stage",
          "fix_recompute": "Recompute", "fix_schedule": "Schedule", "framework": "Framework",
@@ -66,7 +66,8 @@ LABEL = {"worlds": "World sizes", "gb": "Global batch (sequences)", "gpn": "GPUs
          "max_cp": "max cp (0 = none)", "max_mb": "max micro-batch (0 = none)"}
 HELP = {"worlds": "Comma separated, e.g. 64,128,256. Empty: the sidebar's world size.",
         "gb": "Sequences per optimizer step over all data-parallel replicas: fixes "
-              "micro-batch × micro-batches × dp.",
+              "micro-batch × micro-batches × dp. 0: the sidebar's layout's, dp × micro-batches "
+              "× micro-batch size.",
         "gpn": "GPUs per node: which groups cross the slower inter-node network.",
         "headroom": "Keep this share of each GPU's memory free (fragmentation, spikes).",
         "row": "Marked with a star in the chart; the link opens it on the Ledger page.",
@@ -102,9 +103,35 @@ def worlds_text(text: str, default: int) -> str:
     return (text.replace(",", ", ") if text else f"{default:,}") + " GPUs"
 
 
+def sidebar_batch(cfg: Config) -> int:
+    """The global batch the sidebar's layout runs: dp × micro-batches × micro-batch size."""
+    return cfg.dp * cfg.m * cfg.mb
+
+
+def global_batch(cfg: Config, page: Mapping) -> int:
+    return page["gb"] or sidebar_batch(cfg)
+
+
+def batch_warning(cfg: Config, page: Mapping) -> str | None:
+    """A word when the global batch is too small for a world searched: with fewer sequences
+    than the sidebar layout's data-parallel replicas, every layout must spend GPUs on model
+    parallelism (tp·pp·cp) instead, and the ranking says nothing about why."""
+    gb, per_replica = global_batch(cfg, page), cfg.tp * cfg.pp * cfg.cp
+    short = [w for w in worlds(page, cfg) if gb * per_replica < w]
+    if not short:
+        return None
+    w = max(short)
+    return (f"Global batch {gb:,} is smaller than {w:,} GPUs can use: at most {gb:,} "
+            f"data-parallel replicas, so every layout needs tp·pp·cp ≥ {-(-w // gb):,} "
+            f"(the sidebar's layout has {per_replica:,} per replica and would run "
+            f"dp = {w // per_replica:,}). The sidebar's layout implies "
+            f"{sidebar_batch(cfg):,} sequences (dp × micro-batches × micro-batch size).")
+
+
 def plan_settings(cfg: Config, page: Mapping) -> dict:
     """Everything the search depends on besides model and GPU, as plain hashable values."""
-    return {"worlds": ",".join(map(str, worlds(page, cfg))), "seq": cfg.seq, "gb": page["gb"],
+    return {"worlds": ",".join(map(str, worlds(page, cfg))), "seq": cfg.seq,
+            "gb": global_batch(cfg, page),
             "gpn": page["gpn"], "precision": cfg.precision, "optimizer": cfg.optimizer,
             "profile": cfg.profile, "attention": cfg.attention, "headroom": page["headroom"],
             "loop": cfg.loop, "framework": page["framework"], "finetune": finetune_spec(cfg),
@@ -131,6 +158,35 @@ def run_plan(m: ModelSpec, gpu_key: str, v: Mapping, progress=None) -> Plan:
     `progress(stage, done, total)` as `memledger.planner.plan` calls it."""
     spec = plan_spec(m, gpu_key, v)
     return plan(spec, admit=lambda n: admit_plan(len(spec.worlds), n), progress=progress)
+
+
+# One-click narrowings offered when a search is over budget, in the order offered: fix an
+# axis to the sidebar's value, or bound one. Each is counted (space + size: ~20 ms for
+# DeepSeek-V3 on 2,048 GPUs) before it is offered, so a button never leads to another refusal.
+NARROW_TO_SIDEBAR = {"fix_tp": "tp", "fix_pp": "pp", "fix_ep": "ep"}
+NARROW_BOUNDS = {"max_vpp": 2, "max_cp": 2, "max_mb": 2}
+
+
+def narrowings(m: ModelSpec, gpu_key: str, v: Mapping, cfg: Config) -> list[tuple[str, int, int]]:
+    """(page key, value, configurations) for each single change of an open axis that brings an
+    over-budget search within the budget; `v` as `plan_settings` gives it."""
+    from memledger.planner.size import n_configurations
+    from memledger.planner.space import enumerate_space
+    from memledger.views.budget import PLANNER_MAX_CONFIGURATIONS
+    options = [(k, getattr(cfg, a)) for k, a in NARROW_TO_SIDEBAR.items()]
+    options += list(NARROW_BOUNDS.items())
+    out = []
+    for key, value in options:
+        if v[key]:
+            continue
+        try:
+            spec = plan_spec(m, gpu_key, {**v, key: value})
+            n = n_configurations(spec, enumerate_space(spec))
+        except SpecError:
+            continue
+        if n <= PLANNER_MAX_CONFIGURATIONS:
+            out.append((key, value, n))
+    return out
 
 
 def _plan_bytes(p: Plan) -> int:

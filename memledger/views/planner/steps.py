@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from memledger.planner import Plan
 from memledger.planner.throughput import LABELS, annotate, breakdown, throughput
+from memledger.views.palette import FONT_FAMILY, GRID, INK, TERM_COLORS
 
 WHY_ROWS = 20  # rows that get a reason (one single-configuration search each)
 
@@ -28,16 +29,20 @@ def throughput_columns(result: Plan, table: pd.DataFrame, rows: list[dict]) -> p
 
 
 def breakdown_chart(result: Plan, row: dict) -> go.Figure:
-    """One horizontal bar: the configuration's step split into its terms, seconds."""
+    """One horizontal bar: the configuration's step split into its terms, seconds; each term in
+    its fixed colour (palette.TERM_COLORS), the legend below the axis title."""
     parts = breakdown(result.spec, row)
     fig = go.Figure()
     for k, v in parts.items():
         if v > 0:
             fig.add_trace(go.Bar(y=[""], x=[v], name=LABELS[k], orientation="h",
-                                 hovertemplate=f"{LABELS[k]}: %{{x:.3f}} s<extra></extra>"))
-    fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10),
-                      title=f"Step breakdown: {row['seconds']:.2f} s predicted",
-                      xaxis_title="seconds per step",
-                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
+                                 marker_color=TERM_COLORS[k],
+                                 hovertemplate=f"{LABELS[k]}: %{{x:,.3f}} s<extra></extra>"))
+    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=110),
+                      title=f"Step breakdown: {row['seconds']:,.2f} s predicted",
+                      font=dict(family=FONT_FAMILY, color=INK), plot_bgcolor="white",
+                      xaxis=dict(title="seconds per step", gridcolor=GRID),
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom",
+                                  xref="container", x=0.01, xanchor="left"),
                       yaxis=dict(showticklabels=False))
     return fig

@@ -25,8 +25,8 @@ def _rank_traces(led: Ledger, showlegend: bool) -> list[dict]:
         type="bar", x=x, y=[gib(r.rows[row]) for r in ranks], name=ROW_SHORT[row],
         legendgroup=row, showlegend=showlegend,
         marker=dict(color=ROW_COLORS[row], line=dict(width=0)), customdata=extra,
-        hovertemplate=(f"<b>{ROW_LABELS[row]}</b>: %{{y:.2f}} GiB<br>pp rank %{{x}} · total "
-                       "%{customdata[3]:.1f} GiB<br>%{customdata[1]}<br>%{customdata[2]}"
+        hovertemplate=(f"<b>{ROW_LABELS[row]}</b>: %{{y:,.2f}} GiB<br>pp rank %{{x}} · total "
+                       "%{customdata[3]:,.1f} GiB<br>%{customdata[1]}<br>%{customdata[2]}"
                        "<extra></extra>")) for row in ROWS]
 
 
@@ -65,7 +65,7 @@ def staircase_compare(ledgers: dict[str, Ledger], hw: Hardware,
     fig = make_subplots(rows=1, cols=max(1, len(names)), shared_yaxes=True,
                         horizontal_spacing=0.03,
                         subplot_titles=[f"<b>{s}</b><br>"
-                                        f"{gib(ledgers[s].peak.peak_total_bytes):.1f} GiB"
+                                        f"{gib(ledgers[s].peak.peak_total_bytes):,.1f} GiB"
                                         for s in names] or [""])
     for i, s in enumerate(names, start=1):
         for tr in _rank_traces(ledgers[s], showlegend=i == 1):

@@ -38,7 +38,7 @@ def _row_trace(led: Ledger, row: str) -> dict:
     return dict(type="bar", x=[r.pp_rank for r in ranks], y=[gib(r.rows[row]) for r in ranks],
                 name=ROW_SHORT[row], legendgroup=row, marker=dict(color=ROW_COLORS[row],
                                                                    line=dict(width=0)),
-                hovertemplate=f"<b>{ROW_LABELS[row]}</b>: %{{y:.2f}} GiB<br>pp rank %{{x}}"
+                hovertemplate=f"<b>{ROW_LABELS[row]}</b>: %{{y:,.2f}} GiB<br>pp rank %{{x}}"
                               "<extra></extra>")
 
 
@@ -58,7 +58,7 @@ def _chunk_traces(led: Ledger) -> list[dict]:
             marker=dict(color=ROW_COLORS["activations"], line=dict(width=0.5, color="white"),
                         pattern=dict(shape=PATTERNS[c % len(PATTERNS)], fgcolor="white")),
             customdata=custom,
-            hovertemplate=("<b>Activations, stage %{customdata[0]}</b>: %{y:.2f} GiB<br>"
+            hovertemplate=("<b>Activations, stage %{customdata[0]}</b>: %{y:,.2f} GiB<br>"
                            "pp rank %{x} · %{customdata[1]} micro-batches held at the peak"
                            "%{customdata[2]}<extra></extra>")))
     rest = [gib(x.rank_wide_bytes) for x in split]
@@ -67,7 +67,7 @@ def _chunk_traces(led: Ledger) -> list[dict]:
                         name="Activations · rank-wide", legendgroup="activations",
                         marker=dict(color=ROW_COLORS["activations"], opacity=0.55),
                         hovertemplate="<b>Activations held for the whole rank</b> (staging, "
-                                      "casts): %{y:.2f} GiB<extra></extra>"))
+                                      "casts): %{y:,.2f} GiB<extra></extra>"))
     return out
 
 
@@ -97,8 +97,11 @@ def staircase_stages(led: Ledger, hw: Hardware) -> go.Figure:
     ticks = [r.pp_rank for r in led.ranks] if p.pp <= 32 else None
     top = max(cap, gib(peak.peak_total_bytes)) * 1.2
     layout = charts.merge(charts.house_layout(title, charts.describe(led),
-                                              height=520, bottom=135), dict(
+                                              height=600, bottom=235), dict(
         barmode="stack", shapes=[charts._hline(cap)], annotations=notes, margin=dict(r=90),
+        # one entry per row (~9 rows of ~20 px): with the right margin's capacity note, half
+        # the plot is narrower than 'Activations · back up the V' on a phone
+        legend=dict(entrywidth=1),
         yaxis=dict(title=dict(text=charts.GIB_AXIS), range=[0, top]),
         xaxis=dict(title=dict(text="pipeline-parallel rank (0 = first stage)"), showgrid=False,
                    zeroline=False, tickmode="array" if ticks else "auto", tickvals=ticks)))

@@ -13,12 +13,12 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from memledger.ledger import Ledger
-from memledger.ledger.items import ROW_LABELS
 from memledger.ledger.timeline import describe as describe_peak
 from memledger.units import gib
 from memledger.views.peaks import peak_label
+from memledger.views.budget import MAX_DRAWN_EVENTS, drawn_events
 from memledger.views.figures import GIB_AXIS, describe, title_block
-from memledger.views.palette import FONT_FAMILY, GRID, INK, PEAK_COLOR, ROW_COLORS
+from memledger.views.palette import FONT_FAMILY, GRID, INK, PEAK_COLOR, ROW_COLORS, ROW_SHORT
 
 LAYERS = (("weights", "weights"), ("optimizer", "optimizer"), ("gradients", "gradients"),
           ("activations", "activations"), ("communication", "communication"),
@@ -50,13 +50,16 @@ def _label(e) -> str:
     return f"{e.phase.replace('-', ' ')} · {where} · stage {e.stage} · micro-batch {e.micro_batch}"
 
 
-def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | None = None) -> go.Figure:
+def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | None = None,
+                   events: list | None = None) -> go.Figure:
     """Stacked rows over the step's events of `rank` (default: the most loaded); `measured`:
-    allocated bytes after each event from a real run, overlaid as a line."""
+    allocated bytes after each event from a real run, overlaid as a line; `events`: the rank's
+    timeline when the caller has built it already (it is rebuilt on every access)."""
     r = led.ranks[led.most_loaded_rank if rank is None else rank]
-    evs, sh = r.timeline, r.shape
+    every, sh = (r.timeline if events is None else events), r.shape
     weights, opt = r.rows["weights"], r.rows["optimizer"]
-    x = list(range(len(evs)))
+    x = drawn(every)
+    evs = [every[i] for i in x]
     text = [_label(e) for e in evs]
     fig = go.Figure()
     series = {"weights": [weights] * len(evs), "optimizer": [opt] * len(evs),
@@ -64,24 +67,30 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
               "communication": [e.communication for e in evs],
               "transient": [e.transient for e in evs]}
     for key, color_key in LAYERS:
-        name = "Transient" if key == "transient" else ROW_LABELS[key]
+        name = "Transient" if key == "transient" else ROW_SHORT[key]  # short: half a phone
         fig.add_trace(go.Scatter(
             x=x, y=[gib(v) for v in series[key]], name=name, stackgroup="rows", mode="none",
             fillcolor=ROW_COLORS[color_key], line=dict(width=0, shape="hv"), customdata=text,
-            hovertemplate=f"{name}: %{{y:.2f}} GiB<br>%{{customdata}}<extra></extra>"))
-    for name, a, b in phases(evs):
+            hovertemplate=f"{name}: %{{y:,.2f}} GiB<br>%{{customdata}}<extra></extra>"))
+    # the phases are named in the legend, not on the plot: a phase a few events wide (the
+    # optimizer step; any phase on a phone) has no room for its name, and names piled up
+    for name, a, b in phases(every):
         fig.add_vrect(x0=a - 0.5, x1=b + 0.5, fillcolor=PHASE_SHADES[name], line_width=0,
-                      layer="below", annotation_text=name, annotation_position="top left",
-                      annotation_font=dict(size=11, color=INK))
+                      layer="below")
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"phase: {name}",
+                                 marker=dict(symbol="square", size=14,
+                                             color=PHASE_SHADES[name].replace("0.0", "0.3")),
+                                 hoverinfo="skip"))
     pe = r.peak_event
-    at = next(i for i, e in enumerate(evs) if e.live(sh.static_bytes) == r.peak_allocated_bytes)
+    at = next(i for i, e in enumerate(every) if e.live(sh.static_bytes) == r.peak_allocated_bytes)
     fig.add_trace(go.Scatter(
-        x=[at], y=[gib(r.peak_allocated_bytes)], mode="markers+text", name="peak",
+        x=[at], y=[gib(r.peak_allocated_bytes)], mode="markers",
+        name=f"peak {gib(r.peak_allocated_bytes):,.2f} GiB",  # in the legend: no label to collide
         marker=dict(color=PEAK_COLOR, size=10, symbol="diamond"),
-        text=[peak_label("allocated", r.peak_allocated_bytes)], textposition="top center",
-        hovertemplate=f"peak allocated %{{y:.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
+        hovertemplate=f"peak allocated %{{y:,.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
     if measured is not None:
-        fig.add_trace(go.Scatter(x=x[:len(measured)], y=[None if v is None else gib(v) for v in measured],
+        xs = [i for i in x if i < len(measured)]
+        fig.add_trace(go.Scatter(x=xs, y=[None if measured[i] is None else gib(measured[i]) for i in xs],
                                  name="measured", connectgaps=True,
                                  mode="lines", line=dict(color=PEAK_COLOR, dash="dot", width=2)))
     loop = led.loop.name if led.loop else "?"
@@ -89,14 +98,37 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
                             describe(led))
     fig.update_layout(
         title=head,
-        xaxis=dict(title="event: each layer's forward / backward<br>per micro-batch, then the step",
-                   gridcolor=GRID, zeroline=False),
+        xaxis=dict(title="event, in execution order", gridcolor=GRID, zeroline=False),
         yaxis=dict(title=GIB_AXIS, gridcolor=GRID, rangemode="tozero"),
         font=dict(family=FONT_FAMILY, color=INK), plot_bgcolor="white", hovermode="x unified",
+        # two entries per row at any width (~12 entries: 6 rows of ~19 px), below the x title
         legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", xref="container",
-                    x=0.01, xanchor="left"),
-        margin=dict(t=top, l=60, r=20, b=150), height=460 + top)
+                    x=0.01, xanchor="left", entrywidth=0.5, entrywidthmode="fraction",
+                    traceorder="normal", font=dict(size=12)),
+        margin=dict(t=top, l=60, r=20, b=190), height=520 + top)
     return fig
+
+
+def drawn(evs) -> list[int]:
+    """The indices of the events drawn: all, or the highest (bytes alive) of each bin of
+    consecutive events when more than the browser's budget (`budget.drawn_events`); the peak
+    is always the highest of its bin, so the drawn envelope keeps it."""
+    starts = drawn_events(len(evs))
+    if starts is None:
+        return list(range(len(evs)))
+    ends = starts[1:] + [len(evs)]
+    live = [e.gradients + e.activations + e.communication + e.transient for e in evs]
+    return [max(range(a, b), key=live.__getitem__) for a, b in zip(starts, ends)]
+
+
+def drawn_note(n: int) -> str | None:
+    """Markdown: how many of a timeline's `n` events the chart draws, when not all."""
+    starts = drawn_events(n)
+    if starts is None:
+        return None
+    return (f"This timeline has {n:,} events; the chart draws {len(starts):,} of them, the "
+            f"highest of every {starts[1]:,} consecutive events (the peak among them): this "
+            f"server sends the browser at most {MAX_DRAWN_EVENTS:,} events per chart.")
 
 
 def peak_sentence(led, rank: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from memledger.advisor.text import flops_text, price
+from memledger.advisor.text import QUANT_PRICE, flops_text, price
 from memledger.costs.compute import seconds
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.units import gib
@@ -31,14 +31,14 @@ def _price(moves, hw, mfu: int, m: int) -> str:
     if flops:
         t = f" ≈ {seconds(flops, hw, mfu):.3f} s" if hw else ""
         return f"{flops_text(flops)}/step{t}"
-    bits = max((mv.bits_lost for mv in moves), default=0)
+    quant = sorted({q for mv in moves for q in mv.policy.split("+") if q in QUANT_PRICE})
     host = sum(mv.host_bytes_per_micro_batch for mv in moves) * m
     movable = sum(mv.movable_bytes_per_micro_batch for mv in moves) * m
-    parts = [f"{bits} mantissa bits"] if bits else []
+    parts = [QUANT_PRICE[q] for q in quant]
     if host:
-        parts.append(f"{host / 1e9:,.1f} GB/step to host (PCIe)")
+        parts.append(f"{gib(host):,.1f} GiB/step to host (PCIe)")
     if movable:
-        parts.append(f"≤ {movable / 1e9:,.1f} GB/step to later ranks")
+        parts.append(f"≤ {gib(movable):,.1f} GiB/step to later ranks")
     return ", ".join(parts) or "—"
 
 
@@ -66,20 +66,21 @@ def _target_line(capacity_bytes: int, label: str) -> tuple[dict, dict]:
     line = dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
                 line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))
     note = dict(x=1, xref="paper", xanchor="left", xshift=4, y=y, yref="y", showarrow=False,
-                align="left", text=f"{label}<br>{y:.1f} GiB", font=dict(color=CAPACITY_COLOR))
+                align="left", text=f"{label}<br>{y:,.1f} GiB", font=dict(color=CAPACITY_COLOR))
     return line, note
 
 
 def before_after(before, after, capacity_bytes: int | None = None,
                  target_label: str = "target") -> go.Figure:
     """Stacked bars of the six rows on the most loaded rank, without and with the policy."""
-    labels = [f"before (pp rank {before.peak.pp_rank})", f"after (pp rank {after.peak.pp_rank})"]
+    # two lines and never rotated: on a phone "before (pp rank 0)" turned and hit the legend
+    labels = [f"before<br>(pp rank {before.peak.pp_rank})", f"after<br>(pp rank {after.peak.pp_rank})"]
     fig = go.Figure()
     for row in ROWS:
         vals = [gib(before.peak.rows[row]), gib(after.peak.rows[row])]
         fig.add_bar(x=labels, y=vals, name=ROW_SHORT[row], marker_color=ROW_COLORS[row],
                     customdata=[before.peak.rows[row], after.peak.rows[row]],
-                    hovertemplate=f"{ROW_LABELS[row]}: %{{y:.2f}} GiB (%{{customdata:,}} B)"
+                    hovertemplate=f"{ROW_LABELS[row]}: %{{y:,.2f}} GiB (%{{customdata:,}} B)"
                                   "<extra></extra>")
     totals = [gib(before.peak.peak_total_bytes), gib(after.peak.peak_total_bytes)]
     notes = [dict(x=x, y=t, xref="x", yref="y", yanchor="bottom", showarrow=False,
@@ -93,6 +94,7 @@ def before_after(before, after, capacity_bytes: int | None = None,
              f"{gib_text(after.peak.peak_total_bytes)} with the policy")
     layout = merge(house_layout(title, describe(before), height=470, bottom=105), dict(
         shapes=shapes, annotations=notes, margin=dict(r=90), bargap=0.45,
+        xaxis=dict(tickangle=0),
         yaxis=dict(title=dict(text=GIB_AXIS), range=[0, top * 1.12])))
     fig.update_layout(layout)
     return fig
@@ -116,17 +118,17 @@ def levelled_staircase(stair, capacity_bytes: int | None = None,
     fig = go.Figure()
     fig.add_bar(x=x, y=[gib(b) for b in stair.peak_bytes], name="before levelling",
                 marker_color=BEFORE_COLOR,
-                hovertemplate="pp rank %{x}: %{y:.2f} GiB before<extra></extra>")
+                hovertemplate="pp rank %{x}: %{y:,.2f} GiB before<extra></extra>")
     fig.add_bar(x=x, y=[gib(b) for b in stair.levelled_peak_bytes], name="levelled",
                 marker_color=ROW_COLORS["activations"],
-                hovertemplate="pp rank %{x}: %{y:.2f} GiB levelled<extra></extra>")
+                hovertemplate="pp rank %{x}: %{y:,.2f} GiB levelled<extra></extra>")
     shapes, notes = [], []
     top = max([gib(b) for b in stair.peak_bytes + stair.levelled_peak_bytes], default=1)
     if capacity_bytes:
         line, note = _target_line(capacity_bytes, target_label)
         shapes, notes, top = [line], [note], max(top, gib(capacity_bytes))
     title = (f"The staircase levelled: first/last rank activations {stair.steepness:.2f}×; "
-             f"levelling moves {stair.bytes_per_step / 1e9:,.1f} GB/step")
+             f"levelling moves {gib(stair.bytes_per_step):,.1f} GiB/step")
     layout = merge(house_layout(title, "peak per pipeline rank, before and after sending "
                                        "activations to later ranks (offload-pp)",
                                 height=420, bottom=95), dict(
@@ -141,7 +143,7 @@ def levelled_staircase(stair, capacity_bytes: int | None = None,
 def advice_sections(a) -> dict[str, list[str]]:
     """The answers (fine-tuning the fifth) and the plan as lines of text (GiB / GB / seconds)."""
     s, act, st, b, pl = a.static, a.activations, a.staircase, a.buffers, a.plan
-    g = lambda n: f"{gib(n):.2f} GiB"  # noqa: E731
+    g = lambda n: f"{gib(n):,.2f} GiB"  # noqa: E731
     return {
         "1. Static rows": [f"{g(s.static_bytes)} on the most loaded rank; budget {g(s.budget_bytes)}",
                            "under budget" if s.under_budget else f"smallest change: {s.smallest or 'none'}"]
@@ -149,16 +151,19 @@ def advice_sections(a) -> dict[str, list[str]]:
            for o in s.options],
         "2. Activations": [f"{g(act.activation_bytes)}; largest layer: {act.largest_layer} "
                            f"({g(act.largest_layer_bytes)}/layer/micro-batch); largest tensor "
-                           f"{act.largest_tensor} [{act.largest_tensor_class}] {g(act.largest_tensor_bytes)}"]
+                           f"{act.largest_tensor} [{act.largest_tensor_class}]: "
+                           f"{g(act.largest_tensor_bytes)} over its {act.largest_tensor_copies:,} "
+                           f"copies (layers × micro-batches in flight), "
+                           f"{g(act.largest_tensor_bytes // max(act.largest_tensor_copies, 1))} each"]
         + [f"{c.policy}: saves {g(c.saved_bytes)}; costs {price(c)}" for c in act.currencies]
         + [f"smaller micro-batch without offload: {act.smaller_micro_batch.micro_batch} × "
            f"{act.smaller_micro_batch.micro_batches}/step → {g(act.smaller_micro_batch.peak_bytes)}"
            if act.smaller_micro_batch else "no smaller micro-batch fits without offload"],
         "3. Staircase": [f"first/last activations {st.steepness:.2f}×, spread {g(st.spread_bytes)}",
                          "levelled activations per rank: "
-                         + ", ".join(f"{gib(x):.1f}" for x in st.levelled_activation_bytes) + " GiB",
+                         + ", ".join(f"{gib(x):,.1f}" for x in st.levelled_activation_bytes) + " GiB",
                          f"levelled peak total {g(max(st.levelled_peak_bytes, default=0))}; "
-                         f"{st.bytes_per_step / 1e9:,.1f} GB/step; "
+                         f"{gib(st.bytes_per_step):,.1f} GiB/step; "
                          + ("fits after levelling" if st.fits_after else "still over after levelling")]
         + [f"pp rank {x.src} → {x.dst}: {g(x.bytes)}" for x in st.transfers],
         "4. Buffers": [f"communication row {g(b.communication_bytes)}"]

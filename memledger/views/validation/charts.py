@@ -41,8 +41,9 @@ def parity_figure(df: pd.DataFrame, title: str, subtitle: str = "") -> go.Figure
                     _markers(fig, d, row, env)
         span = max(BAND_PCT * 1.25, float(df["error_pct"].abs().max()) * 1.2)
         fig.update_yaxes(range=[-span, span], row=2, col=1)
-    _layout(fig, title, subtitle, height=700, bottom=120)
-    fig.update_layout(barmode=None, legend=dict(entrywidth=0.25), hovermode="closest")
+    # two legend entries per row (four overlapped on a phone): ~13 entries, 7 rows of ~20 px
+    _layout(fig, title, subtitle, height=780, bottom=200)
+    fig.update_layout(barmode=None, hovermode="closest")
     fig.update_xaxes(type="log", showgrid=True, gridcolor=GRID, dtick=1)  # one tick a decade
     fig.update_xaxes(title_text=GIB_TITLE, row=2, col=1)
     fig.update_yaxes(type="log", dtick=1, title_text="predicted (GiB, log scale)", row=1, col=1)

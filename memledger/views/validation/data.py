@@ -108,7 +108,7 @@ def environment_label(env: dict) -> str:
           f"Python {env.get('python', '?')}")
     if environment_kind(env) == "cuda":
         mem = env.get("gpu_total_bytes")
-        size = f" ({mem / GIB:.1f} GiB)" if isinstance(mem, int) else ""
+        size = f" ({mem / GIB:,.1f} GiB)" if isinstance(mem, int) else ""
         return f"GPU: {env.get('gpu', 'unknown')}{size}, CUDA {env.get('cuda', '?')}, {sw}"
     return f"CPU: {sw}; saved-tensor bytes only, no allocator peak"
 

@@ -23,26 +23,32 @@ def rank_parity_figure(records: list[dict], case: str) -> go.Figure:
     """One panel per row: predicted (line) and measured (open markers) bytes on every rank."""
     recs = [r for r in records if r["case"] == case and r["row"] in ROWS]
     rows = [row for row in ROWS if any(r["row"] == row for r in recs)]
-    fig = make_subplots(rows=max(len(rows), 1), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+    # room between panels for each title and its rank ticks (titles sat on the panel above)
+    fig = make_subplots(rows=max(len(rows), 1), cols=1, shared_xaxes=True,
+                        vertical_spacing=min(0.12, 0.5 / max(len(rows), 1)),
                         subplot_titles=[LABELS[r] for r in rows])
     for i, row in enumerate(rows, start=1):
         d = sorted((r for r in recs if r["row"] == row), key=lambda r: r["rank"])
         x = [r["rank"] for r in d]
         fig.add_trace(go.Scatter(x=x, y=[r["predicted_bytes"] / MIB for r in d], mode="lines+markers",
-                                 name=f"{LABELS[row]} · predicted", legendgroup=row,
+                                 name="memledger (line)", legendgroup="predicted",
+                                 showlegend=i == 1,  # the panel titles name the rows
                                  line=dict(color=COLORS[row], width=2)), row=i, col=1)
         fig.add_trace(go.Scatter(x=x, y=[r["measured_bytes"] / MIB for r in d], mode="markers",
-                                 name=f"{LABELS[row]} · measured", legendgroup=row,
+                                 name="measured (open diamonds)", legendgroup="measured",
+                                 showlegend=i == 1,
                                  marker=dict(color=COLORS[row], symbol="diamond-open", size=11,
                                              line=dict(width=2)),
                                  customdata=[100 * r["rel_error"] for r in d],
                                  hovertemplate="rank %{x}: %{y:.3f} MiB measured, "
                                                "error %{customdata:+.2f}%<extra></extra>"),
                       row=i, col=1)
-        fig.update_yaxes(title_text="MiB", row=i, col=1)
-    _layout(fig, f"Per rank: {case}", "line: memledger (re-derived now) · open diamonds: measured",
-            height=180 * max(len(rows), 1) + 140, bottom=90)
-    fig.update_xaxes(title_text="rank", dtick=1, row=max(len(rows), 1), col=1)
+        # from zero on every panel: heights compare as fractions of the row, so a 0.001 %
+        # difference between ranks looks like one (an autoscaled axis made it look like 3 %)
+        fig.update_yaxes(title_text="MiB", rangemode="tozero", row=i, col=1)
+    _layout(fig, f"Per rank: {case}", "line: memledger (re-derived now) · open diamonds: "
+            "measured · every panel from 0 MiB", height=200 * max(len(rows), 1) + 140, bottom=90)
+    fig.update_xaxes(dtick=1, showticklabels=True, tickprefix="rank ")  # every panel
     return fig
 
 
@@ -70,19 +76,21 @@ def staircase_figure(records: list[dict], case: str) -> go.Figure:
 
 
 def trackers_figure(rows: list[dict]) -> go.Figure:
-    """Peak per FSDP case: the measured run, memledger, and FSDPMemTracker's own estimate."""
+    """Peak per FSDP case: the measured run, memledger, and FSDPMemTracker's own estimate.
+    Horizontal bars: the case names read on a phone (as columns, seven wrapped names ran into
+    each other)."""
     fig = go.Figure()
-    names = ["<br>".join(wrap(r["case"], 16)) for r in rows]  # fits a phone
+    names = ["<br>".join(wrap(r["case"], 22)) for r in rows]
     for key, label in (("measured_bytes", "measured"), ("memledger_bytes", "memledger"),
                        ("fsdpmemtracker_bytes", "FSDPMemTracker")):
-        fig.add_trace(go.Bar(x=names, y=[r[key] / MIB for r in rows], name=label,
-                             marker_color=TRACKER_COLORS[label]))
+        fig.add_trace(go.Bar(y=names, x=[r[key] / MIB for r in rows], name=label,
+                             orientation="h", marker_color=TRACKER_COLORS[label]))
     _layout(fig, "Peak per FSDP2 case: measured vs memledger vs FSDPMemTracker",
             "FSDPMemTracker: PyTorch's own estimate (what a torchtitan user runs), same step",
-            height=480, bottom=200)
+            height=140 + 70 * max(len(rows), 1), bottom=110)
     fig.update_layout(barmode="group")
-    fig.update_xaxes(tickangle=0)
-    fig.update_yaxes(title_text="MiB", type="log")
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11), automargin=True)
+    fig.update_xaxes(title_text="peak, MiB (log scale)", type="log")
     return fig
 
 

@@ -12,7 +12,7 @@ import streamlit as st
 
 from memledger.engine.compare import load_runs, rescore, tracker_rows
 from memledger.validation.report import worst_by_row
-from memledger.views import ui
+from memledger.views import export, ui
 from memledger.views.validation import engine_charts as charts
 
 HOW = """
@@ -79,11 +79,11 @@ def render(folder: Path) -> None:
                    f"transformers {env['transformers']}, {env['backend']}")
     cases = list(dict.fromkeys(r["case"] for r in records))
     case = st.selectbox("Engine case", cases, key="engine_case")
-    ui.chart(charts.rank_parity_figure(records, case), "engine-per-rank", key="engine_parity")
+    ui.chart(charts.rank_parity_figure(records, case), export.file_stem("validation-engine-per-rank", case), key="engine_parity")
     if any(r["case"] == case and r["row"] == "held" for r in records):
-        ui.chart(charts.staircase_figure(records, case), "engine-staircase", key="engine_stairs")
+        ui.chart(charts.staircase_figure(records, case), export.file_stem("validation-engine-staircase", case), key="engine_stairs")
     if trackers:
-        ui.chart(charts.trackers_figure(trackers), "engine-trackers", key="engine_trackers")
+        ui.chart(charts.trackers_figure(trackers), export.file_stem("validation-engine-trackers"), key="engine_trackers")
     shown = [r for r in records if r["case"] == case]
     st.dataframe(table(shown), hide_index=True, width="stretch", column_config={
         "error %": st.column_config.NumberColumn(format="%+.3f")})

@@ -14,7 +14,8 @@ from memledger.views.figures import GIB_AXIS, _layout, capacity_label
 from memledger.views.palette import CAPACITY_COLOR, OPTIMUM_COLOR, ROW_COLORS, ROW_SHORT
 
 SEED_ROWS = ("weights", "gradients", "optimizer", "activations")
-SEED_NAMES = {"weights": "Parameters (bf16)", "gradients": "Gradients (bf16)",
+# no dtype in the legend: the first column is fp32 (4 + 4 bytes), the others mixed precision
+SEED_NAMES = {"weights": "Parameters", "gradients": "Gradients",
               "optimizer": "Optimizer states", "activations": "Activations"}
 PATTERNS = ("", "/", "x")  # master copy, m, v: one colour, three textures
 
@@ -61,15 +62,32 @@ def static_strip(n_params: int, act_bytes: int | None, name: str, act_note: str)
     return fig
 
 
+SHORT_COLUMNS = {"fp32, no tricks": "fp32", "mixed precision": "mixed",
+                 "+ checkpointing": "+ckpt"}
+
+
+def _d(columns) -> int:
+    """d of the ZeRO columns' labels ('ZeRO-1 (d=64)'), 0 when none says it."""
+    for c in columns:
+        if "(d=" in c.label:
+            return int(c.label.split("(d=")[1].rstrip(")"))
+    return 0
+
+
 def techniques(columns: tuple[Column, ...], capacity_bytes: int, gpu_name: str,
                name: str) -> go.Figure:
     """The savings path: per-GPU ledgers after each technique, against one GPU's capacity."""
-    x = [c.label for c in columns]
+    # short and never rotated (rotated labels ran into the legend on a phone, full ones into
+    # each other): the full label is in the hover, d in the subtitle
+    x = [SHORT_COLUMNS.get(c.label, c.label.split(" (")[0].replace("ZeRO-", "Z"))
+         for c in columns]
     fig = go.Figure()
     for row in SEED_ROWS:
         fig.add_bar(x=x, y=[gib(c.rows[row]) for c in columns], name=SEED_NAMES[row],
-                    marker=dict(color=ROW_COLORS[row]), customdata=[[c.cuts] for c in columns],
-                    hovertemplate=f"<b>{ROW_SHORT[row]}</b>: %{{y:,.1f}} GiB<br>%{{customdata[0]}}"
+                    marker=dict(color=ROW_COLORS[row]),
+                    customdata=[[c.cuts, c.label] for c in columns],
+                    hovertemplate=f"<b>{ROW_SHORT[row]}</b>, %{{customdata[1]}}: %{{y:,.1f}} GiB"
+                                  "<br>%{customdata[0]}"
                                   "<extra></extra>")
     totals = [gib(sum(c.rows.values())) for c in columns]
     for label, t in zip(x, totals):
@@ -78,7 +96,10 @@ def techniques(columns: tuple[Column, ...], capacity_bytes: int, gpu_name: str,
     cap = gib(capacity_bytes)
     fig.add_hline(y=cap, line=dict(color=CAPACITY_COLOR, width=2, dash="dash"))
     _layout(fig, f"{safe_text.plot(name)}: what each technique cuts, per GPU",
-            "each column adds one technique to the one on its left", height=470, bottom=90)
+            "each column adds one technique to the one on its left"
+            + (f"; Z1–Z3: ZeRO stages 1–3 over d = {_d(columns):,} GPUs" if _d(columns) else ""),
+            height=500, bottom=125)
+    fig.update_xaxes(tickangle=0, tickfont=dict(size=11))
     capacity_label(fig, gpu_name, capacity_bytes)
     fig.update_yaxes(title_text=GIB_AXIS, range=[0, max(totals + [cap]) * 1.12])
     fig.update_xaxes(showgrid=False)
@@ -115,7 +136,8 @@ def checkpoint_curve(n_layers: int, name: str) -> go.Figure:
                     hovertemplate="%{x} checkpoints: peak %{y:.1f}%<extra></extra>")
     _layout(fig, f"{safe_text.plot(name)}: gradient checkpointing over L = {n_layers} layers",
             "activation memory as % of storing every layer, one layer = one unit; "
-            "the price is one extra forward pass", height=440, bottom=95)
+            "the price is one extra forward pass", height=460, bottom=115)
+    fig.update_layout(legend=dict(entrywidth=1))  # long names: one per row
     fig.update_xaxes(title_text="checkpoints kept (k)", range=[0, n_layers + 1], zeroline=False)
     fig.update_yaxes(title_text="activations (% of all layers)", range=[0, 109])
     return fig
