@@ -266,6 +266,7 @@ def test_torchtitan_round_trip(tmp_path, capsys, model, tp, pp, cp, dp, zero, mb
              "--layout", "torchtitan:1,1" if pp > 1 else "even", "--loop", "torchtitan",
              "--tp-engine", "dtensor", "--zero3-impl", "fsdp", "--fsdp-reshard-after-forward",
              reshard, "--sp" if tp > 1 else "--no-sp", "--optimizer-impl", "fused"]
+    compile_ = compile_ or rec == "memory-budget"  # torchtitan's MemoryBudgetAC needs compile
     flags += (["--torch-compile"] if compile_ else []) + ([] if loss_parallel else
                                                          ["--no-loss-parallel"])
     _roundtrip(tmp_path, capsys, "torchtitan", flags)

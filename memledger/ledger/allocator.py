@@ -31,6 +31,9 @@ from dataclasses import dataclass
 
 from memledger.errors import SpecError
 
+# the communication items FSDP2 allocates on its own streams (all-gather, reduce-scatter)
+FSDP_UNIT_ITEMS = ("zero-3 gather + prefetch", "zero-3 reduce-scatter input")
+
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize
 K_SMALL_SIZE = 1 << 20  # kSmallSize: largest "small" request
 K_SMALL_BUFFER = 2 << 20  # kSmallBuffer: segment of the small pool

@@ -23,8 +23,7 @@ it), NCCL's own buffers (cudaMalloc'd outside the allocator; they are in the com
 """
 from __future__ import annotations
 
-from memledger.ledger.allocator import AllocatorSpec, CachingAllocator
-from memledger.ledger.runtime import FSDP_UNIT_ITEMS
+from memledger.ledger.allocator import FSDP_UNIT_ITEMS, AllocatorSpec, CachingAllocator
 
 STREAM_OF = {"zero-3 gather + prefetch": "all-gather", "zero-3 reduce-scatter input": "reduce-scatter"}
 

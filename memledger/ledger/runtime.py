@@ -139,7 +139,7 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
 
 
 LAYER_PHASE = ("recompute working set", BACKWARD_SET)  # inside a layer's backward
-FSDP_UNIT_ITEMS = ("zero-3 gather + prefetch", "zero-3 reduce-scatter input")
+from memledger.ledger.allocator import FSDP_UNIT_ITEMS  # noqa: E402 (one name, two readers)
 
 
 def fsdp_unit_bytes(items, rt: RuntimeSpec) -> int:
