@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from memledger.costs.overlap import FRAMEWORKS
 from memledger.errors import SpecError
 from memledger.planner import Constraints, Plan, PlanSpec, plan
-from memledger.planner.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
+from memledger.planner.question.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
 from memledger.presets import gpu
 from memledger.specs import ModelSpec
 from memledger.specs.runtime import RuntimeSpec

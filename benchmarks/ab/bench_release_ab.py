@@ -3,7 +3,7 @@
 `bench_slider.py`, one keyboard move on each in turn in one browser, so all of them see the
 same machine load (the machine is shared: a floor timed a minute apart is not the same floor).
 
-    python benchmarks/bench_release_ab.py [--moves 16] [--base DIR] [--json out.json]
+    python benchmarks/ab/bench_release_ab.py [--moves 16] [--base DIR] [--json out.json]
 
 Same measure as `bench_slider.py`: keydown on the sidebar's EP slider (the floor's only slider)
 → the first animation frame at which the first Plotly chart draws different data. DeepSeek-V3 on
@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -1,7 +1,7 @@
 """This tree's planner sweep against another tree's (an older commit), alternated.
 
     git worktree add /tmp/base <commit>
-    python benchmarks/bench_tree_ab.py --base /tmp/base [--pairs 6] [--sweeps 3] [--numpy]
+    python benchmarks/ab/bench_tree_ab.py --base /tmp/base [--pairs 6] [--sweeps 3] [--numpy]
 
 Each pair runs the DeepSeek-V3 / 2,048 H100 sweep (plan + top-20, `bench_planner.run_case`)
 `--sweeps` times in a fresh process from each tree — the compiled pass loaded first, or numpy

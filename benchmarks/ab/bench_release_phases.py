@@ -1,7 +1,7 @@
 """Where release → redraw goes: one keyboard move on the Ledger page (and on the one-slider
 floor app, and on any other tree's Ledger page), split into phases the page itself times.
 
-    python benchmarks/bench_release_phases.py [--moves 10] [--tree DIR ...] [--chart-only]
+    python benchmarks/ab/bench_release_phases.py [--moves 10] [--tree DIR ...] [--chart-only]
                                               [--json out.json]
 
 Per move, in the page's clock (performance.now, keydown = 0): the widget's new value sent on
@@ -32,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -6,7 +6,7 @@ torch/distributed/tensor/_sharding_prop.py), which the tracker's skip test
 Prints the measured peak and activations and the tracker's Activation / Temp / Total.
 (docs/engine-validation.md; about 25 s, needs torch and transformers.)
 
-Run: python benchmarks/fsdp_tracker_check.py
+Run: python benchmarks/ab/fsdp_tracker_check.py
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CODE = """
 import sys
 sys.path.insert(0, ROOT)

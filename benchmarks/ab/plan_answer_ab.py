@@ -2,7 +2,7 @@
 byte-identical peaks, step times within 1e-12 relative, the same order, Pareto front, top-20
 rows and smallest peak (docs/planner-speed.md, Round 3).
 
-    python benchmarks/plan_answer_ab.py OTHER_TREE   # e.g. main unpacked with git archive
+    python benchmarks/ab/plan_answer_ab.py OTHER_TREE   # e.g. main unpacked with git archive
 
 Cases: the three of bench_planner.py and Llama-3 8B on 64 H100. Each tree runs in its own
 process (its own `memledger`); the answers are decoded column by column and compared here.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parents[2]
 CASES = {
     "DeepSeek-V3, 2048 x H100": dict(model="deepseek-v3", worlds=(2048,), seq=4096,
                                      global_batch=15360),

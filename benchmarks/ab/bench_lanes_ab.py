@@ -1,7 +1,7 @@
 """Two lanes against one: the planner sweep with each block's assembly on a worker thread
-(`memledger/planner/lane.py`, shipped) and with every block assembled inline (the switch off).
+(`memledger/planner/sweep/lane.py`, shipped) and with every block assembled inline (the switch off).
 
-    python benchmarks/bench_lanes_ab.py [--rounds 8]
+    python benchmarks/ab/bench_lanes_ab.py [--rounds 8]
 
 For the cases of `bench_planner.py` (DeepSeek-V3 on 2,048 H100, Llama-3.1 405B on 1,024 H100),
 on the compiled pass (the app) and on numpy alone (a one-shot `memledger plan`): `--rounds`
@@ -18,12 +18,12 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_planner import CASES, run_case  # noqa: E402
 
-from memledger.planner import fused, lane  # noqa: E402
+from memledger.planner.sweep import fused, lane  # noqa: E402
 
 AB_CASES = ("DeepSeek-V3, 2048 x H100", "Llama-3.1 405B, 1024 x H100")
 
