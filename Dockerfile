@@ -23,7 +23,7 @@ RUN pip install ".[export]" && chown -R memledger:memledger /app
 
 USER memledger
 # Compile the planner's numba pass once, into the user's cache (the app loads it at start)
-RUN python -c "from memledger.planner import fused; fused.kernel()"
+RUN python -c "from memledger.planner.sweep import fused; fused.kernel()"
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=40s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"]

@@ -7,17 +7,17 @@ report's final batch), Llama-3.1 405B on 1,024 H100 (seq 8192, global batch 2,04
 tokens, the Llama 3 paper's batch), each over the default (exhaustive) space, and DeepSeek-V3
 again with practical search bounds (vpp ≤ 4, cp ≤ 8, micro-batch ≤ 8). Reports the best of N
 runs (the machine is shared): layouts, configurations evaluated / fitting / skipped because
-their static rows alone are over capacity (planner/cells.py), the wall time of the
+their static rows alone are over capacity (planner/sweep/cells.py), the wall time of the
 sweep (enumerate + evaluate + top-20), the vectorised evaluator's own time and rate, and the
 time to the full sorted order and the Pareto front on top. On a shared machine the process CPU
 time of the sweep is the steadier figure (both threads: above the wall time when the assembly
-lane, planner/lane.py, overlaps the next block); compare ratios within one run.
+lane, planner/sweep/lane.py, overlaps the next block); compare ratios within one run.
 
-The planner's compiled pass (memledger/planner/fused.py) is loaded first and its one-time load
+The planner's compiled pass (memledger/planner/sweep/fused.py) is loaded first and its one-time load
 reported; each case then runs with it (as in the app, which loads it at start) and numpy-only
 (as a one-shot `memledger plan`), interleaved: the same answer (checked here), two speeds.
-Sweeps run on small pages (planner/memhint.py) and with the assembly lane (planner/lane.py);
-`ab/bench_pages_ab.py` and `ab/bench_lanes_ab.py` measure what each buys.
+Sweeps run on small pages (planner/sweep/memhint.py) and with the assembly lane
+(planner/sweep/lane.py); `ab/bench_pages_ab.py` and `ab/bench_lanes_ab.py` measure what each buys.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memledger import gpu, model  # noqa: E402
-from memledger.planner import Constraints, PlanSpec, cells, fused, plan  # noqa: E402
+from memledger.planner import Constraints, PlanSpec, plan
+from memledger.planner.sweep import cells, fused  # noqa: E402
 
 CASES = {
     "DeepSeek-V3, 2048 x H100": dict(model="deepseek-v3", worlds=(2048,), seq=4096,

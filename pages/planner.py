@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from memledger.errors import SpecError
-from memledger.planner.groups import top_groups
+from memledger.planner.answer.groups import top_groups
 from memledger.views import budget, export, safe_text, sidebar, ui
 from memledger.views.frame import page_frame
 from memledger.views.peaks import peak_help

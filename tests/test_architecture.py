@@ -14,6 +14,10 @@ LAYERS = (("memledger.errors", "memledger.units", "memledger.divisors", "memledg
           ("memledger.trace", "memledger.validation", "memledger.engine", "memledger.snapshot"),
           ("memledger.views",), ("memledger.cli",))
 MAX_CORE_LINES = 300
+# The planner read top-down by the stage of a search (memledger/planner/__init__.py): a stage
+# imports only the stages before it; the package's own __init__ re-exports the answer.
+PLANNER_STAGES = ("memledger.planner.question", "memledger.planner.memory", "memledger.planner.time",
+                  "memledger.planner.sweep", "memledger.planner.answer")
 
 
 def modules() -> dict[str, Path]:
@@ -103,6 +107,29 @@ def test_imports_go_down_the_layers():
     upward = [(a, b) for a, deps in graph().items() for b in deps
               if layer(a) is not None and layer(b) is not None and layer(b) > layer(a)]
     assert upward == []
+
+
+def planner_stage(name: str) -> int | None:
+    for i, stage in enumerate(PLANNER_STAGES):
+        if name == stage or name.startswith(stage + "."):
+            return i
+    return None
+
+
+def test_planner_stages_import_only_earlier_stages():
+    g = graph()
+    later = [(a, b) for a, deps in g.items() for b in deps
+             if planner_stage(a) is not None and planner_stage(b) is not None
+             and planner_stage(b) > planner_stage(a)]
+    assert later == []
+    # nothing inside the stages reaches back up to the package's front door
+    assert [a for a, deps in g.items() if planner_stage(a) is not None
+            and "memledger.planner" in deps] == []
+
+
+def test_every_planner_module_is_in_a_stage():
+    loose = [n for n in modules() if n.startswith("memledger.planner.") and planner_stage(n) is None]
+    assert loose == []
 
 
 def test_every_module_belongs_to_a_layer():

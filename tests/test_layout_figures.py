@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from memledger.costs.published import LAYOUT_FIGURES, Layout
-from memledger.planner.reference import figure_agrees, figure_seconds
+from memledger.planner.answer.reference import figure_agrees, figure_seconds
 
 FIGS = {f.name.split(":")[0]: f for f in LAYOUT_FIGURES}
 CASES = [(fig, b) for fig in LAYOUT_FIGURES for b in fig.global_batches]

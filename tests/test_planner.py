@@ -176,7 +176,7 @@ def test_bad_plan_spec_names_the_field():
 
 
 def test_probe_pareto_equals_the_sort_everything_front_on_a_large_random_cloud():
-    from memledger.planner.result import PROBE, _front
+    from memledger.planner.answer.result import PROBE, _front
     rng = np.random.default_rng(7)
     n = 5 * PROBE
     secs, peak = np.round(rng.random(n) * 50, 2), rng.integers(0, 10**5, n)
@@ -193,7 +193,7 @@ def test_probe_pareto_equals_the_sort_everything_front_on_a_large_random_cloud()
 def test_chunked_sampled_pareto_equals_the_sort_everything_front(seed, n, chunk, probe, levels):
     """Any chunk size (points split across chunks), any probe size (probes cut from samples,
     so the probe set is not the exact k smallest) and heavy ties give the exact front."""
-    import memledger.planner.result as res
+    import memledger.planner.answer.result as res
     rng = np.random.default_rng(seed)
     secs, peak = rng.integers(0, levels, n) / 7, rng.integers(0, levels, n)
     ev = type("E", (), {"peak_bytes": peak, "seconds": secs})()

@@ -6,7 +6,7 @@ import pytest
 
 from memledger import gpu, model
 from memledger.planner import PlanSpec, plan
-from memledger.planner.groups import GROUP_AXES, NEAR, layout_rank, shown_seconds, top_groups
+from memledger.planner.answer.groups import GROUP_AXES, NEAR, layout_rank, shown_seconds, top_groups
 from memledger.views.planner.charts import (LEDGER_KEYS, _sample, describe_row, ledger_query,
                                             plan_scatter, seconds_ticks, top_csv, top_table)
 

@@ -5,7 +5,7 @@ vocab-less models, every precision recipe family, optimizers with odd state shap
 blocks, factored, Muon with its step workspace), the megatron, paper and traced-HF activation
 profiles (whose inventory depends on the micro-batch), amp's autocast casts, non-default
 runtime knobs (buffer sizing rules, DeepSpeed ZeRO-3, NCCL protocols), every training-loop
-preset (on-demand gradients: the walked timeline's peak, planner.lifetimes) and the
+preset (on-demand gradients: the walked timeline's peak, planner.memory.lifetimes) and the
 megatron-2021 framework, whose tp > 1 rows run without sequence parallelism."""
 import random
 from dataclasses import replace

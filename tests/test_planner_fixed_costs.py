@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from memledger import gpu, model
 from memledger.planner import PlanSpec
-from memledger.planner import acts
+from memledger.planner.memory import acts
 from memledger.specs.loop import built_model, resolve_loop
 
 ETPS = np.array([1, 2, 4])
@@ -52,7 +52,7 @@ def test_every_cp_at_once_equals_one_cp_at_a_time(name, profile, tp):
 
 
 def test_width_buffers_one_call_per_communicator_pattern_equal_one_call_per_width():
-    from memledger.planner.coeffs import _vp, buffer_bytes, width_buffers
+    from memledger.planner.memory.coeffs import _vp, buffer_bytes, width_buffers
     from memledger.specs.runtime import RuntimeSpec
     rng = np.random.default_rng(13)
     runtimes = [RuntimeSpec(), RuntimeSpec(grad_buckets="deepspeed"),
@@ -80,8 +80,8 @@ def test_width_buffers_one_call_per_communicator_pattern_equal_one_call_per_widt
 def test_top_k_from_a_sampled_cut_is_the_prefix_of_the_full_order(k, n, distinct, seed):
     """Plan.top partitions an even sample for its cut: the same k configurations, in the same
     order (ties of time broken by peak, then by position), as sorting everything."""
-    from memledger.planner.blocks import Evaluated
-    from memledger.planner.result import Plan
+    from memledger.planner.sweep.blocks import Evaluated
+    from memledger.planner.answer.result import Plan
     rng = np.random.default_rng(seed)
     secs = rng.integers(1, distinct + 1, n) / 7.0  # few distinct times: many ties
     peak = rng.integers(0, 3, n).astype(np.int64)
@@ -94,9 +94,10 @@ def test_top_k_from_a_sampled_cut_is_the_prefix_of_the_full_order(k, n, distinct
 
 
 def test_a_sink_smaller_than_the_answer_grows_and_keeps_every_row_in_order(monkeypatch):
-    """The kept rows are written in place into preallocated columns (planner/sink.py); when a
+    """The kept rows are written in place into preallocated columns (planner/sweep/sink.py); when a
     search keeps more than were reserved, the columns grow and the answer is unchanged."""
-    from memledger.planner import plan, sink
+    from memledger.planner import plan
+    from memledger.planner.sweep import sink
     spec = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(16,), seq=4096,
                     global_batch=64)
     whole = plan(spec)
@@ -109,7 +110,7 @@ def test_a_sink_smaller_than_the_answer_grows_and_keeps_every_row_in_order(monke
 
 
 def test_sink_rows_are_views_written_in_place_and_survive_growth():
-    from memledger.planner.sink import Sink
+    from memledger.planner.sweep.sink import Sink
     s = Sink(3)
     a = s.rows(2)
     a["flat"][...] = [5, 6]
@@ -122,7 +123,7 @@ def test_sink_rows_are_views_written_in_place_and_survive_growth():
 def _rows_group_by_group(index, widths, t, zs, sp):
     """The static row tables with one call of each row function per parameter group."""
     from memledger.ledger.static.rows import ROW_FUNCS, Held
-    from memledger.planner.coeffs import _vp
+    from memledger.planner.memory.coeffs import _vp
     tp, pp, cp, dp, ep, etp = widths
     out = {}
     for row, fn in ROW_FUNCS.items():
@@ -142,7 +143,7 @@ def test_row_tables_by_group_kind_equal_one_call_per_group(name, precision, opti
     """coeffs._row_tables evaluates the groups of one kind (shard, matrix, fp32) as one
     `VecGroup`; every (group, instances) column is the group's own call's bytes."""
     from memledger.ledger.static.held import held_groups
-    from memledger.planner.coeffs import _pairs, _row_tables
+    from memledger.planner.memory.coeffs import _pairs, _row_tables
     from memledger.specs.parallel import ParallelSpec
     spec = PlanSpec(model=model(name), hardware=gpu("h100"), worlds=(64,), seq=4096,
                     global_batch=96, precision=precision, optimizer=optimizer)
@@ -170,7 +171,7 @@ def test_cell_rows_are_the_max_over_ranks_of_f_plus_sf_and_ss(seed, n_z, n_pipes
     """cells.RankTerms.rows applies SS only where it exceeds every rank's SF (F ≥ 0 makes it
     moot elsewhere): the same as max over the pipe's ranks of max(F + SF, SS), with SS drawn
     above SF on some cells."""
-    from memledger.planner.cells import RankTerms
+    from memledger.planner.sweep.cells import RankTerms
     rng = np.random.default_rng(seed)
     n_ranks = rng.integers(1, 4, n_pipes)
     seg = np.cumsum(n_ranks) - n_ranks
@@ -197,7 +198,7 @@ def test_discounted_rows_written_into_combines_table_equal_a_fresh_table(seed, n
     copy per ZeRO stage with units; no concatenation): every row a (stage, rank, width) reads
     is the one a table built from scratch gives — also when a negative at-loss makes every
     stage take the rule and the room is too small (a fresh table then)."""
-    from memledger.planner.cells import RankTerms
+    from memledger.planner.sweep.cells import RankTerms
     rng = np.random.default_rng(seed)
     n_r, n_w, n_b, n_rc = 4, 3, 2, 2
     f = rng.integers(0, 1000, (n_r, n_w, n_b, n_rc))
@@ -219,7 +220,7 @@ def test_discounted_rows_written_into_combines_table_equal_a_fresh_table(seed, n
 
 
 def test_block_of_each_kept_row_follows_from_the_per_block_counts():
-    """No per-row block id is written (planner/sink.py): `Evaluated.block_id` is rebuilt from
+    """No per-row block id is written (planner/sweep/sink.py): `Evaluated.block_id` is rebuilt from
     each block's kept-row count, and `columns(rows)` finds a row's block by search — the same
     decoded rows as decoding every row and picking."""
     from memledger.planner import plan

@@ -11,8 +11,8 @@ import pytest
 from memledger import gpu, model
 from memledger.errors import SpecError
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner.blocks import SCHEDULE_CODES
-from memledger.planner.space import enumerate_space
+from memledger.planner.sweep.blocks import SCHEDULE_CODES
+from memledger.planner.question.space import enumerate_space
 
 
 def kept(framework: str, name: str = "llama3.2-1b", world: int = 24, batch: int = 48):

@@ -1,4 +1,4 @@
-"""The compiled pass (planner/fused.py) gives the numpy path's answer: the same kept rows in the
+"""The compiled pass (planner/sweep/fused.py) gives the numpy path's answer: the same kept rows in the
 same order, byte-identical peaks, bit-identical step times, the same counts and the same
 smallest fitting peak — on real searches of every kind and on random blocks built to hit ties,
 micro-batch counts the engine does not run, FSDP-discounted rows and SS above SF."""
@@ -8,13 +8,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from memledger import gpu, model
-from memledger.planner import Constraints, PlanSpec, cells, fused
-from memledger.planner.cells import RankTerms, alloc_ceiling, assemble
-from memledger.planner.evaluate import evaluate
-from memledger.planner.sink import Sink
-from memledger.planner.timing import StepTerms
+from memledger.planner import Constraints, PlanSpec
+from memledger.planner.sweep import cells, fused
+from memledger.planner.sweep.cells import RankTerms, alloc_ceiling, assemble
+from memledger.planner.sweep.evaluate import evaluate
+from memledger.planner.sweep.sink import Sink
+from memledger.planner.time.timing import StepTerms
 from memledger.costs.stepmodel import DPTerms
-from memledger.planner.space import enumerate_space
+from memledger.planner.question.space import enumerate_space
 from memledger.specs.runtime import RuntimeSpec
 
 

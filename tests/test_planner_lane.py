@@ -1,4 +1,4 @@
-"""The assembly lane (planner/lane.py): a search whose blocks are assembled on a worker thread
+"""The assembly lane (planner/sweep/lane.py): a search whose blocks are assembled on a worker thread
 keeps the one-lane search's answer — the same rows in the same order, counts and best — its
 progress is reported on the calling thread, in order, an error on the worker reaches the caller
 and leaves no thread behind, and no more blocks wait than the lane's depth."""
@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from memledger import gpu, model
-from memledger.planner import Constraints, PlanSpec, fused, lane, plan
-from memledger.planner.evaluate import evaluate
-from memledger.planner.lane import Lane
-from memledger.planner.space import enumerate_space
+from memledger.planner import Constraints, PlanSpec, plan
+from memledger.planner.sweep import fused, lane
+from memledger.planner.sweep.evaluate import evaluate
+from memledger.planner.sweep.lane import Lane
+from memledger.planner.question.space import enumerate_space
 
-EVALUATE = sys.modules["memledger.planner.evaluate"]  # the package's name is the function
+EVALUATE = sys.modules["memledger.planner.sweep.evaluate"]  # the package's name is the function
 SPEC = PlanSpec(model=model("deepseek-v3"), hardware=gpu("h100"), worlds=(256,), seq=4096,
                 global_batch=1024, constraints=Constraints(max_vpp=2, max_cp=2))
 

@@ -1,14 +1,15 @@
 """A search runs with numpy's huge-page hint off and leaves it as it found it
-(planner/memhint.py; docs/planner-speed.md, "small pages"): observed from inside the search
-through its progress callback, with the hint on and off before, nested, and from threads that
-overlap."""
+(planner/sweep/memhint.py; docs/planner-speed.md, "small pages"): observed from inside the
+search through its progress callback, with the hint on and off before, nested, and from threads
+that overlap."""
 import threading
 
 import pytest
 from numpy._core.multiarray import _get_madvise_hugepage, _set_madvise_hugepage
 
 from memledger import gpu, model
-from memledger.planner import PlanSpec, memhint, plan
+from memledger.planner import PlanSpec, plan
+from memledger.planner.sweep import memhint
 
 SPEC = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(64,), seq=4096,
                 global_batch=512)
@@ -43,7 +44,7 @@ def test_the_full_order_is_sorted_on_small_pages(monkeypatch):
     def watching():
         seen.append("entered")
         return real()
-    monkeypatch.setattr("memledger.planner.result.small_pages", watching)
+    monkeypatch.setattr("memledger.planner.answer.result.small_pages", watching)
     assert len(result.order) == result.n_fits
     assert seen == ["entered"] and _get_madvise_hugepage() is True
 

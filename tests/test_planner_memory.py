@@ -2,13 +2,13 @@
 that would keep its arrays (hundreds of MB for a full DeepSeek-V3 sweep) alive until Python's
 garbage collector happens to run — on a server that re-plans on every slider move, results
 would pile up. The cycle this guards against: the space's memoised checks kept each SpecError
-with its traceback, whose frames reach up to the search's own locals (planner/space.py)."""
+with its traceback, whose frames reach up to the search's own locals (planner/question/space.py)."""
 import gc
 import weakref
 
 from memledger import gpu, model
 from memledger.planner import PlanSpec, plan
-from memledger.planner.space import _Checks
+from memledger.planner.question.space import _Checks
 
 SPEC = PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(64,), seq=4096,
                 global_batch=512)

@@ -10,7 +10,7 @@ import pytest
 from conftest import figures
 from memledger import build_ledger, gpu, model
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner.groups import top_groups
+from memledger.planner.answer.groups import top_groups
 from memledger.views.planner.charts import ledger_query
 from memledger.views.planner.state import parse_worlds
 from memledger.views.state import BadValue
@@ -156,7 +156,7 @@ def test_the_framework_decides_sequence_parallelism_and_the_ledger_link_follows(
 
 
 def test_the_track_record_is_built_only_when_opened_and_shows_what_the_cli_prints(app_test):
-    """The model's record on published trainings (planner.reference.report, the rows
+    """The model's record on published trainings (planner.answer.reference.report, the rows
     `memledger reference` prints): closed by default and then not built; open, one table of
     published trainings and one of the paper's layout comparisons."""
     from memledger.views.planner.track import record
@@ -187,7 +187,7 @@ def test_the_track_record_is_built_only_when_opened_and_shows_what_the_cli_print
 def test_only_the_page_that_plans_starts_loading_the_compiled_pass(app_test, monkeypatch):
     """The compiled pass's first load (~2.5 s of compiling on a fresh machine, holding the GIL)
     is not put on another page's first draw; the Planner page starts it once."""
-    from memledger.planner import fused
+    from memledger.planner.sweep import fused
     from memledger.views import frame
     calls = []
     monkeypatch.setattr(fused, "warm", lambda: calls.append(1))

@@ -5,8 +5,8 @@ import pytest
 
 from memledger import gpu, model
 from memledger.planner import PlanSpec, plan
-from memledger.planner.size import n_configurations
-from memledger.planner.space import enumerate_space
+from memledger.planner.sweep.size import n_configurations
+from memledger.planner.question.space import enumerate_space
 from memledger.views.planner.state import Progress, progress_state
 
 SPEC = PlanSpec(model=model("deepseek-v3"), hardware=gpu("h200"), worlds=(256,), seq=4096,

@@ -1,16 +1,16 @@
 """The planner's pruning is exact: the cells its static bound rules out hold nothing that fits,
 so the pruned search gives the same answer as the unpruned one — the same fitting count, the
 same kept configurations in the same order with byte-identical peaks and the same step times,
-the same top results and the same smallest peak (planner.cells)."""
+the same top results and the same smallest peak (planner.sweep.cells)."""
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memledger import gpu, model
 from memledger.planner import Constraints, Plan, PlanSpec, plan
-from memledger.planner.cells import alloc_ceiling, peak_total
-from memledger.planner.evaluate import evaluate
-from memledger.planner.space import enumerate_space
+from memledger.planner.sweep.cells import alloc_ceiling, peak_total
+from memledger.planner.sweep.evaluate import evaluate
+from memledger.planner.question.space import enumerate_space
 from memledger.specs.runtime import RuntimeSpec
 
 MODELS = ("llama3-8b", "llama3.2-1b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3",

@@ -9,7 +9,7 @@ from memledger.errors import SpecError
 from memledger.ledger.checks import check_all
 from memledger.ledger.pipeline.schedules import balanced_layout
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner.space import _Checks, divisors, enumerate_space
+from memledger.planner.question.space import _Checks, divisors, enumerate_space
 
 
 def full_verdict(spec, world, pp, vpp, schedule, tp, cp, ep, etp) -> bool:

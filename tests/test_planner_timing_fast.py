@@ -1,4 +1,4 @@
-"""The planner's faster step-time arrays (planner/timing.py) give the same answer as the
+"""The planner's faster step-time arrays (planner/time/timing.py) give the same answer as the
 term-by-term sum they replace: `StepTerms` (width-free terms on [R, B], the MoE layers' as one
 product) equals the slowest rank of `_rank_parts`' sum to rounding and ranks every
 configuration in the same order; `_layers_from` (one layer table per (tp, cp) over every
@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from memledger import gpu, model
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner import cells, timing
-from memledger.planner.segmax import segment_max
+from memledger.planner.sweep import cells
+from memledger.planner.time import timing
+from memledger.planner.memory.segmax import segment_max
 
 SPECS = {
     "deepseek-v3 dualpipe": dict(model=model("deepseek-v3"), hardware=gpu("h100"), worlds=(256,),

@@ -8,7 +8,7 @@ import pytest
 
 from memledger.cli import main
 from memledger.costs.published import MEGATRON_2021
-from memledger.planner.reference import check
+from memledger.planner.answer.reference import check
 
 
 def run(capsys, *args):

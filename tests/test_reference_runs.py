@@ -1,7 +1,7 @@
 """The step-time model against published trainings (memledger.costs.published): every published
 layout fits, its predicted TFLOP/s per GPU is within ±15 % of the paper's, and it ranks in the
 planner's fastest 10 % for the same model, GPUs, sequence and global batch — among the layouts
-the planner lists (planner.groups; `reference` says why, and reports the rank among
+the planner lists (planner.answer.groups; `reference` says why, and reports the rank among
 configurations too)."""
 import pytest
 
@@ -9,7 +9,7 @@ from memledger import gpu, model
 from memledger.costs.published import (DEEPSEEK_V3, KORTHIKANTI_2022, LLAMA3, MEGATRON_2021,
                                        megatron_eq3_flops, megatron_model_flops)
 from memledger.planner import PlanSpec, plan
-from memledger.planner.reference import check, in_fastest_tenth
+from memledger.planner.answer.reference import check, in_fastest_tenth
 
 WITH_THROUGHPUT = MEGATRON_2021 + KORTHIKANTI_2022 + LLAMA3
 # Measured (docs/step-time.md, "Rank misses"): with every documented Megatron-LM 2021 behaviour
@@ -143,8 +143,8 @@ def _megatron(name):
 
 def _published_parts(name) -> dict:
     """The step breakdown of a Megatron row's published configuration (fastest with its axes)."""
-    from memledger.planner.reference import _spec
-    from memledger.planner.throughput import breakdown
+    from memledger.planner.answer.reference import _spec
+    from memledger.planner.answer.breakdown import breakdown
     run = _megatron(name)
     result = plan(_spec(run, **run.layout))
     return breakdown(result.spec, result.rows(result.top(1))[0])
@@ -185,8 +185,8 @@ def test_the_planners_send_recv_term_equals_the_scalar_model_for_a_published_lay
     boundaries with scatter/gather (1/8 of b·s·h over the NIC, all-gathered over NVLink)."""
     from memledger.costs import stepmodel as sm
     from memledger.costs.overlap import framework
-    from memledger.planner.reference import _spec
-    from memledger.planner.throughput import breakdown
+    from memledger.planner.answer.reference import _spec
+    from memledger.planner.answer.breakdown import breakdown
     run = _megatron("76.1B")
     result = plan(_spec(run, **run.layout))
     row = result.rows(result.top(1))[0]
@@ -209,7 +209,7 @@ def test_megatron_2021_runs_are_planned_with_their_memory_as_run():
     from dataclasses import replace
 
     from memledger import build_ledger
-    from memledger.planner.reference import _spec
+    from memledger.planner.answer.reference import _spec
     run = _megatron("18.4B")
     spec = _spec(run, **run.layout)
     assert (spec.profile, spec.attention, spec.framework) == ("paper", "eager", "megatron-2021")

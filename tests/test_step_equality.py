@@ -1,4 +1,4 @@
-"""The planner's vectorised step times (planner/timing.py) equal the scalar step model
+"""The planner's vectorised step times (planner/time/timing.py) equal the scalar step model
 (costs/stepscalar.py) term by term, on seeded random samples of fitting configurations: dense
 and MoE models, ZeRO 0–3, every recompute mode, 1F1B / interleaved / DualPipe, context
 parallelism, and every framework (megatron-core; megatron-2021 with its DP overlap only

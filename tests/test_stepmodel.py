@@ -10,8 +10,9 @@ from memledger.costs import collectives as co
 from memledger.costs import gemm
 from memledger.model.params import layer_groups
 from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner.throughput import breakdown, throughput
-from memledger.planner.timing import PARTS
+from memledger.planner.answer.breakdown import breakdown
+from memledger.planner.time.throughput import throughput
+from memledger.planner.time.timing import PARTS
 
 dims = st.integers(1, 1 << 16)
 

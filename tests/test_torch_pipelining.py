@@ -8,7 +8,7 @@ import pytest
 from memledger.engine.cases import CPU_CASES, case_from_text, predict
 from memledger.errors import SpecError
 from memledger.ledger import build_ledger
-from memledger.planner.spec import PlanSpec
+from memledger.planner.question.spec import PlanSpec
 from memledger.presets import gpu, model
 from memledger.specs import ParallelSpec, TrainSpec
 from memledger.specs.runtime import RuntimeSpec

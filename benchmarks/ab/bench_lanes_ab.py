@@ -1,5 +1,5 @@
 """Two lanes against one: the planner sweep with each block's assembly on a worker thread
-(`memledger/planner/lane.py`, shipped) and with every block assembled inline (the switch off).
+(`memledger/planner/sweep/lane.py`, shipped) and with every block assembled inline (the switch off).
 
     python benchmarks/ab/bench_lanes_ab.py [--rounds 8]
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_planner import CASES, run_case  # noqa: E402
 
-from memledger.planner import fused, lane  # noqa: E402
+from memledger.planner.sweep import fused, lane  # noqa: E402
 
 AB_CASES = ("DeepSeek-V3, 2048 x H100", "Llama-3.1 405B, 1024 x H100")
 

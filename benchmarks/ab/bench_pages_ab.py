@@ -4,7 +4,7 @@
 
 Each process loads the compiled pass, then runs the DeepSeek-V3 / 2,048 H100 sweep (plan +
 top-20) `--sweeps` times and prints each wall time. "small pages" is the shipped planner
-(`memledger/planner/memhint.py` turns numpy's `madvise(MADV_HUGEPAGE)` hint off while a search
+(`memledger/planner/sweep/memhint.py` turns numpy's `madvise(MADV_HUGEPAGE)` hint off while a search
 runs); "huge-page hint" is the same with that switch disabled, i.e. numpy's default. The two
 kinds alternate so that both see the same drift of a shared machine. Before them, a probe of the
 machine: filling a fresh 256 MB array four times in one process, hint on and off.
@@ -39,7 +39,7 @@ CHILD = """
 import json, sys
 sys.path[:0] = [{root!r}, {root!r} + "/benchmarks"]
 from bench_planner import CASES, run_case
-from memledger.planner import fused, memhint
+from memledger.planner.sweep import fused, memhint
 if {huge}:
     memhint._set_hint = None  # numpy's default: the hint stays on
 fused.kernel()

@@ -86,7 +86,7 @@ def spec_from_args(args):
 
 def run(args) -> int:
     from memledger.planner import plan
-    from memledger.planner.throughput import annotate
+    from memledger.planner.answer.breakdown import annotate
     result = plan(spec_from_args(args))
     if args.json:
         out = result.to_dict(args.top)
@@ -108,7 +108,8 @@ def render(result, top: int) -> str:
              f"| {result.wall_s:.2f} s"]
     if result.reason:
         return "\n".join(lines + [result.reason])
-    from memledger.planner.throughput import LABELS, annotate
+    from memledger.planner.answer.breakdown import annotate
+    from memledger.planner.time.throughput import LABELS
     rows = result.rows(result.top(top))
     timed = annotate(s, rows, explain=TIMED)
     lines.append(f"{'#':>4}  {'est. s/step':>11}  {'tokens/s':>10}  {'TFLOP/s':>7}  {'MFU':>4}  "

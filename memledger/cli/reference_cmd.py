@@ -1,14 +1,14 @@
 """`memledger reference`: the step-time model against published trainings, as the tests check it
 (docs/step-time.md): for each published run, does its layout fit, the predicted against the
 published TFLOP/s per GPU, and its rank among the planner's fitting layouts and configurations
-(`planner.reference`); for each of the paper's layout comparisons (Narayanan et al. 2021 Figs.
+(`planner.answer.reference`); for each of the paper's layout comparisons (Narayanan et al. 2021 Figs.
 12–16), the predicted TFLOP/s of every layout and whether their order is the one measured.
 --match picks entries by name."""
 from __future__ import annotations
 
 import json
 
-from memledger.planner.reference import report
+from memledger.planner.answer.reference import report
 
 
 def add(sub) -> None:

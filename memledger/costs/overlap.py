@@ -38,8 +38,8 @@ that is a property of the software, not of the layout.
   weight-gradient GEMM accumulates into the fp32 main gradient itself, no separate add.
 Used by `memledger.costs.stepmodel`; the planner runs `megatron-core` unless told otherwise.
 
-Each framework also bounds the planner's search to what it can run (`planner.space`,
-`planner.evaluate`). Megatron-LM as of the 2021 paper (its sc21 scripts): pipeline schedules
+Each framework also bounds the planner's search to what it can run (`planner.question.space`,
+`planner.sweep.evaluate`). Megatron-LM as of the 2021 paper (its sc21 scripts): pipeline schedules
 1F1B and interleaved only (zero-bubble and DualPipe came in 2023–24); interleaving refused at
 pp ≤ 2 (`parallel_state`: "pipeline-model-parallel size should be greater than 2 with
 interleaved schedule") and for micro-batch counts pp does not divide (its interleaved schedule:

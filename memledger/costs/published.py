@@ -97,7 +97,7 @@ def megatron_model_flops(m: ModelSpec, seq: int, global_batch: int) -> float:
 
 
 # a run's FLOP convention -> its FLOPs per step (m, seq, global batch); "model" is this
-# project's 3 × forward count (`planner.reference.step_flops`)
+# project's 3 × forward count (`planner.answer.reference.step_flops`)
 FLOP_COUNTS = {"megatron-eq3": megatron_eq3_flops, "megatron-model": megatron_model_flops}
 
 

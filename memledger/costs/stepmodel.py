@@ -195,7 +195,7 @@ class DPTerms:
         exposed = [m ·] max(x − h, 0) + max(y − h, 0)
     m the micro-batches (where `per_mb`), h the window that hides it (`hide`: HIDE_*); y is
     −inf where a stage has one term (max(−inf − h, 0) adds an exact 0). The planner's
-    compiled pass evaluates the same form per configuration (planner/fused.py)."""
+    compiled pass evaluates the same form per configuration (planner/sweep/fused.py)."""
 
     x: np.ndarray  # [Z, ...] seconds
     y: np.ndarray  # [Z, ...] seconds, −inf: no second term

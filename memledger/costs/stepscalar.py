@@ -1,5 +1,5 @@
 """One configuration's step time, term by term, with plain scalars: the reference the planner's
-vectorised arrays (`memledger.planner.timing`) are checked against (tests/test_step_equality.py).
+vectorised arrays (`memledger.planner.time.timing`) are checked against (tests/test_step_equality.py).
 
 The inputs come from the core, not from the planner's tables: every pipeline rank's layers from
 `ledger.pipeline.schedules.stage_layers` / `rank_stages`, the last stage's rank, the schedule's

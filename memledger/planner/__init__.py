@@ -7,60 +7,29 @@ enumerates the structural layouts through the core's validity checks (`space`), 
 most-loaded-rank peak of every (layout, ZeRO stage, micro-batch size, recompute mode) with numpy
 — byte for byte `build_ledger(...).peak.peak_total_bytes` (`evaluate`) — estimates its step
 time (`memledger.costs.steptime`), and returns a `Plan` (`result`).
+
+The package reads top-down by the stage of a search; each stage imports only the ones above it
+(tests/test_architecture.py):
+
+    question/  the request and its layouts: spec (PlanSpec, Constraints), space (the structural
+               layouts through the core's validity checks)
+    memory/    the per-rank peak's pieces, each a mirror of a ledger rule on numpy arrays: vec
+               (array stand-ins for ParallelSpec/TrainSpec), coeffs (static rows, buffers,
+               optimizer step), ranks (per pipeline rank: stages, layers, in flight), acts (the
+               activation terms), bwdset (a dense layer's backward set), lifetimes (on-demand
+               gradients), segmax (the max over a shape's ranks)
+    time/      step time: timing (the step-time arrays), throughput (tokens/s, TFLOP/s, MFU)
+    sweep/     running the search: evaluate (the block loop), cells (a block's peaks, fit test
+               and step times, numpy), fused (the same, one compiled numba pass), lane (the
+               second thread), sink (the kept rows), blocks (what is kept), memhint (small pages),
+               size (the count before evaluating)
+    answer/    what comes back: search (plan()), result (Plan), groups (the page's table),
+               breakdown (one layout's step by term), reference (published trainings)
 """
 from __future__ import annotations
 
-import time
-
-from memledger.planner.evaluate import evaluate
-from memledger.planner.memhint import small_pages
-from memledger.planner.result import Plan, describe
-from memledger.planner.space import enumerate_space
-from memledger.planner.spec import Constraints, PlanSpec
+from memledger.planner.answer.result import Plan, describe
+from memledger.planner.answer.search import plan
+from memledger.planner.question.spec import Constraints, PlanSpec
 
 __all__ = ["Constraints", "Plan", "PlanSpec", "describe", "plan"]
-
-
-def plan(spec: PlanSpec, keep_all: bool = False, admit=None, parts: bool = False,
-         progress=None) -> Plan:
-    """Search the space of `spec`. keep_all=True keeps over-capacity configurations too (tests);
-    parts=True keeps every step-time term (small searches: the breakdown of one layout).
-    `admit(n)`, when given, sees the number of configurations before any is evaluated and may
-    raise (a server's per-request budget). `progress(stage, done, total)`, when given, is called
-    as the search goes: stage "layouts" (0 of 1, then 1 of 1) while the layouts are enumerated,
-    then "configurations" with the configurations evaluated so far, from 0 to the total
-    `admit` sees. It only observes: the result is the same with or without it.
-    The search runs on small pages (`memhint`: where memory comes from, not a value)."""
-    with small_pages():
-        return _plan(spec, keep_all, admit, parts, progress)
-
-
-def _plan(spec, keep_all, admit, parts, progress) -> Plan:
-    t0 = time.perf_counter()
-    report = progress or (lambda stage, done, total: None)
-    report("layouts", 0, 1)
-    space = enumerate_space(spec)
-    report("layouts", 1, 1)
-    tick = None
-    if admit is not None or progress is not None:
-        from memledger.planner.size import n_configurations
-        total = n_configurations(spec, space)
-        if admit is not None:
-            admit(total)
-        if progress is not None:
-            tick = _ticker("configurations", total, progress)
-    ev = evaluate(spec, space, keep_all=keep_all, parts=parts, tick=tick)
-    return Plan(spec=spec, evaluated=ev, n_structural=space.n_structural,
-                n_invalid=space.n_invalid, invalid_reasons=dict(space.reasons),
-                invalid_examples=dict(space.examples), wall_s=time.perf_counter() - t0)
-
-
-def _ticker(stage: str, total: int, progress):
-    """tick(n): n more of `total` done, reported as progress(stage, done, total)."""
-    done = [0]
-    progress(stage, 0, total)
-
-    def tick(n: int) -> None:
-        done[0] = min(done[0] + n, total)
-        progress(stage, done[0], total)
-    return tick

@@ -1,6 +1,6 @@
 """The frame every page draws first (Streamlit glue): page config, the app menu, the house CSS,
 and, once per server process, kaleido's browser (fast exports) and — from the page that plans —
-the planner's compiled pass loaded in the background (memledger/planner/fused.py: its load then
+the planner's compiled pass loaded in the background (memledger/planner/sweep/fused.py: its load then
 never falls on a search; compiling it on a fresh machine, ~2.5 s of Python holding the GIL, is
 not put on the first page a server draws unless that page is the Planner).
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from memledger.planner import fused
+from memledger.planner.sweep import fused
 from memledger.views import export
 from memledger.views.navigation import available, page
 

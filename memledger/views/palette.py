@@ -21,7 +21,7 @@ ROW_COLORS: dict[str, str] = {
 PEAK_COLOR = "#1B1B1B"
 # The planner's recompute modes: blue, orange, green of the same Okabe–Ito set.
 RECOMPUTE_COLORS = {"none": "#0072B2", "selective": "#E69F00", "full": "#009E73"}
-# The step-time terms of the Planner's breakdown (memledger.planner.throughput.LABELS): one fixed
+# The step-time terms of the Planner's breakdown (memledger.planner.time.throughput.LABELS): one fixed
 # colour each, so a term keeps its colour from row to row. Compute is the ledger's weights blue,
 # recompute the activations orange it trades against; communication terms in greens and
 # purples; idle time (bubble) grey.

@@ -13,9 +13,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from memledger.planner import Plan
-from memledger.planner.groups import shown_seconds, top_groups, variants_text
-from memledger.planner.spec import PLAN_RECOMPUTE
-from memledger.planner.throughput import throughput
+from memledger.planner.answer.groups import shown_seconds, top_groups, variants_text
+from memledger.planner.question.spec import PLAN_RECOMPUTE
+from memledger.planner.time.throughput import throughput
 from memledger.units import GIB
 from memledger.views import safe_text
 from memledger.views.figures import title_block
@@ -164,7 +164,7 @@ def differs(rows: list[dict]) -> list[str]:
 
 
 def top_table(result: Plan, k: int, groups: list | None = None) -> pd.DataFrame:
-    """One row per group of near-duplicates (`planner.groups.top_groups`), the k first, GiB
+    """One row per group of near-duplicates (`planner.answer.groups.top_groups`), the k first, GiB
     columns labelled, step times to the shown precision; every cell a value (no None)."""
     groups = top_groups(result, k) if groups is None else groups
     rows = result.rows([g[0] for g in groups])

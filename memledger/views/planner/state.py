@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from memledger.costs.overlap import FRAMEWORKS
 from memledger.errors import SpecError
 from memledger.planner import Constraints, Plan, PlanSpec, plan
-from memledger.planner.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
+from memledger.planner.question.spec import PLAN_RECOMPUTE, PLAN_SCHEDULES
 from memledger.presets import gpu
 from memledger.specs import ModelSpec
 from memledger.specs.runtime import RuntimeSpec
@@ -170,8 +170,8 @@ NARROW_BOUNDS = {"max_vpp": 2, "max_cp": 2, "max_mb": 2}
 def narrowings(m: ModelSpec, gpu_key: str, v: Mapping, cfg: Config) -> list[tuple[str, int, int]]:
     """(page key, value, configurations) for each single change of an open axis that brings an
     over-budget search within the budget; `v` as `plan_settings` gives it."""
-    from memledger.planner.size import n_configurations
-    from memledger.planner.space import enumerate_space
+    from memledger.planner.question.size import n_configurations
+    from memledger.planner.question.space import enumerate_space
     from memledger.views.budget import PLANNER_MAX_CONFIGURATIONS
     options = [(k, getattr(cfg, a)) for k, a in NARROW_TO_SIDEBAR.items()]
     options += list(NARROW_BOUNDS.items())

@@ -1,13 +1,14 @@
 """The Planner page's step-time views: predicted throughput columns, each row's reason for its
 rank, and the breakdown of one configuration's step as a stacked bar (terms of
-`memledger.costs.stepmodel`, computed by `memledger.planner.throughput`)."""
+`memledger.costs.stepmodel`, computed by `memledger.planner.time.throughput`)."""
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from memledger.planner import Plan
-from memledger.planner.throughput import LABELS, annotate, breakdown, throughput
+from memledger.planner.answer.breakdown import annotate, breakdown
+from memledger.planner.time.throughput import LABELS, throughput
 from memledger.views.palette import FONT_FAMILY, GRID, INK, TERM_COLORS
 
 WHY_ROWS = 20  # rows that get a reason (one single-configuration search each)

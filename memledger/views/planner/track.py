@@ -1,5 +1,5 @@
 """The step-time model's track record on the Planner page: the rows of
-`memledger.planner.reference.report` (what `memledger reference` prints and the tests check) as
+`memledger.planner.answer.reference.report` (what `memledger reference` prints and the tests check) as
 two tables — each published training (fits, predicted against published TFLOP/s per GPU, rank
 among the planner's fitting layouts and configurations, its predicted step against the
 fastest's) and each layout comparison of Narayanan et al. 2021 (predicted TFLOP/s per layout,
@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import pandas as pd
 
-from memledger.planner.reference import report
+from memledger.planner.answer.reference import report
 
 CAPTION = ("The ranking above comes from this step-time model; here is how it does on published "
            "trainings (docs/step-time.md; `memledger reference` prints the same, `--json` the "

@@ -14,6 +14,10 @@ forward working set, the loss-backward and the per-layer (recompute) transients:
   optimizer step     S0 + G + step temporaries
 Interleaved and V-shaped ranks hold several stages; their walked timeline has no vectorised
 form here, so the planner leaves those shapes out under an on-demand loop.
+
+Mirrors memledger/ledger/timeline.py (the walked on-demand events); held equal by
+tests/test_planner_equality.py::test_vectorised_peak_equals_scalar_ledger_byte_for_byte
+(its on-demand cases).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-ENABLED = True  # benchmarks/bench_lanes_ab.py turns it off for the one-lane side
+ENABLED = True  # benchmarks/ab/bench_lanes_ab.py turns it off for the one-lane side
 
 
 class Lane:

@@ -3,8 +3,12 @@
 size, what a dense layer's backward adds above the staircase when recompute is off or
 selective (under full recompute it rides on the recompute set: `evaluate.combine` adds
 `dense_only` to one dense layer's inventory).
-Only on ranks holding no MoE layer and under persistent gradients (planner.lifetimes, the
+Only on ranks holding no MoE layer and under persistent gradients (planner.memory.lifetimes, the
 on-demand path, leaves it out), as the ledger does.
+
+Mirrors memledger/ledger/activations/transients.py (layer_backward_set); held equal by
+tests/test_planner_equality.py::test_vectorised_peak_equals_scalar_ledger_byte_for_byte
+(and tests/test_layer_backward_torch.py against torch).
 """
 from __future__ import annotations
 

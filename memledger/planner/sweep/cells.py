@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memledger.planner import fused
-from memledger.planner.segmax import segment_max
-from memledger.planner.sink import Kept
+from memledger.planner.sweep import fused
+from memledger.planner.memory.segmax import segment_max
+from memledger.planner.sweep.sink import Kept
 
 CHUNK = 1 << 18  # configurations per chunk: bounds the temporaries of the largest blocks
 NEVER = np.iinfo(np.int64).max

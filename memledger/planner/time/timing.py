@@ -23,8 +23,8 @@ from memledger.costs import steptime as st
 from memledger.costs.overlap import framework
 from memledger.ledger.activations import get_profile
 from memledger.model.params import padded_vocab
-from memledger.planner.segmax import segment_max
-from memledger.planner.vec import VecParallel
+from memledger.planner.memory.segmax import segment_max
+from memledger.planner.memory.vec import VecParallel
 
 PARTS = sm.PARTS
 
@@ -126,7 +126,7 @@ def _rank_parts(pf: PipeFlops, L, p2p):
 @dataclass(kw_only=True)
 class StepTerms:
     """A block's step time in pieces: seconds[p, w, z, b, rc] = pipeline[p, w, b, rc] +
-    per_step[p, w, z, b] (`arrays()`; the compiled pass, planner/fused.py, evaluates the same
+    per_step[p, w, z, b] (`arrays()`; the compiled pass, planner/sweep/fused.py, evaluates the same
     operations per kept configuration instead).
     The slowest rank's micro-batch is, per pass k (k = 0: its compute alone; k = 1 + i:
     recompute mode i), the max over the pipe's ranks r of
@@ -220,7 +220,7 @@ def block_seconds(spec, pf: PipeFlops, bubble, tp, cp, dp, ep, etp, bs, ms_b, zs
     the memory-candidate ranks (segments `seg`); bubble: [P, B]. `parts`, when given, receives
     every term per step at the slowest rank (PARTS). split=True returns the pieces instead
     (`StepTerms`): the evaluator adds them only for the configurations it keeps
-    (planner.cells, planner.fused). `layers`: a cache shared by the blocks of one search
+    (planner.sweep.cells, planner.sweep.fused). `layers`: a cache shared by the blocks of one search
     (`_layers_from`)."""
     t = spec.base_train()
     su = sm.setup(spec.model, spec.hardware, framework(spec.framework), t, tp, cp, dp,

@@ -6,7 +6,7 @@ more. On a virtual machine whose balloon driver reports free memory back to the 
 2 MiB pages are handed back and the next array is backed afresh by the host: filling 256 MB
 measured 1.1–1.6 s the first time in a process with the hint against 0.11–0.15 s without it,
 and a DeepSeek-V3 sweep (which allocates and frees a few hundred MB of chunks and kept rows)
-1.9–2.1 s median against 1.06–1.29 s (`benchmarks/bench_pages_ab.py`). Small pages cost a
+1.9–2.1 s median against 1.06–1.29 s (`benchmarks/ab/bench_pages_ab.py`). Small pages cost a
 streaming pass little on any machine, so a search runs with the hint off and restores it after.
 
 The hint is process-wide state in numpy (`numpy._core.multiarray._set_madvise_hugepage`, the

@@ -8,7 +8,7 @@ the arrays of `coeffs` and `ranks` are combined with numpy over
     peak_total = peak_alloc + ceil(peak_alloc · slack% / 100) + CUDA context
 `combine` gives each candidate rank's pieces; `cells.assemble` takes the most loaded rank of
 each pipeline shape cell by cell, skips the cells whose static rows alone are over the limit
-(exact; planner/cells.py says why) and writes out only what is kept. m (micro-batches per step)
+(exact; planner/sweep/cells.py says why) and writes out only what is kept. m (micro-batches per step)
 = global batch / (dp · b). Keep that assembly in step with `ledger.build_rank`; the equality
 test compares every piece's sum with `build_ledger` on thousands of random configurations, and
 tests/test_planner_prune.py the pruned search with the unpruned one.
@@ -21,25 +21,25 @@ from functools import partial
 
 import numpy as np
 
-from memledger.planner.acts import act_arrays_by_cp
-from memledger.planner.blocks import SCHEDULE_CODES, Block, Evaluated
-from memledger.planner.bwdset import dense_only, layer_backward
-from memledger.planner.cells import GridPeaks, RankTerms, assemble, compiled, spread_table
-from memledger.planner.coeffs import block_arrays, static_tables
-from memledger.planner.lane import Lane
-from memledger.planner.lifetimes import on_demand_alloc
-from memledger.planner.ranks import pipe_tables, rank_held
-from memledger.planner.sink import Sink, n_configurations
-from memledger.planner.space import Group, Space, divisors, framework_runs
-from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
-from memledger.planner.timing import block_seconds, pipe_flops
+from memledger.planner.memory.acts import act_arrays_by_cp
+from memledger.planner.sweep.blocks import SCHEDULE_CODES, Block, Evaluated
+from memledger.planner.memory.bwdset import dense_only, layer_backward
+from memledger.planner.sweep.cells import GridPeaks, RankTerms, assemble, compiled, spread_table
+from memledger.planner.memory.coeffs import block_arrays, static_tables
+from memledger.planner.sweep.lane import Lane
+from memledger.planner.memory.lifetimes import on_demand_alloc
+from memledger.planner.memory.ranks import pipe_tables, rank_held
+from memledger.planner.sweep.sink import Sink, n_configurations
+from memledger.planner.question.space import Group, Space, divisors, framework_runs
+from memledger.planner.question.spec import PLAN_RECOMPUTE, PlanSpec
+from memledger.planner.time.timing import block_seconds, pipe_flops
 from memledger.specs.loop import built_model, resolve_loop
 from memledger.units import ceil_div
 
 # a block goes to the assembly lane (`lane`) when the compiled pass assembles it — its kernel
 # runs without the GIL — and it has this many configurations; smaller ones, and numpy's
 # assembly (which holds the GIL between its array operations), gain less than the threads
-# cost (benchmarks/bench_lanes_ab.py; docs/planner-speed.md, Round 7)
+# cost (benchmarks/ab/bench_lanes_ab.py; docs/planner-speed.md, Round 7)
 LANE_MIN = 100_000
 
 
@@ -64,7 +64,7 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
     max over each pipeline shape's ranks and adds the slack and context).
 
     Inputs are [W, R, ...] (widths × candidate ranks) and [R, B] (ranks × micro-batch sizes).
-    `life`: on-demand gradients (planner.lifetimes): every configuration's peak_total at once
+    `life`: on-demand gradients (planner.memory.lifetimes): every configuration's peak_total at once
     (`cells.GridPeaks`), else the persistent closed form, where `units` (FSDP layer-unit
     buffers) discount the loss-side transients as
     memledger.ledger.runtime / timeline_shape.transient_classes do."""
@@ -82,7 +82,7 @@ def combine(S, CZ, STEP, const, ba, lD, lM, fmb, lml, n_moe, seg, rcs, rt, n_den
     base = fmb * ba.first + lml * ba.last + ba.pp_buf
     logits = np.maximum(last_t * ba.logits, last_t * ba.logits_fwd)  # backward vs forward set
     a2a = (n_moe > 0)[:, None, None] * ba.a2a[None]  # [R, W, B]
-    # widths of one etp share every activation row (planner.acts is per etp): the terms are
+    # widths of one etp share every activation row (planner.memory.acts is per etp): the terms are
     # built once per etp (E) and spread to the widths, where the all-to-all (per ep) joins
     _, first, spread = np.unique(ba.etp_row, return_index=True, return_inverse=True)
     keep = {k: v[first][None] for k, v in ba.keep.items()}  # [1, E, B]
@@ -171,7 +171,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, lane, tick=lambda n:
     n_pipes = len(g.pipes)
     loop = resolve_loop(rt, t.profile)
     m = built_model(spec.model, loop)
-    if loop.on_demand:  # planner.lifetimes: single-stage (1F1B) ranks only
+    if loop.on_demand:  # planner.memory.lifetimes: single-stage (1F1B) ranks only
         g = replace(g, pipes=[x for x in g.pipes if x.schedule == "1f1b" and x.vpp == 1])
     per_dp, ms = _group_ms(spec, g)
     if not len(ms) or not g.pipes:
@@ -207,7 +207,7 @@ def _evaluate_group(spec, g, zs, rcs, keep_all, out, cache, lane, tick=lambda n:
             ms_b = spec.global_batch // (dp * bs)
             mi = np.searchsorted(ms, ms_b)
             ep, etp = g.ep[sel], g.etp[sel]
-            if (tp, cp) not in cache:  # every cp of this tp at once (planner.acts)
+            if (tp, cp) not in cache:  # every cp of this tp at once (planner.memory.acts)
                 cps = [c for c in np.unique(g.cp[in_tp]).tolist() if (tp, c) not in cache]
                 for c, aa in act_arrays_by_cp(m, t, rt, tp, cps, cache["etps"], cache["eps"],
                                               cache["bs"], cache, sp=sp).items():

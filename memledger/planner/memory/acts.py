@@ -9,6 +9,9 @@ MoE all-to-all buffers per ep (`comm.moe_items`), and the autocast weight casts 
 recipe (`activations.row.autocast_copies`, probed with unit counts: it is linear in them).
 Everything is evaluated on `VecTrain` / `VecParallel` arrays; a profile whose inventory branches
 on the micro-batch (the `hf` profiles) is evaluated one (etp, b) at a time instead.
+
+Mirrors memledger/ledger/activations/ (held.py, policy.py, row.py, transients.py); held equal by
+tests/test_planner_equality.py::test_vectorised_peak_equals_scalar_ledger_byte_for_byte.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from memledger.ledger.activations.policy import _decision
 from memledger.ledger.activations.row import autocast_copies
 from memledger.ledger.activations.transients import autocast_cache, dense_backward_bytes
 from memledger.model.params import layer_kind
-from memledger.planner.vec import VecParallel, VecTrain, quiet
+from memledger.planner.memory.vec import VecParallel, VecTrain, quiet
 from memledger.specs.parallel import ParallelSpec
 
 decision = _decision.__wrapped__  # the storage rule without its cache (arrays are not hashable)

@@ -11,6 +11,9 @@ Candidate ranks: two ranks with the same signature (dense layers, MoE layers, fi
 the same static rows, buffers and step temporaries; if one's in-flight counts are ≤ the other's
 for every m and kind, its peak is ≤ the other's in every configuration, so only undominated
 ranks are evaluated (exact: every term of the peak is non-negative and non-decreasing in them).
+
+Mirrors memledger/ledger/pipeline/schedules.py and static/held.py per pipeline rank; held
+equal by tests/test_planner_equality.py::test_vectorised_peak_equals_scalar_ledger_byte_for_byte.
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ from memledger.ledger.pipeline.schedules import (bubble_fraction, first_stage_ra
                                                  last_stage_rank, stage_layers)
 from memledger.ledger.static.held import held_groups
 from memledger.model.params import layer_kind
-from memledger.planner.lifetimes import backward_corners
-from memledger.planner.space import Pipe
+from memledger.planner.memory.lifetimes import backward_corners
+from memledger.planner.question.space import Pipe
 from memledger.specs.model import ModelSpec
 from memledger.specs.train import TrainSpec
 
@@ -50,7 +53,7 @@ class PipeTables:
     bubble: np.ndarray  # [m] bubble fraction
     runs: np.ndarray  # [m] whether the engine runs that many micro-batches
     n_mb: np.ndarray | None = None  # [candidate, m] micro-batches in flight of its first stage
-    corners: list | None = None  # per candidate: planner.lifetimes.backward_corners
+    corners: list | None = None  # per candidate: planner.memory.lifetimes.backward_corners
 
 
 def pipe_tables(m: ModelSpec, pipe: Pipe, ms: np.ndarray, engine: str = "auto",

@@ -1,8 +1,6 @@
-"""Throughput of a configuration from its predicted step time: tokens/s, model TFLOP/s per GPU
-and MFU (model FLOPs utilisation: 3 × the model's forward FLOPs per token, recompute not
-counted, over the GPUs' dense bf16 peak — the convention of Chowdhery et al. 2022, PaLM,
-Appendix B), and the breakdown of one layout's step into the terms of
-`memledger.costs.stepmodel` (`timing.PARTS`).
+"""One layout's step time by term (`time.timing.PARTS`, the terms of `memledger.costs.stepmodel`),
+from a single-configuration search, and the Planner's rows annotated with throughput and the
+terms that make each slower than the fastest.
 """
 from __future__ import annotations
 
@@ -10,31 +8,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from memledger.model.flops import head_forward_flops_per_token, layer_forward_flops_per_token
-from memledger.model.params import layer_kind
-from memledger.planner.spec import Constraints, PlanSpec
-from memledger.planner.timing import PARTS
-
-
-def forward_flops_per_token(m, seq: int) -> int:
-    """The whole model's forward FLOPs per token: every layer and the head."""
-    layers = sum(layer_forward_flops_per_token(m, layer_kind(m, i), seq) for i in range(m.n_layers))
-    return layers + (head_forward_flops_per_token(m, m.vocab) if m.vocab else 0)
-
-
-def throughput(spec: PlanSpec, seconds, world):
-    """(tokens/s, model TFLOP/s per GPU, MFU in %) of steps of `seconds` on `world` GPUs."""
-    seconds, world = np.asarray(seconds, np.float64), np.asarray(world, np.float64)
-    tokens = spec.global_batch * spec.seq
-    tps = tokens / seconds
-    tflops = 3.0 * forward_flops_per_token(spec.model, spec.seq) * tps / world / 1e12
-    return tps, tflops, 100.0 * tflops * 1e12 / spec.hardware.bf16_flops
+from memledger.planner.answer.search import plan
+from memledger.planner.question.spec import Constraints, PlanSpec
+from memledger.planner.time.throughput import LABELS, throughput
+from memledger.planner.time.timing import PARTS
 
 
 def breakdown(spec: PlanSpec, row: dict) -> dict[str, float]:
     """Seconds per step of each term (PARTS) for the configuration `row` (a Plan row); they
     sum to its predicted step time."""
-    from memledger.planner import plan
     fixed = {k: row[k] for k in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero",
                                  "micro_batch", "recompute", "schedule")}
     one = replace(spec, worlds=(row["world"],), constraints=Constraints(
@@ -46,12 +28,6 @@ def breakdown(spec: PlanSpec, row: dict) -> dict[str, float]:
         raise ValueError(f"configuration not in the space: {row}")
     i = int(hit[0])
     return {k: float(result.evaluated.parts[k][i]) for k in PARTS}
-
-
-LABELS = {"compute": "compute", "recompute": "recompute", "tp": "TP comm", "cp": "CP ring",
-          "ep": "EP all-to-all", "pp_p2p": "PP send/recv", "bubble": "bubble",
-          "dp_sync": "DP sync", "zero3": "ZeRO-3 gathers", "optimizer": "optimizer",
-          "grad_accum": "grad accumulation"}
 
 
 def annotate(spec: PlanSpec, rows: list[dict], explain: int | None = None) -> list[dict]:

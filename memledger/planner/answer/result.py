@@ -13,9 +13,9 @@ import numpy as np
 
 from memledger.costs.capacity import gpus_for_states
 from memledger.ledger.pipeline.schedules import balanced_layout
-from memledger.planner.blocks import SCHEDULE_CODES, Evaluated
-from memledger.planner.memhint import small_pages
-from memledger.planner.spec import PLAN_RECOMPUTE, PlanSpec
+from memledger.planner.sweep.blocks import SCHEDULE_CODES, Evaluated
+from memledger.planner.sweep.memhint import small_pages
+from memledger.planner.question.spec import PLAN_RECOMPUTE, PlanSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
 from memledger.units import GIB

@@ -22,7 +22,7 @@ import numpy as np
 from memledger.errors import SpecError
 from memledger.ledger.checks import check_model_parallel, check_train
 from memledger.ledger.pipeline.schedules import balanced_layout
-from memledger.planner.spec import PLAN_SCHEDULES, PlanSpec
+from memledger.planner.question.spec import PLAN_SCHEDULES, PlanSpec
 from memledger.specs.parallel import ParallelSpec
 
 

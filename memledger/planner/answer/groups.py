@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from memledger.planner.blocks import SCHEDULE_CODES
-from memledger.planner.result import Plan
-from memledger.planner.spec import PLAN_RECOMPUTE
+from memledger.planner.sweep.blocks import SCHEDULE_CODES
+from memledger.planner.answer.result import Plan
+from memledger.planner.question.spec import PLAN_RECOMPUTE
 
 GROUP_AXES = ("world", "tp", "pp", "ep", "etp", "cp", "dp", "schedule", "zero", "micro_batch")
 VARIANT_AXES = ("vpp", "recompute")  # what a group's members differ in

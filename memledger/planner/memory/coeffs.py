@@ -7,9 +7,12 @@ temporaries (incl. Muon's gather and Newton-Schulz workspace) and unsharded weig
 (ranks with the same held list share one column).
 
 `block_arrays`: for one (pp, tp, cp, dp) block, its slice of the activation arrays
-(`planner.acts`, shared by every pipeline depth) plus what depends on pp and dp: pipeline
+(`planner.memory.acts`, shared by every pipeline depth) plus what depends on pp and dp: pipeline
 send/recv (`comm.pp_items`) and the per-width NCCL / gradient buffers (`comm.nccl_items`,
 `comm.grad_bucket_items`).
+
+Mirrors memledger/ledger/static/rows.py, communication.py and runtime.py; held equal by
+tests/test_planner_equality.py::test_vectorised_peak_equals_scalar_ledger_byte_for_byte.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from memledger.ledger.fsdp2 import expert_sharding, layer_unit_params
 from memledger.ledger.runtime import step_temporaries
 from memledger.ledger.static.rows import ROW_FUNCS, Held
 from memledger.ledger.static.sharding import ZERO_SHARDED
-from memledger.planner.lifetimes import section_grads
-from memledger.planner.vec import VecGroup, VecParallel, VecTrain, quiet
+from memledger.planner.memory.lifetimes import section_grads
+from memledger.planner.memory.vec import VecGroup, VecParallel, VecTrain, quiet
 from memledger.specs.loop import resolve_loop
 
 
@@ -44,7 +47,7 @@ class StaticTables:
     weights0: np.ndarray  # [W, R] unsharded weights row (time model)
     grads0: np.ndarray  # [W, R] unsharded gradients row (time model)
     units_z: np.ndarray | None = None  # [W, R, z] the FSDP layer-unit part of comm_z
-    grads: dict | None = None  # section -> [W, R, z] gradient bytes (planner.lifetimes)
+    grads: dict | None = None  # section -> [W, R, z] gradient bytes (planner.memory.lifetimes)
 
 
 def _pairs(helds):

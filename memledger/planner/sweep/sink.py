@@ -56,7 +56,7 @@ class Sink:
 
 def n_configurations(groups, zs, rcs, sizes) -> int:
     """Configurations of the space: per group, its pipeline shapes × the micro-batch sizes of
-    each width's dp (`sizes(dp)`) × ZeRO stages × recompute modes (planner.size counts the
+    each width's dp (`sizes(dp)`) × ZeRO stages × recompute modes (planner.sweep.size counts the
     same for the server's budget)."""
     per_dp: dict[int, int] = {}
     total = 0

@@ -26,10 +26,11 @@ import numpy as np
 
 from memledger.costs.published import (FLOP_COUNTS, LAYOUT_FIGURES, REFERENCE_RUNS, LayoutFigure,
                                        PublishedRun)
-from memledger.planner import Constraints, PlanSpec, plan
-from memledger.planner.groups import GROUP_AXES
-from memledger.planner.groups import layout_rank as layout_rank_of
-from memledger.planner.throughput import forward_flops_per_token
+from memledger.planner.answer.search import plan
+from memledger.planner.answer.groups import GROUP_AXES
+from memledger.planner.answer.groups import layout_rank as layout_rank_of
+from memledger.planner.question.spec import Constraints, PlanSpec
+from memledger.planner.time.throughput import forward_flops_per_token
 from memledger.presets import gpu
 
 

@@ -7,10 +7,10 @@ search over its budget in milliseconds instead of discovering the cost by paying
 """
 from __future__ import annotations
 
-from memledger.planner.evaluate import _axes, micro_batch_sizes
-from memledger.planner.sink import n_configurations as count
-from memledger.planner.space import Space
-from memledger.planner.spec import PlanSpec
+from memledger.planner.sweep.evaluate import _axes, micro_batch_sizes
+from memledger.planner.sweep.sink import n_configurations as count
+from memledger.planner.question.space import Space
+from memledger.planner.question.spec import PlanSpec
 
 
 def n_configurations(spec: PlanSpec, space: Space) -> int:

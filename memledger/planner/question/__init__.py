@@ -1,0 +1,1 @@
+"""The question a search answers: the request (spec) and its structural layouts (space)."""

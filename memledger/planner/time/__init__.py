@@ -1,0 +1,1 @@
+"""Step time over a block's configurations (timing) and what it means as throughput."""
