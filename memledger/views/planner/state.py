@@ -170,7 +170,7 @@ NARROW_BOUNDS = {"max_vpp": 2, "max_cp": 2, "max_mb": 2}
 def narrowings(m: ModelSpec, gpu_key: str, v: Mapping, cfg: Config) -> list[tuple[str, int, int]]:
     """(page key, value, configurations) for each single change of an open axis that brings an
     over-budget search within the budget; `v` as `plan_settings` gives it."""
-    from memledger.planner.question.size import n_configurations
+    from memledger.planner.sweep.size import n_configurations
     from memledger.planner.question.space import enumerate_space
     from memledger.views.budget import PLANNER_MAX_CONFIGURATIONS
     options = [(k, getattr(cfg, a)) for k, a in NARROW_TO_SIDEBAR.items()]
