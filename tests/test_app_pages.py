@@ -386,11 +386,11 @@ def test_a_bad_link_is_blamed_only_for_what_it_contains(app_test):
 
 
 def test_numbers_over_a_thousand_carry_separators():
-    """Issue 32 #12: 'Over by 11,231.6 GiB', not 'Over by 11231.6 GiB'."""
+    """Issue 32 #12: 'Over by 11,231.60 GiB', not 'Over by 11231.60 GiB'."""
     from memledger.views.figures import Fit
     gib = 2**30
     over = Fit(False, 0, int(11_311.2 * gib), int(79.6 * gib))
-    assert over.sentence("H100").startswith("Over by 11,231.6 GiB on H100")
+    assert over.sentence("H100").startswith("Over by 11,231.60 GiB on H100")
 
 
 def test_the_staircase_rank_widget_leaves_no_session_state_warning(app_test):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.browser
 
 NOTES = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
   .map(gd => (gd.layout.annotations || []).map(a => a.text).concat(
-     (gd.data || []).filter(t => t.name === 'peak').map(t => (t.text || [])[0])))"""
+     (gd.data || []).filter(t => (t.name || '').startsWith('peak allocated')).map(t => t.name)))"""
 
 
 def test_staircase_peaks_read_the_same_in_the_browser():

@@ -85,7 +85,7 @@ def timeline_chart(led: Ledger, rank: int | None = None, measured: list[int] | N
     at = next(i for i, e in enumerate(every) if e.live(sh.static_bytes) == r.peak_allocated_bytes)
     fig.add_trace(go.Scatter(
         x=[at], y=[gib(r.peak_allocated_bytes)], mode="markers",
-        name=f"peak {gib(r.peak_allocated_bytes):,.2f} GiB",  # in the legend: no label to collide
+        name=peak_label("allocated", r.peak_allocated_bytes),  # in the legend: nothing to collide
         marker=dict(color=PEAK_COLOR, size=10, symbol="diamond"),
         hovertemplate=f"peak allocated %{{y:,.2f}} GiB<br>{describe_peak(pe)}<extra></extra>"))
     if measured is not None:
