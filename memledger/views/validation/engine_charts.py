@@ -97,7 +97,7 @@ def trackers_figure(rows: list[dict]) -> go.Figure:
 def rows_figure(records: list[dict], case: str) -> go.Figure:
     """One case on one rank: predicted and measured bytes per row, side by side (GiB)."""
     recs = [r for r in records if r["case"] == case and r["row"] in ROWS]
-    names = [LABELS[r["row"]] for r in recs]
+    names = [LABELS[r["row"]].replace(" ", "<br>", 1) for r in recs]  # two lines: fits a phone
     fig = go.Figure()
     fig.add_trace(go.Bar(x=names, y=[r["predicted_bytes"] / 2 ** 30 for r in recs],
                          name="memledger (predicted)", marker_color="#1F77B4"))
