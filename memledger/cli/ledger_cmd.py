@@ -28,6 +28,12 @@ def run(args) -> int:
     return 0
 
 
+def _reserved_text(r) -> str:
+    """Reserved in GiB, or n/a where the timeline is too long to replay (bounded work)."""
+    n = r.peak_reserved_bytes
+    return "n/a" if n is None else f"{gib(n):.2f}"
+
+
 def render(led, with_items: bool = False) -> str:
     m, p, t = led.model, led.parallel, led.train
     head = (f"{m.name}: {led.n_params:,} params ({led.n_active_params:,} active) | "
@@ -41,8 +47,7 @@ def render(led, with_items: bool = False) -> str:
              "allocator slack + CUDA context", "  ".join(f"{c:>12}" for c in cols)]
     for r in led.ranks:
         vals = [r.pp_rank] + [f"{gib(r.rows[k]):.2f}" for k in ROWS] + [
-            f"{gib(r.peak_allocated_bytes):.2f}", f"{gib(r.peak_reserved_bytes):.2f}",
-            f"{gib(r.peak_total_bytes):.2f}"]
+            f"{gib(r.peak_allocated_bytes):.2f}", _reserved_text(r), f"{gib(r.peak_total_bytes):.2f}"]
         lines.append("  ".join(f"{v:>12}" for v in vals))
     peak = led.peak
     lines.append(f"most loaded: pp rank {peak.pp_rank}, peak total {gib(peak.peak_total_bytes):.2f} GiB")

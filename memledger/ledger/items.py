@@ -50,7 +50,9 @@ class RankLedger:
         settings (memledger.ledger.reserved; replayed on each call, a few ms)."""
         if self.lazy_shape is None:
             return None
-        from memledger.ledger.reserved import replay  # the replay imports the runtime row
+        from memledger.ledger.reserved import MAX_REPLAY_EVENTS, events, replay
+        if events(self) > MAX_REPLAY_EVENTS:  # bounded work for any flag or link: not replayed
+            return None
 
         return replay(self, fsdp=self.fsdp_streams).max_reserved
 

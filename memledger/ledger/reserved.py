@@ -112,6 +112,18 @@ def _move_acts(a: CachingAllocator, acts: dict, tag, delta: int) -> None:
             return
 
 
+MAX_REPLAY_EVENTS = 50_000  # ~0.1 s of replay; more (m in the thousands) is not replayed
+
+
+def events(rank) -> int:
+    """The rank's timeline events counted from its shape, without building them (an upper
+    bound: per micro-batch and stage a forward and a backward per layer plus two)."""
+    sh = rank.shape
+    if sh is None:
+        return 0
+    return sh.micro_batches * sum(2 * len(s.layers) + 2 for s in sh.stages) + 2
+
+
 def reserved_peak(ledger, rank: int | None = None, spec: AllocatorSpec = AllocatorSpec()) -> int:
     """Peak reserved bytes of pipeline rank `rank` (default: the most loaded) under `spec`."""
     r = ledger.peak if rank is None else ledger.ranks[rank]
