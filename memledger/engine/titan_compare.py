@@ -8,6 +8,7 @@ peak_allocated_bytes of rank 0 plus the token and label ids the step keeps alive
 """
 from __future__ import annotations
 
+from memledger.engine.compare import _rel
 from memledger.engine.titan_cases import TitanCase, ledger_config
 
 TOLERANCE = {"weights": 0.005, "gradients": 0.005, "optimizer": 0.005, "activations": 0.03,
@@ -36,10 +37,6 @@ def predict(case: TitanCase):
         from_hf_config(cfg["model"]["hf_config"])
     return build_ledger(m, ParallelSpec(**cfg["parallel"]), TrainSpec(**cfg["train"]),
                         RuntimeSpec(**cfg["runtime"]))
-
-
-def _rel(p: int, m: int) -> float:
-    return (p - m) / m if m else (0.0 if p == 0 else float("inf"))
 
 
 def compare(case: TitanCase, meas: dict, led=None) -> list[dict]:
