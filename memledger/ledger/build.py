@@ -20,6 +20,7 @@ from memledger.ledger.communication import comm_items
 from memledger.ledger.fsdp2 import expert_sharding, logits_gathered, padding_warnings
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
 from memledger.ledger.items import ROWS, RankLedger
+from memledger.ledger.torchtitan_eras import era, float8_warnings, loss_form
 from memledger.ledger.pipeline.remote import remote_offload
 from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, last_stage_open,
                                                  last_stage_rank, stage_layers)
@@ -107,7 +108,7 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
     acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked",
                             compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
-                            fused_qkv=rt.torchtitan_version != "0.2")
+                            fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop))
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, flights, acts.outer["first stage"])
@@ -149,4 +150,5 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     return Ledger(model=model, parallel=parallel, train=train, runtime=rt, hardware=hardware,
                   ranks=ranks, n_params=n_params(model) + n_mtp_params(built),
                   n_active_params=n_active_params(model), loop=loop,
-                  warnings=padding_warnings(built, parallel, train, rt, loop))
+                  warnings=padding_warnings(built, parallel, train, rt, loop)
+                  + float8_warnings(train, rt))

@@ -30,6 +30,7 @@ from memledger.ledger.fsdp2 import (RULES, expert_sharding, fsdp2, layer_unit_pa
                                     pp_unsharded_grads, reshard_after_forward, torchtitan_units,
                                     unit_params)
 from memledger.ledger.items import Item
+from memledger.ledger.torchtitan_eras import float8_gather_params
 from memledger.ledger.static.rows import Held
 from memledger.ledger.static.sharding import shard_divisor
 from memledger.specs.model import ModelSpec
@@ -40,6 +41,8 @@ from memledger.units import ceil_div, format_bytes
 
 SRC_A2A = "seed 1 (通信缓冲); Megatron-Core alltoall token dispatcher"
 SRC_DEEPEP = "DeepEP csrc/config.hpp get_low_latency_rdma_size_hint (commit 3861241)"
+SRC_FP8_GATHER = ("torchao float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor "
+                  "(fsdp_pre_all_gather casts the shard to float8 e4m3)")
 SRC_DS = "DeepSpeed ZeRO config docs: overlap_comm uses 4.5x allgather/reduce bucket sizes"
 DS_BUCKET_FMT = "bf16"  # DeepSpeed buckets hold the 16-bit gradients / params
 
@@ -114,6 +117,7 @@ def zero3_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> list[Item]:
     units = 1 + rt.zero3_prefetch_layers
     w = t.recipe.param_fmt or w  # FSDP2 MixedPrecisionPolicy.param_dtype: the all-gather output
     rs = format_bytes(g, largest_layer_params)
+    gw = gather_fmt(t, rt)
     rs_note = f"one unit's unsharded gradient: {largest_layer_params} params × {g}"
     if t.recipe.reduce_fmt:  # the bf16 unsharded gradient, copied into an fp32 reduce-scatter input
         rs = format_bytes(w, largest_layer_params) + format_bytes(t.recipe.reduce_fmt,
@@ -121,12 +125,23 @@ def zero3_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> list[Item]:
         rs_note = (f"one unit's unsharded gradient: {largest_layer_params} params × ({w} "
                    f"gradient + {t.recipe.reduce_fmt} reduce-scatter input)")
     return [Item("communication", "zero-3 gather + prefetch",
-                 format_bytes(w, largest_layer_params * units),
+                 format_bytes(gw, largest_layer_params * units),
                  f"{units} units (current + {rt.zero3_prefetch_layers} prefetched) × largest layer "
-                 f"({largest_layer_params} params on this rank) × {w}", "PyTorch FSDP unit prefetch"),
+                 f"({largest_layer_params} params on this rank) × {gw}" + (
+                     " (float8 all-gather)" if gw != w else ""),
+                 "PyTorch FSDP unit prefetch" + (f"; {SRC_FP8_GATHER}" if gw != w else "")),
             Item("communication", "zero-3 reduce-scatter input", rs, rs_note,
                  "PyTorch FSDP (reduce-scatter of the unit's flat gradient; FSDP2 foreach_reduce "
                  "in reduce_dtype)")]
+
+
+def gather_fmt(t, rt: RuntimeSpec) -> str:
+    """The dtype of a layer unit's all-gather output: FSDP2's param_dtype, or float8 for the
+    layers' Linear weights under float8.enable_fsdp_float8_all_gather (their norms' few
+    parameters counted at one byte too; the root unit — embedding, output — is not float8)."""
+    if float8_gather_params(rt):
+        return "fp8"
+    return t.recipe.param_fmt or t.recipe.weight_fmt
 
 
 def fsdp_root_items(root_params, t, rt: RuntimeSpec) -> list[Item]:
@@ -209,7 +224,7 @@ def fsdp2_held_items(held, p, t, rt, loop, gathered: int, root: int) -> list[Ite
     unit's unsharded gradient until the last micro-batch (ledger.fsdp2)."""
     pad = expert_sharding(p, t, rt, loop)
     layers = sum(unit_params(h, p, pad) * h.instances for h in held if h.section.endswith("layers"))
-    w = t.recipe.param_fmt or t.recipe.weight_fmt
+    w = gather_fmt(t, rt)
     out = []
     if not reshard_after_forward(p, t, rt, loop):
         out.append(Item("communication", "FSDP2 unsharded units kept (reshard_after_forward=False)",

@@ -14,7 +14,9 @@ The timeline has aggregates, not tensors, so the allocation list is derived (app
               optimizer step; FSDP's all-gather and reduce-scatter buffers on their own streams
               (FSDP2 runs them on separate streams, torch/distributed/fsdp/_fully_shard/
               _fsdp_param_group.py: all_gather_copy_in / reduce_scatter streams)
-  transient   allocated at its event and freed before the next
+  transient   allocated at its event and freed before the next; the loss forward's and
+              backward's as the separate tensors they stand for (ActTensor.pieces: hf's fp32 log-prob and logit
+              gradients are two blocks, torch's loss-parallel backward three)
 peak_reserved is the allocator's max_reserved; nothing is released (empty_cache is never
 called), so it is also what the allocator holds after the step.
 Ignores: tensors below the aggregates (many small tensors fragment more than one block per
@@ -72,14 +74,25 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
         _move_acts(a, acts, (ev.stage, ev.micro_batch), ev.activations - level["a"])
         level["a"] = ev.activations
         if ev.transient > 0:
-            _transient(a, ev, comm, loss_side_free=fsdp and not rank.shape.on_demand)
+            _transient(a, ev, comm, loss_side_free=fsdp and not rank.shape.on_demand,
+                       blocks=_blocks(rank.shape, ev))
     return a
 
 
 LOSS_SIDE = ("forward", "loss-forward", "loss-backward")
 
 
-def _transient(a: CachingAllocator, ev, comm: list, loss_side_free: bool) -> None:
+def _blocks(shape, ev) -> tuple[int, ...]:
+    """A transient's allocations: the loss forward's and backward's separate tensors where the
+    shape knows them (timeline_shape.forward_blocks / loss_blocks: e.g. the fp32 log-prob and
+    logit gradients, two blocks, not one of twice the size), else the transient as one block."""
+    parts = {"loss-backward": shape.t_loss_blocks,
+             "loss-forward": shape.t_fwd_last_blocks}.get(ev.phase, ())
+    return parts if parts and sum(parts) == ev.transient else (ev.transient,)
+
+
+def _transient(a: CachingAllocator, ev, comm: list, loss_side_free: bool,
+               blocks: tuple[int, ...] = ()) -> None:
     """A loss-side transient runs while FSDP's layer units are resharded (as the ledger's
     closed form has it: runtime.fsdp_discounted): their blocks go back to their own streams'
     pools, which the default stream cannot reuse — the all-gather stream's segments stay
@@ -89,7 +102,8 @@ def _transient(a: CachingAllocator, ev, comm: list, loss_side_free: bool) -> Non
     sizes = [(i, comm[i].size, comm[i].pool[0]) for i in units]
     for i in units:
         a.free(comm[i])
-    a.free(a.malloc(ev.transient))
+    for b in [a.malloc(n) for n in blocks or (ev.transient,)]:
+        a.free(b)
     for i, size, stream in sizes:
         comm[i] = a.malloc(size, stream)
 

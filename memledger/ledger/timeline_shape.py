@@ -59,6 +59,8 @@ class RankShape:
     t_layer: int  # recompute working set, during a layer's backward
     step: int  # optimizer-step temporaries
     step_name: str
+    t_loss_blocks: tuple[int, ...] = ()  # t_loss as its separate tensors (reserved replay)
+    t_fwd_last_blocks: tuple[int, ...] = ()  # t_fwd_last as its separate tensors
 
     @property
     def feasible(self) -> bool:
@@ -115,6 +117,8 @@ class Transients(NamedTuple):
     loss: int  # loss backward (logits gradients)
     layer: int  # recompute / backward working set during a layer's backward
     last_acts: int = 0  # last-stage tensors of one micro-batch, freed before the layers' backward
+    loss_blocks: tuple[int, ...] = ()  # the loss transient's separate tensors (reserved replay)
+    fwd_last_blocks: tuple[int, ...] = ()  # fwd_last's separate tensors (reserved replay)
 
     @property
     def largest(self) -> int:
@@ -139,7 +143,33 @@ def transient_classes(m, p, t, parts) -> Transients:
     # the first backward starts with the loss only if the last stage has a micro-batch in flight
     loss_first = holds_last and dict(parts.flights).get(p.n_stages - 1, 0) > 0
     last = last_stage_acts(m, p, t, parts.moves) if loss_first and t_layer else 0
-    return Transients(min(t_cache, t_fwd), t_fwd if holds_last else 0, t_loss, t_layer, last)
+    fwd_last = t_fwd if holds_last else 0
+    return Transients(min(t_cache, t_fwd), fwd_last, t_loss, t_layer, last,
+                      loss_blocks(parts.acts, t_loss), forward_blocks(parts.acts, t_cache, fwd_last))
+
+
+def forward_blocks(acts, t_cache: int, fwd_last: int) -> tuple[int, ...]:
+    """The last stage's forward working set as its tensors (the cast cache, each forward-class
+    loss tensor), when they make it up; else ()."""
+    if acts is None or not fwd_last:
+        return ()
+    g = acts.logits_gathered
+    parts = [t_cache] + [e.bytes * g for e in acts.outer["transients"] if e.tensor.cls == "forward"]
+    parts = tuple(x for x in parts if x)
+    return parts if sum(parts) == fwd_last else ()
+
+
+def loss_blocks(acts, t_loss: int) -> tuple[int, ...]:
+    """The loss-backward transient as the tensors it stands for (ActTensor.pieces equal parts),
+    when one of the rank's loss transients is it; else ()."""
+    for e in acts.outer["transients"] if acts is not None and t_loss else ():
+        if e.tensor.cls == "forward":
+            continue
+        n = e.bytes * (acts.logits_gathered if e.tensor.cls == "logits" else 1)
+        if n == t_loss:
+            k = e.tensor.pieces
+            return tuple(n // k + (i < n % k) for i in range(k))
+    return ()
 
 
 def last_stage_acts(m, p, t, moves) -> int:
@@ -209,4 +239,4 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
         static_bytes=rows["weights"] + rows["optimizer"], grads=rows["gradients"],
         other_grads=rows["gradients"] - placed_g, comm=rows["communication"],
         t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
-        step_name="")
+        step_name="", t_loss_blocks=tr.loss_blocks, t_fwd_last_blocks=tr.fwd_last_blocks)

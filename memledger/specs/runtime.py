@@ -49,9 +49,15 @@ RESHARD_AFTER_FORWARD = ("default", "always", "never")
 # FSDP2's placement of 3-D expert tensors (memledger.ledger.fsdp2): auto = torchtitan's rule under
 # torchtitan as it runs, plain fully_shard's dim 0 (padded) elsewhere
 EXPERT_SHARDS = ("auto", "dim0", "dim1-if-fewer")
-# torchtitan releases where the modelled rules differ: 0.3 fuses wq/wk/wv into wqkv (Llama 3,
-# Qwen3; models/common/attention.py), 0.2 (the TOML era) keeps three mms
-TORCHTITAN_VERSIONS = ("0.3", "0.2")
+# torchtitan releases where the modelled rules differ (memledger.ledger.torchtitan_eras.ERAS):
+# 0.3 fuses wq/wk/wv into wqkv (Llama 3, Qwen3; models/common/attention.py), 0.2 (the TOML era)
+# keeps three mms; the published benchmarks' commits 2025-06 (e7c0cae) and 2024-12 (9dec370)
+# differ in whether training.compile compiles the loss
+TORCHTITAN_VERSIONS = ("0.3", "0.2", "2025-06", "2024-12")
+# torchtitan model.converters = ["float8"] with float8.recipe_name (torchao Float8Linear)
+FLOAT8_RECIPES = ("off", "tensorwise", "rowwise", "rowwise_with_gw_hp")
+# whether the loss function is compiled: auto = the era's rule under torch_compile
+COMPILE_LOSS = ("auto", "on", "off")
 
 # NCCL src/init.cc: DEFAULT_LL_BUFFSIZE = 8 lines × 512 threads × 8 steps × 16 B,
 # DEFAULT_LL128_BUFFSIZE = 120 elems × 640 threads × 8 steps × 8 B, DEFAULT_BUFFSIZE = 4 MiB.
@@ -100,7 +106,12 @@ class RuntimeSpec:
     torch_compile: bool = False  # torchtitan [compile] model: the partitioner's saved set
     loss_parallel: bool = True  # torchtitan disable_loss_parallel=False: logits stay V/tp
     fsdp_expert_shard: str = "auto"  # FSDP2 3-D experts: dim0 (padded) | dim1-if-fewer (torchtitan)
-    torchtitan_version: str = "0.3"  # op SAC's mm sequence: fused wqkv (0.3) or wq, wk, wv (0.2)
+    torchtitan_version: str = "0.3"  # era: op SAC's mm sequence, compiled loss (torchtitan_eras)
+    compile_loss: str = "auto"  # torch.compile of the loss: auto (the era's) | on | off
+    float8: str = "off"  # torchao Float8Linear recipe on the layers' Linears (not the output head)
+    float8_fsdp_all_gather: bool = False  # float8.enable_fsdp_float8_all_gather (tensorwise)
+    float8_precompute_scale: bool = False  # float8.precompute_float8_dynamic_scale_for_fsdp
+    float8_force_recompute_weight: bool = False  # float8.force_recompute_fp8_weight_in_bwd
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -135,12 +146,29 @@ class RuntimeSpec:
                        RESHARD_AFTER_FORWARD)
         require_choice("fsdp_expert_shard", self.fsdp_expert_shard, EXPERT_SHARDS)
         require_choice("torchtitan_version", self.torchtitan_version, TORCHTITAN_VERSIONS)
-        for f in ("torch_compile", "loss_parallel"):
+        require_choice("compile_loss", self.compile_loss, COMPILE_LOSS)
+        require_choice("float8", self.float8, FLOAT8_RECIPES)
+        for f in ("torch_compile", "loss_parallel", "float8_fsdp_all_gather",
+                  "float8_precompute_scale", "float8_force_recompute_weight"):
             require(isinstance(getattr(self, f), bool), f,
                     f"must be true or false, got {getattr(self, f)!r}")
+        self._check_float8()
         if self.grad_offload and not self.optimizer_offload:
             raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
                                             "optimizer step must run where the gradients are (CPU)")
+
+    def _check_float8(self) -> None:
+        """torchtitan's own checks (its float8 converter: components/quantization/float8.py;
+        2024-12 torchtitan/float8.py): FSDP float8 all-gather only with the tensorwise recipe;
+        precompute_float8_dynamic_scale_for_fsdp is a no-op without that all-gather."""
+        flags = ("float8_fsdp_all_gather", "float8_precompute_scale",
+                 "float8_force_recompute_weight")
+        for f in flags if self.float8 == "off" else ():
+            require(not getattr(self, f), f, "needs float8 on (tensorwise, rowwise or "
+                                             "rowwise_with_gw_hp), got float8='off'")
+        require(not self.float8_fsdp_all_gather or self.float8 == "tensorwise",
+                "float8_fsdp_all_gather", f"FSDP float8 all-gather is tensorwise only, got "
+                                          f"float8={self.float8!r}")
 
     @property
     def grad_chunk_params(self) -> int:

@@ -22,6 +22,7 @@ from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.inventory import ActTensor, formula, tensor_bytes
 from memledger.ledger.activations.policy import _decision
 from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
+from memledger.ledger.activations.torchtitan_loss import replace_loss
 from memledger.ledger.pipeline.schedules import stage_layers
 from memledger.model.flops import layer_forward_flops_per_token
 from memledger.model.params import layer_kind
@@ -141,12 +142,15 @@ def _interval_per_kind(m, p, t, flights) -> Counter:
 def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first: int,
                      last: int, loss: int | None = None,
                      chunked_loss: bool = False, compiled: bool = False,
-                     logits_gathered: int = 1, fused_qkv: bool = True) -> HeldActivations:
+                     logits_gathered: int = 1, fused_qkv: bool = True,
+                     loss_form: str = "profile") -> HeldActivations:
     """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
     of the first/last stage held on this rank (0 if it does not hold that stage); `loss`: of the
     last stage's, those whose loss is alive (default: all of them;
     memledger.ledger.pipeline.schedules.last_stage_open); `chunked_loss`: the loop's loss keeps
-    no logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE)."""
+    no logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE);
+    `loss_form`: torchtitan's compiled or DTensor loss-parallel cross-entropy in place of the
+    profile's logits tensors (memledger.ledger.activations.torchtitan_loss)."""
     skip = graphless_layers(m, t)  # fine-tuning: leading layers without a graph
     layer_mbs = _per_kind(m, p, flights, skip)
     ones = tuple((s, 1) for s, _ in flights)
@@ -158,7 +162,8 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first
         checkpoints_per_mb=_checkpoints(m, p, t, ones, skip) if every_k else 0,
         first=first, last=last, loss=last if loss is None else loss,
         tables={k: kind_table(m, k, t, p, compiled) for k, n in layer_mbs.items() if n},
-        outer=outer_entries(m, t, p), chunked_loss=chunked_loss,
+        outer=replace_loss(outer_entries(m, t, p), loss_form, m, t, p, entry),
+        chunked_loss=chunked_loss,
         ckpt_mbs=dict(_interval_per_kind(m, p, t, flights)) if interval else None,
         ckpt_per_mb=dict(_interval_per_kind(m, p, t, ones)) if interval else None,
         compiled=compiled, logits_gathered=logits_gathered, fused_qkv=fused_qkv)

@@ -29,6 +29,7 @@ class ActTensor:
     split: str = "sp"  # tp: values ÷ tp; sp: tokens ÷ tp under SP; none; etp: values ÷ etp
     per: str = "token"  # "token" or "routed"
     flops: int = 0  # forward FLOPs per token (or row) to re-create it from kept inputs
+    pieces: int = 1  # equal separate tensors it stands for (the reserved replay allocates each)
 
 
 class Profile(Protocol):

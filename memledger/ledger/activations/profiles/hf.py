@@ -269,6 +269,6 @@ class HFProfile:
         # gradient of the logits are alive together. Forward (class "forward", summed by the
         # ledger into one forward-phase working set): the head's logits in the activation format
         # and their fp32 upcast, both alive while log_softmax runs (measured on the H200).
-        return (A("loss.logit_grads_fp32", "logits", 2 * v, "fp32", split="tp"),
+        return (A("loss.logit_grads_fp32", "logits", 2 * v, "fp32", split="tp", pieces=2),
                 A("loss.logits", "forward", v, "act", split="tp"),
                 A("loss.logits_fp32_upcast", "forward", v, "fp32", split="tp"))
