@@ -18,6 +18,7 @@ from memledger.specs.policy import parse_rules
 from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
                                      NCCL_LL128_DEFAULT_BYTES, NCCL_LL_DEFAULT_BYTES, TP_ENGINES,
                                      RESHARD_AFTER_FORWARD, TORCHTITAN_VERSIONS, W_HOLDS,
+                                     COMPILE_LOSS, FLOAT8_RECIPES,
                                      ZERO1_PARTITIONS,
                                      ZERO3_IMPLS, RuntimeSpec)
 from memledger.specs.train import ATTENTION_IMPLS, OPTIMIZERS, RECIPES, RECOMPUTE
@@ -161,7 +162,19 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="torchtitan disable_loss_parallel: with tp > 1 the logits are gathered "
                         "to full V on every tp rank")
     r.add_argument("--torchtitan-version", choices=TORCHTITAN_VERSIONS, default="0.3",
-                   help="op SAC's matmul sequence: 0.3 fuses wq/wk/wv (one wqkv), 0.2 does not")
+                   help="torchtitan era (ledger.torchtitan_eras): 0.3 fuses wq/wk/wv (one wqkv); "
+                        "0.2, 2025-06 compile the loss with the model; 2024-12 does not")
+    r.add_argument("--compile-loss", choices=COMPILE_LOSS, default="auto",
+                   help="torch.compile of the loss (torchtitan compile.components 'loss'): auto = "
+                        "the era's rule under --torch-compile")
+    r.add_argument("--float8", choices=FLOAT8_RECIPES, default="off",
+                   help="torchtitan model.converters float8 (torchao Float8Linear) with this recipe")
+    r.add_argument("--float8-fsdp-all-gather", action="store_true",
+                   help="float8.enable_fsdp_float8_all_gather: layer weights gathered as float8")
+    r.add_argument("--float8-precompute-scale", action="store_true",
+                   help="float8.precompute_float8_dynamic_scale_for_fsdp (no memory effect)")
+    r.add_argument("--float8-force-recompute-weight", action="store_true",
+                   help="float8.force_recompute_fp8_weight_in_bwd")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
     add_loop_args(p)
 
@@ -310,7 +323,11 @@ def runtime_from_args(args) -> RuntimeSpec:
                        zero1_partition=args.zero1_partition,
                        fsdp_reshard_after_forward=args.fsdp_reshard_after_forward,
                        torch_compile=args.torch_compile, loss_parallel=args.loss_parallel,
-                       torchtitan_version=args.torchtitan_version)
+                       torchtitan_version=args.torchtitan_version,
+                       compile_loss=args.compile_loss, float8=args.float8,
+                       float8_fsdp_all_gather=args.float8_fsdp_all_gather,
+                       float8_precompute_scale=args.float8_precompute_scale,
+                       float8_force_recompute_weight=args.float8_force_recompute_weight)
 
 
 def specs_from_args(args):

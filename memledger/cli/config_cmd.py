@@ -16,7 +16,9 @@ SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "zero", "sp", "sch
          "recompute_every", "recompute_budget_pct", "a2a", "capacity_factor", "reduce_bucket",
          "allgather_bucket", "overlap_comm", "zero3_impl", "zero3_prefetch_bucket",
          "zero3_max_live", "optimizer_offload", "grad_buckets", "tp_engine",
-         "fsdp_reshard_after_forward", "torch_compile", "loss_parallel", "loop", "optimizer_impl",
+         "fsdp_reshard_after_forward", "torch_compile", "loss_parallel", "compile_loss", "float8",
+         "float8_fsdp_all_gather", "float8_precompute_scale", "float8_force_recompute_weight",
+         "loop", "optimizer_impl",
          "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "base_weights",
          "freeze")
 

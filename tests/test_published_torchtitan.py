@@ -1,0 +1,189 @@
+"""Claims against published measurements of real multi-GPU torchtitan runs
+(validation/published-torchtitan.json): per row, the ledger's peak reserved of the most loaded
+rank is within 10 % of the published `max_memory_reserved` (GiB = 2**30), or the row is a strict
+xfail with its cause; the aggregate (rows within the bar, median error) guards regressions.
+Also: the era / float8 / loss-form rules the rows rest on, and the TOML importer's spelling."""
+from __future__ import annotations
+
+import pytest
+
+from memledger.errors import SpecError
+from memledger.ledger import build_ledger
+from memledger.ledger.activations.torchtitan_loss import compiled_loss, dtensor_loss
+from memledger.ledger.torchtitan_eras import ERAS, loss_form
+from memledger.specs.loop import resolve_loop
+from memledger.specs.runtime import TORCHTITAN_VERSIONS, RuntimeSpec
+from memledger.validation.published_titan import BAR, load, predict, specs, summary
+
+ROWS = load()
+PP = "PP: see hpp (pipeline stages, micro-batch split and split points are hpp's model)"
+MISSES = {
+    "T1 8b fsdp8 sac fsdp": (
+        "eager op SAC: published 82.4 GiB against 77.0 compiled with the same saved set (the "
+        "MUST_SAVE outputs are the same eager and compiled; the 2024-12 loss is eager in both); "
+        "the replay has no allocation of the eager block's recompute (many sizes, fragmenting) "
+        "— that reserved surplus is not modelled"),
+    "T4 70b fsdp32 tp8": (
+        "70B tp8 full AC: the loss-parallel blocks replayed (18 B per logit) leave 13 % "
+        "unexplained — suspected TP all-gathers of the full-AC recompute (2 × 2 GiB of "
+        "gathered norm outputs per layer) and the head's gathered input beside the loss "
+        "blocks; not verified"),
+    **{r["id"]: PP for r in ROWS if r["memledger"]["pp"] > 1 and r["id"] not in (
+        "T5 405b pp8 Interleaved1F1B",)},
+}
+
+
+def _param(row):
+    cause = MISSES.get(row["id"])
+    marks = [pytest.mark.xfail(strict=True, reason=cause)] if cause else []
+    return pytest.param(row, id=row["id"], marks=marks)
+
+
+@pytest.mark.parametrize("row", [_param(r) for r in ROWS])
+def test_published_row_within_ten_percent(row):
+    r = predict(row)
+    assert abs(r["error"]) <= BAR, (f"{row['id']}: published {r['published_gib']} GiB, "
+                                    f"predicted reserved {r['reserved_gib']:.2f} "
+                                    f"({100 * r['error']:+.1f} %)")
+
+
+def test_aggregate_accuracy():
+    """13 of 20 rows within 10 %, median |error| 7.8 % at this commit: a drop shows here."""
+    s = summary([predict(r) for r in ROWS])
+    assert s["rows"] == 20
+    assert s["within_bar"] >= 13, s
+    assert s["median_abs_error"] <= 0.08, s
+    assert s["within_bar"] == len(ROWS) - len(MISSES), "MISSES must name exactly the misses"
+
+
+def test_rows_carry_source_and_both_spellings():
+    for r in ROWS:
+        src, ml, tt = r["source"], r["memledger"], r["torchtitan"]
+        assert src["file"].startswith("benchmarks/") and len(src["torchtitan_commit"]) == 40
+        assert src["date"][:4] in ("2024", "2025") and r["published_gib"] > 0
+        assert ml["tp"] * ml["pp"] * ml["cp"] * ml["dp"] == ml["world"], r["id"]
+        assert ml["torchtitan_version"] in TORCHTITAN_VERSIONS
+        assert tt.get("training.seq_len") == ml["seq"]
+        ac = tt["activation_checkpoint.mode"]
+        assert ml["recompute"] == ("full" if ac == "full" else "op"), r["id"]
+        specs(ml)  # every row builds
+
+
+def test_eras_table_names_a_source_per_era():
+    assert set(ERAS) == set(TORCHTITAN_VERSIONS)
+    assert all(e.source for e in ERAS.values())
+    assert not ERAS["2024-12"].compiles_loss and ERAS["2025-06"].compiles_loss
+    assert ERAS["0.3"].fused_qkv and not ERAS["2024-12"].fused_qkv
+
+
+def _led(era, tp=1, compile_=True, **kw):
+    from memledger.model.presets import model
+    from memledger.specs import ParallelSpec, TrainSpec
+    p = ParallelSpec(tp=tp, dp=8, zero=3, sp=tp > 1)
+    t = TrainSpec(seq=4096, micro_batch=1, precision="fsdp2-mixed", recompute="full",
+                  profile="hf", vocab_pad=1)
+    rt = RuntimeSpec(loop="torchtitan", zero3_impl="fsdp", tp_engine="dtensor",
+                     loss="materialized", torch_compile=compile_, torchtitan_version=era, **kw)
+    return p, t, rt, build_ledger(model("llama3-8b"), p, t, rt)
+
+
+def test_loss_forms_by_era():
+    for era, tp, comp, want in (("2025-06", 1, True, "compiled"), ("2024-12", 1, True, "profile"),
+                                ("2024-12", 8, True, "dtensor"), ("0.2", 1, True, "compiled"),
+                                ("0.2", 1, False, "profile"), ("0.3", 8, True, "profile")):
+        p, t, rt, _ = _led(era, tp, comp)
+        assert loss_form(p, t, rt, resolve_loop(rt, t.profile)) == want, (era, tp, comp)
+
+
+def test_compiled_loss_keeps_bf16_logits_and_one_bf16_gradient():
+    """4096 tokens × 128256 vocab: bf16 logits held (2 B) + a per-token fp32 logsumexp; the
+    backward transient is one bf16 gradient; the eager form holds fp32 log-probs (4 B)."""
+    e = 4096 * 128256
+    _, _, _, comp = _led("2025-06")
+    _, _, _, eager = _led("2024-12")
+    items = {i.name: i.bytes for i in comp.ranks[0].items if i.row == "activations"}
+    assert items["loss.logits_bf16 (compiled CE input)"] == 2 * e
+    assert items["loss.logsumexp (compiled CE)"] == 4 * 4096
+    assert "loss.logprobs_fp32" not in items
+    assert {i.name: i.bytes for i in eager.ranks[0].items}["loss.logprobs_fp32"] == 4 * e
+    assert comp.ranks[0].shape.t_loss == 2 * e and eager.ranks[0].shape.t_loss == 8 * e
+    assert eager.ranks[0].shape.t_loss_blocks == (4 * e, 4 * e)  # two tensors for the replay
+    assert comp.ranks[0].peak_allocated_bytes < eager.ranks[0].peak_allocated_bytes
+
+
+def test_dtensor_loss_parallel_backward_is_three_fp32_logit_tensors():
+    from memledger.model.presets import model
+    from memledger.specs import ParallelSpec, TrainSpec
+    m, p = model("llama3-8b"), ParallelSpec(tp=8, dp=1, sp=True)
+    t = TrainSpec(seq=4096, micro_batch=1, recompute="full", profile="hf", vocab_pad=1)
+    held, tr = dtensor_loss(m, t, p)
+    assert [x.values for x in held] == [m.vocab] and tr[0].values == 3 * m.vocab
+    assert tr[0].pieces == 3 and tr[0].split == "tp"
+    assert compiled_loss(m, t, p)[1][0].fmt == "act"
+
+
+def test_loss_parallel_raises_the_torchtitan_2024_peak():
+    """The DTensor loss-parallel backward (16 B per local logit) over the fused log_softmax
+    (12 B): + 4 B × tokens × V/tp at the peak."""
+    _, _, _, dt = _led("2024-12", tp=8, compile_=False)
+    _, _, _, off = _led("2024-12", tp=8, compile_=False, compile_loss="off", loss_parallel=True)
+    assert dt.ranks[0].peak_allocated_bytes == off.ranks[0].peak_allocated_bytes
+    _, _, _, hf = _led("0.3", tp=8, compile_=False)
+    assert dt.ranks[0].peak_allocated_bytes > hf.ranks[0].peak_allocated_bytes
+
+
+def test_float8_fsdp_all_gather_halves_the_gather_buffers():
+    _, _, _, bf = _led("2024-12", float8="tensorwise")
+    _, _, _, f8 = _led("2024-12", float8="tensorwise", float8_fsdp_all_gather=True)
+    gather = lambda led: {i.name: i.bytes for i in led.ranks[0].items}["zero-3 gather + prefetch"]
+    assert gather(bf) == 2 * gather(f8)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(float8_fsdp_all_gather=True), "float8_fsdp_all_gather"),
+    (dict(float8="rowwise", float8_fsdp_all_gather=True), "float8_fsdp_all_gather"),
+    (dict(float8="fp4"), "float8"), (dict(compile_loss="yes"), "compile_loss"),
+    (dict(float8_force_recompute_weight=True), "float8_force_recompute_weight"),
+])
+def test_float8_spec_validation(kw, field):
+    with pytest.raises(SpecError) as e:
+        RuntimeSpec(**kw)
+    assert e.value.field == field
+
+
+def test_float8_without_ac_is_named_in_a_warning():
+    from memledger.model.presets import model
+    from memledger.specs import ParallelSpec, TrainSpec
+    t = TrainSpec(seq=1024, micro_batch=1, precision="fsdp2-mixed", recompute="none",
+                  profile="hf")
+    led = build_ledger(model("llama3-8b"), ParallelSpec(dp=8, zero=3), t,
+                       RuntimeSpec(loop="torchtitan", float8="tensorwise"))
+    assert any("float8 without activation checkpointing" in w for w in led.warnings)
+
+
+def test_torchtitan_toml_spelling_of_the_h200_row(tmp_path):
+    """The published command line as a TOML imports to the row's memledger spelling."""
+    from memledger.configs import read_files
+    row = next(r for r in ROWS if r["id"].startswith("H200 8b fsdp32"))
+    (tmp_path / "run.toml").write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\nconverters = ["float8"]\n'
+        '[float8]\nenable_fsdp_float8_all_gather = true\n'
+        'precompute_float8_dynamic_scale_for_fsdp = true\nforce_recompute_fp8_weight_in_bwd = true\n'
+        '[training]\nlocal_batch_size = 2\nseq_len = 8192\ncompile = true\n'
+        '[parallelism]\ndata_parallel_shard_degree = -1\n'
+        '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n')
+    f = read_files([str(tmp_path / "run.toml")]).flags()
+    ml = row["memledger"]
+    for k in ("float8", "float8_fsdp_all_gather", "float8_precompute_scale",
+              "float8_force_recompute_weight", "torch_compile", "seq", "micro_batch", "recompute"):
+        assert f[k] == ml[k], k
+    assert f["compile_loss"] == "auto"  # training.compile: the era decides
+
+
+def test_unmodelled_converter_is_named(tmp_path):
+    from memledger.configs import read_files
+    (tmp_path / "c.toml").write_text('[model]\nname = "llama3"\nflavor = "8B"\n'
+                                     'converters = ["mx"]\n')
+    imp = read_files([str(tmp_path / "c.toml")], "torchtitan")
+    assert any(r.kind == "unmodelled" and r.key == "model.converters" and "mx" in r.why
+               for r in imp.rows)
