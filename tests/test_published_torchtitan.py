@@ -187,3 +187,30 @@ def test_unmodelled_converter_is_named(tmp_path):
     imp = read_files([str(tmp_path / "c.toml")], "torchtitan")
     assert any(r.kind == "unmodelled" and r.key == "model.converters" and "mx" in r.why
                for r in imp.rows)
+
+
+def test_float8_and_compiled_loss_survive_the_torchtitan_round_trip(tmp_path, capsys):
+    """`config --to torchtitan` writes model.converters / [float8] / compile.components; read
+    back (with the era, which a TOML does not carry) the ledger is the same."""
+    import json
+
+    from memledger.cli import main
+
+    def run(argv):
+        rc = main([str(a) for a in argv])
+        out = capsys.readouterr()
+        assert rc == 0, out.err
+        return out.out
+    era = ["--torchtitan-version", "2025-06", "--profile", "hf"]
+    flags = ["--hf-id", "meta-llama/Llama-3.1-8B", "--dp", 32, "--zero", 3, "--seq", 2048,
+             "--tp", 1, "--pp", 1, "--cp", 1, "--layout", "even", "--no-sp",
+             "--micro-batch", 2, "--precision", "fsdp2-mixed", "--recompute", "op", "--loop",
+             "torchtitan", "--tp-engine", "dtensor", "--zero3-impl", "fsdp", "--torch-compile",
+             "--float8", "tensorwise", "--float8-fsdp-all-gather", "--float8-precompute-scale",
+             "--float8-force-recompute-weight", "--optimizer-impl", "fused", *era]
+    text = run(["config", "--to", "torchtitan", *flags])
+    assert 'converters = ["float8"]' in text and "enable_fsdp_float8_all_gather = true" in text
+    (tmp_path / "out.toml").write_text(text)
+    back = json.loads(run(["ledger", "--config", tmp_path / "out.toml", *era, "--json"]))
+    direct = json.loads(run(["ledger", *flags, "--json"]))
+    assert back["ranks"] == direct["ranks"]

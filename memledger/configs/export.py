@@ -178,10 +178,17 @@ def to_torchtitan(a: dict, m) -> str:
         ac = {"mode": "memory_budget", "memory_budget": a["recompute_budget_pct"] / 100}
     d = {"model": _tt_model(a, m), "training": training, "parallelism": par,
          "activation_checkpoint": ac,
-         "compile": {"enable": bool(a["torch_compile"]), "components": ["model", "loss"]},
+         "compile": {"enable": bool(a["torch_compile"]), "components": ["model"] + (
+             [] if a.get("compile_loss") == "off" else ["loss"])},
          "optimizer": {"name": "AdamW", "implementation":
                        a["optimizer_impl"] if a["optimizer_impl"] != "auto" else "fused"}}
     _need(a["optimizer"] == "adamw", "torchtitan", f"optimizer {a['optimizer']}")
+    if a.get("float8", "off") != "off":  # torchtitan's float8 converter and its options
+        d["model"]["converters"] = ["float8"]
+        d["float8"] = {"recipe_name": a["float8"],
+                       "enable_fsdp_float8_all_gather": bool(a["float8_fsdp_all_gather"]),
+                       "precompute_float8_dynamic_scale_for_fsdp": bool(a["float8_precompute_scale"]),
+                       "force_recompute_fp8_weight_in_bwd": bool(a["float8_force_recompute_weight"])}
     return _toml(d)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choice
 from memledger.configs.source import Source, flatten
-from memledger.specs.runtime import FLOAT8_RECIPES
+from memledger.configs.torchtitan_options import OPTION_RULES, compile_flags, converters
 
 JC = "torchtitan/config/job_config.py"
 PPY = "torchtitan/distributed/pipeline_parallel.py"
@@ -88,27 +88,11 @@ RULES = (
     Rule(key="compile.enable", dest="_compile", conv=as_bool, default=False, source=JC),
     Rule(key="compile.components", dest="_compile_parts", default=["model", "loss"], source=JC,
          conv=lambda v: list(map(str, v))),
-    Rule(key="training.compile", dest="_train_compile", conv=as_bool, default=False,
-         source="torchtitan 2024-12 / 2025-06 config_manager.py (before [compile])"),
-    Rule(key="model.converters", dest="_converters", default=[], source=JC,
-         conv=lambda v: _names(v)),
-    Rule(key="float8.enable_float8_linear", dest="_f8_linear", conv=as_bool, default=False,
-         source="torchtitan 2024-12 config_manager.py (before model.converters)"),
-    Rule(key="float8.recipe_name", dest="_f8_recipe", default="tensorwise", source=JC,
-         conv=lambda v: choice(str(v), {x: x for x in FLOAT8_RECIPES if x != "off"})),
-    Rule(key="float8.enable_fsdp_float8_all_gather", dest="_f8_gather", conv=as_bool,
-         default=False, source=JC),
-    Rule(key="float8.precompute_float8_dynamic_scale_for_fsdp", dest="_f8_precompute",
-         conv=as_bool, default=False, source=JC),
-    Rule(key="float8.force_recompute_fp8_weight_in_bwd", dest="_f8_force", conv=as_bool,
-         default=False, source=JC),
-    Rule(key="float8.filter_fqns", dest="_f8_filter", default=["output"], source=JC,
-         conv=lambda v: _names(v)),
     Rule(key="optimizer.name", dest="optimizer", conv=lambda v: choice(str(v).lower(), OPT),
          default="AdamW", source=JC),
     Rule(key="optimizer.implementation", dest="optimizer_impl", conv=lambda v: choice(v, IMPL),
          default="fused", source=JC),
-)
+) + OPTION_RULES
 UNMODELLED = {
     "training.enable_cpu_offload": "FSDP2 CPUOffloadPolicy (parameters, gradients and optimizer "
                                    "states on the CPU)",
@@ -135,49 +119,6 @@ IGNORED = {p: "no effect on per-GPU memory (I/O, logging or schedule)" for p in 
     "training.disable_cuda_graphs", "parallelism.spmd_backend", "parallelism.enable_fsdp_symm_mem",
     "parallelism.pipeline_parallel_schedule_csv", "parallelism.context_parallel_load_balancer",
     "compile.backend", "compile.enable_async_tensor_parallel")}
-
-
-def _names(v) -> list[str]:
-    """model.converters: a list, or one comma-separated string as on the command line."""
-    items = v if isinstance(v, (list, tuple)) else str(v).split(",")
-    return [str(x).strip() for x in items if str(x).strip()]
-
-
-def _converters(f: dict, src: Source, imp: Imported) -> None:
-    """model.converters = ["float8"] (2024-12: float8.enable_float8_linear) → --float8 with the
-    recipe; the float8 options torchtitan's converter reads (components/quantization/float8.py:
-    the FSDP float8 all-gather only with data-parallel sharding, precompute only with it)."""
-    names = f["_converters"]
-    for other in [n for n in names if n != "float8"]:
-        imp.row("unmodelled", "model.converters", src, value=other,
-                why=f"model converter {other!r} (MX / quantized linears) is not modelled")
-    on = "float8" in names or f["_f8_linear"]
-    key = "model.converters" if "float8" in names else "float8.enable_float8_linear"
-    gather = on and f["_f8_gather"] and f["_dp_shard"] != 1
-    imp.set("float8", f["_f8_recipe"] if on else "off", src, key)
-    if on and sorted(f["_f8_filter"]) != ["output"]:
-        imp.row("unmodelled", "float8.filter_fqns", src, value=f["_f8_filter"],
-                why="memledger converts every layer Linear and never the output head "
-                    "(torchtitan's default ['output'])")
-    imp.set("float8_fsdp_all_gather", gather, src, "float8.enable_fsdp_float8_all_gather")
-    imp.set("float8_precompute_scale", gather and f["_f8_precompute"], src,
-            "float8.precompute_float8_dynamic_scale_for_fsdp")
-    imp.set("float8_force_recompute_weight", on and f["_f8_force"], src,
-            "float8.force_recompute_fp8_weight_in_bwd")
-
-
-def _compile(f: dict, src: Source, imp: Imported) -> None:
-    """compile.enable + components (0.2): the model and/or the loss; training.compile (the
-    2024-12 / 2025-06 spelling) compiles the blocks, and the loss as the era does
-    (--torchtitan-version: 2025-06 yes, 2024-12 no)."""
-    if f["_train_compile"]:
-        imp.set("torch_compile", True, src, "training.compile")
-        imp.set("compile_loss", "auto", src, "training.compile")
-        return
-    imp.set("torch_compile", bool(f["_compile"] and "model" in f["_compile_parts"]), src,
-            "compile.enable")
-    imp.set("compile_loss", "on" if f["_compile"] and "loss" in f["_compile_parts"] else "off",
-            src, "compile.components")
 
 
 def _pct(v) -> int:
@@ -240,8 +181,8 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
     _model(flat, src, imp)
     f = imp.flags()
     _ac(f, src, imp)
-    _compile(f, src, imp)
-    _converters(f, src, imp)
+    compile_flags(f, src, imp)
+    converters(f, src, imp)
     rep, shard = f["_dp_replicate"], f["_dp_shard"]
     fsdp = shard != 1
     imp.set("zero", 3 if fsdp else 0, src, "parallelism.data_parallel_shard_degree")

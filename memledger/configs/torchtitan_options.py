@@ -1,0 +1,87 @@
+"""torchtitan's compile and float8 options → memledger flags (the torchtitan importer's part for
+`training.compile` / `[compile]` and `model.converters` / `[float8]`; docs/configs.md).
+
+training.compile (2024-12 / 2025-06) compiles the blocks and the loss as the era does
+(--torchtitan-version); compile.enable + components (0.2, 0.3) say both. The float8 converter
+applies only when "float8" is in model.converters (2024-12: float8.enable_float8_linear); its
+FSDP float8 all-gather only with data-parallel sharding, the scale precompute only with that
+all-gather (torchtitan's float8 converter, components/quantization/float8.py). Options of a
+converter that is not applied are named as having no effect; other converters are named not
+modelled.
+"""
+from __future__ import annotations
+
+from memledger.configs.rules import Imported, Rule, as_bool, choice
+from memledger.configs.source import Source
+from memledger.specs.runtime import FLOAT8_RECIPES
+
+JC = "torchtitan/config/job_config.py"
+F8 = ("float8.enable_fsdp_float8_all_gather", "float8.precompute_float8_dynamic_scale_for_fsdp",
+      "float8.force_recompute_fp8_weight_in_bwd")
+
+OPTION_RULES = (
+    Rule(key="training.compile", dest="_train_compile", conv=as_bool, default=False,
+         source="torchtitan 2024-12 / 2025-06 config_manager.py (before [compile])"),
+    Rule(key="model.converters", dest="_converters", default=[], source=JC,
+         conv=lambda v: _names(v)),
+    Rule(key="float8.enable_float8_linear", dest="_f8_linear", conv=as_bool, default=False,
+         source="torchtitan 2024-12 config_manager.py (before model.converters)"),
+    Rule(key="float8.recipe_name", dest="_f8_recipe", default="tensorwise", source=JC,
+         conv=lambda v: choice(str(v), {x: x for x in FLOAT8_RECIPES if x != "off"})),
+    Rule(key="float8.enable_fsdp_float8_all_gather", dest="_f8_gather", conv=as_bool,
+         default=False, source=JC),
+    Rule(key="float8.precompute_float8_dynamic_scale_for_fsdp", dest="_f8_precompute",
+         conv=as_bool, default=False, source=JC),
+    Rule(key="float8.force_recompute_fp8_weight_in_bwd", dest="_f8_force", conv=as_bool,
+         default=False, source=JC),
+    Rule(key="float8.filter_fqns", dest="_f8_filter", default=["output"], source=JC,
+         conv=lambda v: _names(v)),
+)
+
+
+def _names(v) -> list[str]:
+    """model.converters: a list, or one comma-separated string as on the command line."""
+    items = v if isinstance(v, (list, tuple)) else str(v).split(",")
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
+def converters(f: dict, src: Source, imp: Imported) -> None:
+    """model.converters = ["float8"] (2024-12: float8.enable_float8_linear) → --float8 with the
+    recipe; the float8 options torchtitan's converter reads (components/quantization/float8.py:
+    the FSDP float8 all-gather only with data-parallel sharding, precompute only with it)."""
+    names = f["_converters"]
+    for other in [n for n in names if n != "float8"]:
+        imp.row("unmodelled", "model.converters", src, value=other,
+                why=f"model converter {other!r} (MX / quantized linears) is not modelled")
+    on = "float8" in names or f["_f8_linear"]
+    key = "model.converters" if "float8" in names else "float8.enable_float8_linear"
+    gather = on and f["_f8_gather"] and f["_dp_shard"] != 1
+    for k, dest in zip(F8, ("_f8_gather", "_f8_precompute", "_f8_force")):
+        if not on and f[dest] and imp.read.get(dest) is not None:
+            imp.row("ignored", k, src, value=True,
+                    why="no effect: 'float8' is not in model.converters (torchtitan applies "
+                        "no float8 converter)")
+    imp.set("float8", f["_f8_recipe"] if on else "off", src, key)
+    if on and sorted(f["_f8_filter"]) != ["output"]:
+        imp.row("unmodelled", "float8.filter_fqns", src, value=f["_f8_filter"],
+                why="memledger converts every layer Linear and never the output head "
+                    "(torchtitan's default ['output'])")
+    imp.set("float8_fsdp_all_gather", gather, src, "float8.enable_fsdp_float8_all_gather")
+    imp.set("float8_precompute_scale", gather and f["_f8_precompute"], src,
+            "float8.precompute_float8_dynamic_scale_for_fsdp")
+    imp.set("float8_force_recompute_weight", on and f["_f8_force"], src,
+            "float8.force_recompute_fp8_weight_in_bwd")
+
+
+def compile_flags(f: dict, src: Source, imp: Imported) -> None:
+    """compile.enable + components (0.2): the model and/or the loss; training.compile (the
+    2024-12 / 2025-06 spelling) compiles the blocks, and the loss as the era does
+    (--torchtitan-version: 2025-06 yes, 2024-12 no)."""
+    if f["_train_compile"]:
+        imp.set("torch_compile", True, src, "training.compile")
+        imp.set("compile_loss", "auto", src, "training.compile")
+        return
+    imp.set("torch_compile", bool(f["_compile"] and "model" in f["_compile_parts"]), src,
+            "compile.enable")
+    imp.set("compile_loss", "on" if f["_compile"] and "loss" in f["_compile_parts"] else "off",
+            src, "compile.components")
