@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from memledger.configs import read_files
 from memledger.errors import SpecError
 from memledger.ledger import build_ledger
 from memledger.ledger.activations.torchtitan_loss import compiled_loss, dtensor_loss
@@ -163,7 +164,6 @@ def test_float8_without_ac_is_named_in_a_warning():
 
 def test_torchtitan_toml_spelling_of_the_h200_row(tmp_path):
     """The published command line as a TOML imports to the row's memledger spelling."""
-    from memledger.configs import read_files
     row = next(r for r in ROWS if r["id"].startswith("H200 8b fsdp32"))
     (tmp_path / "run.toml").write_text(
         '[model]\nname = "llama3"\nflavor = "8B"\nconverters = ["float8"]\n'
@@ -181,7 +181,6 @@ def test_torchtitan_toml_spelling_of_the_h200_row(tmp_path):
 
 
 def test_unmodelled_converter_is_named(tmp_path):
-    from memledger.configs import read_files
     (tmp_path / "c.toml").write_text('[model]\nname = "llama3"\nflavor = "8B"\n'
                                      'converters = ["mx"]\n')
     imp = read_files([str(tmp_path / "c.toml")], "torchtitan")
@@ -214,3 +213,32 @@ def test_float8_and_compiled_loss_survive_the_torchtitan_round_trip(tmp_path, ca
     back = json.loads(run(["ledger", "--config", tmp_path / "out.toml", *era, "--json"]))
     direct = json.loads(run(["ledger", *flags, "--json"]))
     assert back["ranks"] == direct["ranks"]
+
+
+def _toml(flat: dict) -> str:
+    sections: dict = {}
+    for k, v in flat.items():
+        if "." not in k or k.startswith("job."):
+            continue  # the launch's node count, the base TOML's path
+        sec, key = k.rsplit(".", 1)
+        sections.setdefault(sec, {})[key] = v
+    val = lambda v: ("true" if v else "false") if isinstance(v, bool) else (
+        f'"{v}"' if isinstance(v, str) else str(v))
+    return "".join(f"[{s}]\n" + "".join(f"{k} = {val(v)}\n" for k, v in kv.items())
+                   for s, kv in sections.items())
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r["memledger"]["pp"] == 1], ids=lambda r: r["id"])
+def test_torchtitan_spelling_imports_to_the_memledger_spelling(tmp_path, row):
+    """Each row's options as torchtitan spelled them (2024-12: training.*_degree,
+    experimental.*, float8.enable_float8_linear) import to the row's memledger spelling."""
+    tt, ml = row["torchtitan"], row["memledger"]
+    (tmp_path / "run.toml").write_text(_toml(tt))
+    imp = read_files([str(tmp_path / "run.toml")], "torchtitan")
+    f = imp.flags()
+    for k in ("tp", "cp", "seq", "micro_batch", "recompute", "torch_compile", "float8"):
+        assert f[k] == ml.get(k, "off"), k
+    if tt.get("training.data_parallel_shard_degree", -1) != -1:
+        assert f["dp"] == ml["dp"]
+    unmodelled = {r.key for r in imp.rows if r.kind == "unmodelled"}
+    assert ("experimental.enable_async_tensor_parallel" in unmodelled) == bool(ml.get("async_tp"))

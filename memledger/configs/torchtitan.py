@@ -14,6 +14,7 @@ with recompute_every k, memory_budget → memory-budget (budget × 100). Multi-s
 without layers_per_stage hold 2 stages per rank (torchtitan/distributed/pipeline_parallel.py),
 and the layers split as `_generate_llm_fqn_per_model_part` does (embedding and output count as
 first/last_stage_less_layers layers). Tensor parallelism is DTensor's (tp_engine dtensor).
+The 2024-12 / 2025-06 spellings (`training.*_degree`, `experimental.*parallel*`) are aliases.
 Ignores HSDP's replicate groups for the shard size (memledger shards over all of dp; named).
 """
 from __future__ import annotations
@@ -50,16 +51,26 @@ RULES = (
          aliases=("training.batch_size",)),
     Rule(key="training.global_batch_size", dest="_global_batch", conv=degree, default=-1, source=JC),
     Rule(key="parallelism.data_parallel_replicate_degree", dest="_dp_replicate", conv=degree,
-         default=1, source=JC),
-    Rule(key="parallelism.data_parallel_shard_degree", dest="_dp_shard", conv=degree, default=-1,
+         default=1, aliases=("training.data_parallel_replicate_degree",),
          source=JC),
-    Rule(key="parallelism.tensor_parallel_degree", dest="tp", conv=as_int, default=1, source=JC),
-    Rule(key="parallelism.pipeline_parallel_degree", dest="pp", conv=as_int, default=1, source=JC),
-    Rule(key="parallelism.context_parallel_degree", dest="cp", conv=as_int, default=1, source=JC),
+    Rule(key="parallelism.data_parallel_shard_degree", dest="_dp_shard", conv=degree, default=-1,
+         aliases=("training.data_parallel_shard_degree",),
+         source=JC),
+    Rule(key="parallelism.tensor_parallel_degree", dest="tp", conv=as_int, default=1,
+         aliases=("training.tensor_parallel_degree",),
+         source=JC),
+    Rule(key="parallelism.pipeline_parallel_degree", dest="pp", conv=as_int, default=1,
+         aliases=("experimental.pipeline_parallel_degree",),
+         source=JC),
+    Rule(key="parallelism.context_parallel_degree", dest="cp", conv=as_int, default=1,
+         aliases=("experimental.context_parallel_degree",),
+         source=JC),
     Rule(key="parallelism.expert_parallel_degree", dest="ep", conv=as_int, default=1, source=JC),
     Rule(key="parallelism.expert_tensor_parallel_degree", dest="etp", conv=as_int, default=1,
          source=JC),
-    Rule(key="parallelism.pipeline_parallel_schedule", dest="schedule", default="1F1B", source=JC,
+    Rule(key="parallelism.pipeline_parallel_schedule", dest="schedule", default="1F1B",
+         aliases=("experimental.pipeline_parallel_schedule",),
+         source=JC,
          conv=lambda v: choice(str(v).lower(), SCHEDULES)),
     Rule(key="parallelism.pipeline_parallel_microbatch_size", dest="_pp_microbatch", conv=as_int,
          default=1, source=JC),
@@ -73,7 +84,8 @@ RULES = (
     Rule(key="parallelism.enable_sequence_parallel", dest="_tt_sp", conv=as_bool, default=True,
          source="torchtitan/config/configs.py"),
     Rule(key="parallelism.disable_loss_parallel", dest="loss_parallel",
-         conv=lambda v: not as_bool(v), default=False, source=JC),
+         conv=lambda v: not as_bool(v), default=False, aliases=("training.disable_loss_parallel",),
+         source=JC),
     Rule(key="training.mixed_precision_param", dest="_mp_param", default="bfloat16", source=JC,
          conv=lambda v: choice(v, {"bfloat16": "bf16", "float32": "fp32"})),
     Rule(key="training.dtype", dest="_param_dtype", default="float32", source=JC,
@@ -101,6 +113,10 @@ UNMODELLED = {
     "mx.": "MX linears (torchao)",
     "parallelism.context_parallel_rotate_method": "CP rotate method's buffers",
     "parallelism.enable_async_tensor_parallel": "async TP's symmetric-memory buffers",
+    "experimental.enable_async_tensor_parallel": "async TP (2024-12 spelling): not modelled",
+    "experimental.pipeline_parallel_microbatches": "2024-12 PP micro-batch count (default pp): "
+                                                   "give --micro-batch / --micro-batches",
+    "experimental.pipeline_parallel_split_points": "2024-12 stage split (use --layout)",
     "parallelism.module_fqns_per_model_part": "a free-form stage split (use --layout)",
     "parallelism.pipeline_parallel_layers_per_stage": "stages per rank from layers per stage "
                                                       "(memledger: 2 for multi-stage schedules)",
