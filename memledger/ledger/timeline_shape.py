@@ -151,10 +151,10 @@ def transient_classes(m, p, t, parts) -> Transients:
 def forward_blocks(acts, t_cache: int, fwd_last: int) -> tuple[int, ...]:
     """The last stage's forward working set as its tensors (the cast cache, each forward-class
     loss tensor), when they make it up; else ()."""
-    if acts is None or not fwd_last:
+    if acts is None or not fwd_last or acts.chunked_loss:
         return ()
-    g = acts.logits_gathered
-    parts = [t_cache] + [e.bytes * g for e in acts.outer["transients"] if e.tensor.cls == "forward"]
+    # forward-class entries are not gathered (activations.transients: only class "logits" is)
+    parts = [t_cache] + [e.bytes for e in acts.outer["transients"] if e.tensor.cls == "forward"]
     parts = tuple(x for x in parts if x)
     return parts if sum(parts) == fwd_last else ()
 
@@ -162,7 +162,9 @@ def forward_blocks(acts, t_cache: int, fwd_last: int) -> tuple[int, ...]:
 def loss_blocks(acts, t_loss: int) -> tuple[int, ...]:
     """The loss-backward transient as the tensors it stands for (ActTensor.pieces equal parts),
     when one of the rank's loss transients is it; else ()."""
-    for e in acts.outer["transients"] if acts is not None and t_loss else ():
+    if acts is None or not t_loss or acts.chunked_loss:  # a chunked loss has no logits tensors
+        return ()
+    for e in acts.outer["transients"]:
         if e.tensor.cls == "forward":
             continue
         n = e.bytes * (acts.logits_gathered if e.tensor.cls == "logits" else 1)
