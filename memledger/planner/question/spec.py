@@ -113,7 +113,8 @@ class PlanSpec:
         # the vectorised sweep shards as Megatron does; per-tensor partitions are not vectorised
         for knob, default in (("tp_engine", "megatron"), ("zero1_partition", "even"),
                               ("fsdp_reshard_after_forward", "default"), ("torch_compile", False),
-                              ("fsdp_expert_shard", "auto")):
+                              ("fsdp_expert_shard", "auto"), ("compile_loss", "auto"),
+                              ("float8", "off"), ("float8_fsdp_all_gather", False)):
             value = getattr(self.runtime, knob)
             require(value == default, knob, f"the planner sweeps {knob}={default} only, got "
                                             f"{value!r}; check a layout with `memledger ledger`")
