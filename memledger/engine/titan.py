@@ -13,10 +13,16 @@ Three stand-ins, each because fake tensors cannot run the original, none changin
     (`FlexAttention.compiled_flex_attn`, a torch.compile'd kernel that fake mode on the CPU
     cannot build); it is replaced by `scaled_dot_product_attention(is_causal=True)`, which
     keeps the same tensors for backward (q, k, v, output, logsumexp), and that op joins
-    SelectiveAC's save list where torchtitan lists the flex HOP;
+    SelectiveAC's save list where torchtitan lists the flex HOP; MLA's unequal q·k / v head
+    sizes have no fused CPU kernel, so there an op that saves flex's tensors
+    (titan_parallel.flex_shaped_attention) takes its place;
   - weight init: `trunc_normal_` draws values data-dependently; values do not change memory;
   - the device: torchtitan picks "cuda" when no accelerator is found (tools/utils.py); the
     meshes are built on "cpu" instead.
+Context parallelism runs torchtitan's k/v all-gather and the Trainer's input sharding; expert
+parallelism torchtitan's token dispatcher with balanced split lists, the one data-dependent
+value (memledger/engine/titan_parallel.py). The MoE configs' compiled loss
+(`compile.components=["loss"]`) runs eager: inductor cannot run on fake tensors.
 `parallelism.spmd_backend = "partial_dtensor"` (FSDP2 + DTensor TP, the path of torchtitan 0.2
 and of its published runs); 0.3's default `spmd_types` path is not run.
 Measured (bytes, rank 0): weights / gradients / optimizer from the local shards; activations as
@@ -146,7 +152,7 @@ def run_titan(case: TitanCase) -> dict:
             if chunked:
                 loss_fn.set_lm_head(model.lm_head)
                 model._skip_lm_head = True
-            inputs = step_inputs(case, model, dims, cfg, torch)
+            inputs = step_inputs(case, dims, cfg, torch)
             res = _measure(case, model, opt, loss_fn, inputs, probe, torch)
     finally:
         torch.nn.init._no_grad_trunc_normal_ = init

@@ -133,6 +133,9 @@ CASES: tuple[TitanCase, ...] = (
     TitanCase(name="qwen3-30b-a3b fsdp64 ep8 full-ac", family="qwen3",
               config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=64, ep=8, ac="full",
               seq=4096, local_batch=2),
+    TitanCase(name="qwen3-30b-a3b fsdp64 ep8 op-ac", family="qwen3",
+              config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=64, ep=8,
+              ac="selective", seq=4096, local_batch=2),
 )
 BY_NAME = {c.name: c for c in CASES}
 

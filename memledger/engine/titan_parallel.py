@@ -7,11 +7,13 @@ every block's inner attention. For FlexAttention (the language models' attention
 the forward so that k and v are all-gathered over the cp mesh along the sequence
 (`torch.distributed.tensor.experimental._context_parallel._cp_custom_ops.flex_cp_allgather`,
 whose backward reduce-scatters the k/v gradients) and the local q attends to the global k, v
-— an all-gather, not a ring. Per step, `Trainer.post_dataloading_process` builds the document
+— an all-gather, not a ring (the SDPA backend, the one torch's ring-attention dispatcher
+serves, is refused for language models: models/common/config_utils.py
+`get_attention_config`). Per step, `Trainer.post_dataloading_process` builds the document
 mask from the dataset's `positions` (`Decoder.get_attention_masks`) and then
 `prepare_context_parallel_input` shards inputs, labels and positions along the sequence with
 the head-tail load balancer (`context_parallel_load_balancer = "headtail"`, the default),
-and the block mask along its q dimension. `_step_inputs` does the same; positions are one
+and the block mask along its q dimension. `step_inputs` does the same; positions are one
 document per sample (`arange(seq)`), the dataset's `positions` for unpacked text. The
 attention stand-in (titan.py) runs SDPA on the local q and the all-gathered k, v: it keeps
 what FlexAttention keeps (q shard, global k, v, output, logsumexp), and SelectiveAC saves
@@ -64,15 +66,13 @@ def balanced_token_counts(torch) -> None:
     AllToAllTokenDispatcher.dispatch = counted
 
 
-def step_inputs(case, model, dims, cfg, torch):
+def step_inputs(case, dims, cfg, torch):
     """tokens, labels and the forward's keyword arguments, as post_dataloading_process makes."""
-    tokens = torch.randint(0, 1000, (case.local_batch, case.seq // case.cp))
-    labels = torch.randint(0, 1000, (case.local_batch, case.seq // case.cp))
+    tokens = torch.randint(0, 1000, (case.local_batch, case.seq))
+    labels = torch.randint(0, 1000, (case.local_batch, case.seq))
     if case.cp == 1:
         return tokens, labels, {}  # the cases without CP run without positions or masks
     from torchtitan.distributed.context_parallel import prepare_context_parallel_input
-    tokens = torch.randint(0, 1000, (case.local_batch, case.seq))
-    labels = torch.randint(0, 1000, (case.local_batch, case.seq))
     positions = torch.arange(case.seq).repeat(case.local_batch, 1)
     extra = {"positions": positions}  # no BlockMask: see the module docstring
     p = cfg.parallelism
