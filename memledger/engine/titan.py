@@ -13,10 +13,16 @@ Three stand-ins, each because fake tensors cannot run the original, none changin
     (`FlexAttention.compiled_flex_attn`, a torch.compile'd kernel that fake mode on the CPU
     cannot build); it is replaced by `scaled_dot_product_attention(is_causal=True)`, which
     keeps the same tensors for backward (q, k, v, output, logsumexp), and that op joins
-    SelectiveAC's save list where torchtitan lists the flex HOP;
+    SelectiveAC's save list where torchtitan lists the flex HOP; MLA's unequal q·k / v head
+    sizes have no fused CPU kernel, so there an op that saves flex's tensors
+    (titan_parallel.flex_shaped_attention) takes its place;
   - weight init: `trunc_normal_` draws values data-dependently; values do not change memory;
   - the device: torchtitan picks "cuda" when no accelerator is found (tools/utils.py); the
     meshes are built on "cpu" instead.
+Context parallelism runs torchtitan's k/v all-gather and the Trainer's input sharding; expert
+parallelism torchtitan's token dispatcher with balanced split lists, the one data-dependent
+value (memledger/engine/titan_parallel.py). The MoE configs' compiled loss
+(`compile.components=["loss"]`) runs eager: inductor cannot run on fake tensors.
 `parallelism.spmd_backend = "partial_dtensor"` (FSDP2 + DTensor TP, the path of torchtitan 0.2
 and of its published runs); 0.3's default `spmd_types` path is not run.
 Measured (bytes, rank 0): weights / gradients / optimizer from the local shards; activations as
@@ -29,6 +35,8 @@ import importlib
 import time
 
 from memledger.engine.titan_cases import TitanCase
+from memledger.engine.titan_parallel import (balanced_token_counts, flex_shaped_attention,
+                                             step_inputs)
 
 INSTALL = "pip install 'torchtitan==0.3.0' triton   (or: pip install -e '.[validation]')"
 
@@ -52,6 +60,9 @@ def _stand_ins(torch) -> None:
 
     def sdpa(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks=None, scale=None,
              enable_gqa=False, out_transform=None, **kwargs):  # FlexAttention.forward's names
+        if q_BLNH.shape[-1] != v_BLNH.shape[-1]:  # MLA: no fused CPU kernel, see the op
+            out, _ = flex(q_BLNH.transpose(1, 2), k_BLNH.transpose(1, 2), v_BLNH.transpose(1, 2))
+            return out.transpose(1, 2)
         out = F.scaled_dot_product_attention(q_BLNH.transpose(1, 2), k_BLNH.transpose(1, 2),
                                              v_BLNH.transpose(1, 2), is_causal=True,
                                              scale=scale, enable_gqa=enable_gqa)
@@ -59,8 +70,9 @@ def _stand_ins(torch) -> None:
     sdpa._memledger = True
     FlexAttention.forward = sdpa
     orig = ac._get_default_save_ops
+    flex = flex_shaped_attention(torch)
     ac._get_default_save_ops = lambda: orig() | {
-        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, flex}
     import sys
     for name, mod in list(sys.modules.items()):
         if name.startswith("torchtitan") and getattr(mod, "device_type", None) == "cuda":
@@ -72,11 +84,12 @@ def _trainer_config(case: TitanCase):
     reg = importlib.import_module(f"torchtitan.models.{case.family}.config_registry")
     cfg = getattr(reg, case.config_fn)()
     cfg.training.seq_len, cfg.training.local_batch_size = case.seq, case.local_batch
+    cfg.compile.enable = False  # the MoE configs compile the loss; inductor cannot run on fakes
     p = cfg.parallelism
     p.spmd_backend = "partial_dtensor"
     p.data_parallel_shard_degree, p.data_parallel_replicate_degree = -1, 1
     p.tensor_parallel_degree, p.context_parallel_degree = case.tp, case.cp
-    p.pipeline_parallel_degree = p.expert_parallel_degree = 1
+    p.pipeline_parallel_degree, p.expert_parallel_degree = 1, case.ep
     cfg.activation_checkpoint = {"selective": SelectiveAC.Config(), "full": FullAC.Config(),
                                  "none": None}[case.ac]
     return cfg
@@ -88,8 +101,9 @@ def _unsharded_bytes(model) -> int:
     from memledger.engine.probe import local
     total = 0
     for m in model.modules():
-        group = m._get_fsdp_state()._fsdp_param_group if isinstance(m, FSDPModule) else None
-        for fp in (group.fsdp_params if group is not None else ()):
+        # experts on their own (efsdp) mesh make a second param group in the block's state
+        groups = m._get_fsdp_state()._fsdp_param_groups if isinstance(m, FSDPModule) else ()
+        for fp in (fp for g in groups if g is not None for fp in g.fsdp_params):
             u = getattr(fp, "_unsharded_param", None)
             if u is not None:
                 total += local(u).untyped_storage().nbytes()
@@ -109,6 +123,8 @@ def run_titan(case: TitanCase) -> dict:
     t0 = time.perf_counter()
     _real_mesh_concatenate()
     _stand_ins(torch)
+    if case.ep > 1:
+        balanced_token_counts(torch)
     cfg = _trainer_config(case)
     from torchtitan.distributed import utils as dist_utils
     dist_utils.set_spmd_backend(cfg.parallelism.spmd_backend)  # as Trainer.__init__ does
@@ -136,17 +152,17 @@ def run_titan(case: TitanCase) -> dict:
             if chunked:
                 loss_fn.set_lm_head(model.lm_head)
                 model._skip_lm_head = True
-            res = _measure(case, model, opt, loss_fn, probe, torch)
+            inputs = step_inputs(case, dims, cfg, torch)
+            res = _measure(case, model, opt, loss_fn, inputs, probe, torch)
     finally:
         torch.nn.init._no_grad_trunc_normal_ = init
         dist.destroy_process_group()
     return {**res, "chunked_loss": chunked, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def _measure(case, model, opt, loss_fn, probe, torch) -> dict:
-    local_seq = case.seq // case.cp
-    tokens = torch.randint(0, 1000, (case.local_batch, local_seq))
-    labels = torch.randint(0, 1000, (case.local_batch, local_seq))
+def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
+    tokens, labels, extra = inputs
+    loss_kwargs = {k: v for k, v in extra.items() if k == "positions"}  # as the Trainer
     gvt = torch.tensor(float(labels.numel()))
     states = lambda: [o.state for o in getattr(opt, "optimizers", [opt])]  # noqa: E731
     marks: dict[str, int] = {}
@@ -154,11 +170,11 @@ def _measure(case, model, opt, loss_fn, probe, torch) -> dict:
     def step(live=None):
         if live is not None:
             marks["before_forward"] = live.current
-        pred = model(tokens)
+        pred = model(tokens, **extra)
         if live is not None:
             marks["forward_end"] = live.current
             marks["unsharded_at_forward_end"] = _unsharded_bytes(model)
-        loss, _ = loss_fn(pred, labels, gvt)
+        loss, _ = loss_fn(pred, labels, gvt, **loss_kwargs)
         del pred
         loss.backward()
         if live is not None:
@@ -174,7 +190,7 @@ def _measure(case, model, opt, loss_fn, probe, torch) -> dict:
     for st in states():
         for s in st.values():
             live.track(*s.values())
-    live.track(tokens, labels)
+    live.track(tokens, labels, *(v for v in extra.values() if isinstance(v, torch.Tensor)))
     base = live.current
     live.samples.clear()
     with live:

@@ -18,12 +18,18 @@ and how memledger spells the same configuration:
 | AdamW (fused), zero_grad(set_to_none)             | loop="torchtitan"                      |
 | ChunkedLossWrapper (logits per chunk)             | loss="chunked"                         |
 | TP with loss parallel, SP on                      | tp, sp=True, tp_engine="dtensor"       |
+| CP: k, v all-gathered per block, inputs sharded   | cp (FSDP over dp·cp = torchtitan's     |
+|   (context_parallel/api.py, head-tail balancer)   |   "fsdp" mesh, dp_shard × cp)          |
+| EP: AllToAllTokenDispatcher, experts Shard(1)     | ep, FSDP2 "dim1-if-fewer" (auto under  |
+|   when efsdp·ep > experts (distributed/fsdp.py)   |   loop torchtitan), a2a="dynamic"      |
 
-Not run here: pipeline parallelism (torchtitan's `pipeline_llm` splits the model with
-`torch.distributed.pipelining`, whose stage shape inference runs a real forward over the
-send/recv ops — see docs/engine-validation.md), expert parallelism (DeepSeek-V3's all-to-all
-token dispatch sizes its buffers from data-dependent routing counts, which FakeTensorMode
-cannot produce).
+The DeepSeek-V3 flavors have no memledger preset with the same layers (the preset keeps the
+release's MTP layer, torchtitan's flavors build none): they are spelled as config.json tuples
+(DSV3_16B, DSV3_671B), like Qwen3-32B. The EP cases run torchtitan's MoE with balanced
+all-to-all splits (memledger/engine/titan_parallel.py says why and what else stays
+torchtitan's). Not run here: pipeline parallelism (torchtitan's `pipeline_llm` splits the model
+with `torch.distributed.pipelining`, whose stage shape inference runs a real forward over the
+send/recv ops — see docs/engine-validation.md).
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from memledger.errors import SpecError
 
 AC_MODES = ("selective", "full", "none")
-FAMILIES = ("llama3", "qwen3")
+FAMILIES = ("llama3", "qwen3", "deepseek_v3")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +51,7 @@ class TitanCase:
     world: int
     tp: int = 1
     cp: int = 1
+    ep: int = 1
     ac: str = "selective"
     seq: int = 8192
     local_batch: int = 1
@@ -57,6 +64,8 @@ class TitanCase:
         if self.world % (self.tp * self.cp):
             raise SpecError("world", f"{self.world} is not divisible by tp·cp = "
                                      f"{self.tp * self.cp}")
+        if self.ep < 1 or self.world % self.ep:  # torchtitan: efsdp = dp_shard·cp·tp / ep
+            raise SpecError("ep", f"{self.ep} must be ≥ 1 and divide world = {self.world}")
 
     @property
     def dp(self) -> int:
@@ -69,6 +78,29 @@ QWEN3_32B = (("model_type", "qwen3"), ("hidden_size", 5120), ("num_hidden_layers
              ("intermediate_size", 25600), ("vocab_size", 151936),
              ("tie_word_embeddings", False), ("rms_norm_eps", 1e-6),
              ("max_position_embeddings", 40960), ("hidden_act", "silu"))
+
+# torchtitan's deepseek_v3 "16B" flavor (models/deepseek_v3/__init__.py `_16b`: MLA with no q
+# low-rank, 64 routed experts top-6 softmax, 2 shared, 1 dense layer; DeepSeek-V2-Lite's shape)
+# spelled as the config.json that memledger reads; no MTP layer (torchtitan's num_mtp_layers=0)
+DSV3_16B = (("model_type", "deepseek_v3"), ("hidden_size", 2048), ("num_hidden_layers", 27),
+            ("num_attention_heads", 16), ("q_lora_rank", None), ("kv_lora_rank", 512),
+            ("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128),
+            ("intermediate_size", 10944), ("moe_intermediate_size", 1408),
+            ("n_routed_experts", 64), ("num_experts_per_tok", 6), ("n_shared_experts", 2),
+            ("first_k_dense_replace", 1), ("vocab_size", 102400),
+            ("tie_word_embeddings", False), ("num_nextn_predict_layers", 0),
+            ("hidden_act", "silu"))
+
+# deepseek-ai/DeepSeek-V3 config.json as torchtitan's "671B" flavor builds it (`_671b`): no MTP
+# layer (the flavor's num_mtp_layers=0; the memledger preset keeps the release's one)
+DSV3_671B = (("model_type", "deepseek_v3"), ("hidden_size", 7168), ("num_hidden_layers", 61),
+             ("num_attention_heads", 128), ("q_lora_rank", 1536), ("kv_lora_rank", 512),
+             ("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128),
+             ("intermediate_size", 18432), ("moe_intermediate_size", 2048),
+             ("n_routed_experts", 256), ("num_experts_per_tok", 8), ("n_shared_experts", 1),
+             ("first_k_dense_replace", 3), ("vocab_size", 129280),
+             ("tie_word_embeddings", False), ("num_nextn_predict_layers", 0),
+             ("hidden_act", "silu"))
 
 CASES: tuple[TitanCase, ...] = (
     TitanCase(name="llama3-8b fsdp8 op-ac", family="llama3", config_fn="llama3_8b",
@@ -86,6 +118,27 @@ CASES: tuple[TitanCase, ...] = (
     TitanCase(name="qwen3-32b fsdp16 tp4 full-ac", family="qwen3", config_fn="qwen3_32b",
               preset="", hf_config=QWEN3_32B, world=64, tp=4, ac="full", seq=4096,
               local_batch=2),
+    TitanCase(name="llama3-8b fsdp4 cp2 op-ac seq32768", family="llama3",
+              config_fn="llama3_8b", preset="llama3-8b", world=8, cp=2, ac="selective",
+              seq=32768),
+    TitanCase(name="llama3-8b fsdp4 tp2 cp2 full-ac seq65536", family="llama3",
+              config_fn="llama3_8b", preset="llama3-8b", world=16, tp=2, cp=2, ac="full",
+              seq=65536),
+    TitanCase(name="dsv3-16b fsdp512 ep64 op-ac", family="deepseek_v3",
+              config_fn="deepseek_v3_16b", preset="", hf_config=DSV3_16B, world=512, ep=64,
+              ac="selective", seq=4096),
+    TitanCase(name="dsv3-16b fsdp256 cp2 ep64 op-ac seq8192", family="deepseek_v3",
+              config_fn="deepseek_v3_16b", preset="", hf_config=DSV3_16B, world=512, cp=2,
+              ep=64, ac="selective", seq=8192),
+    TitanCase(name="dsv3-671b fsdp512 ep64 op-ac", family="deepseek_v3",
+              config_fn="deepseek_v3_671b", preset="", hf_config=DSV3_671B, world=512, ep=64,
+              ac="selective", seq=4096),
+    TitanCase(name="qwen3-30b-a3b fsdp64 ep8 full-ac", family="qwen3",
+              config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=64, ep=8, ac="full",
+              seq=4096, local_batch=2),
+    TitanCase(name="qwen3-30b-a3b fsdp64 ep8 op-ac", family="qwen3",
+              config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=64, ep=8,
+              ac="selective", seq=4096, local_batch=2),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -101,7 +154,7 @@ def ledger_config(case: TitanCase) -> dict:
     """The same run in memledger's specs, as plain keyword dicts (ModelSpec by preset)."""
     recompute = {"selective": "op", "full": "full", "none": "none"}[case.ac]
     return {"model": case.preset or {"hf_config": dict(case.hf_config)},
-            "parallel": {"tp": case.tp, "cp": case.cp, "dp": case.dp, "zero": 3,
+            "parallel": {"tp": case.tp, "cp": case.cp, "dp": case.dp, "ep": case.ep, "zero": 3,
                          "sp": case.tp > 1},
             "train": {"seq": case.seq, "micro_batch": case.local_batch, "micro_batches": 1,
                       "precision": "fsdp2-mixed", "recompute": recompute, "profile": "hf",
