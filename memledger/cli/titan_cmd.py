@@ -23,7 +23,8 @@ def environment() -> dict:
             "backend": "fake process group + FakeTensorMode",
             "spmd_backend": "partial_dtensor",
             "stand_ins": "FlexAttention -> scaled_dot_product_attention(is_causal) (same saved "
-                         "tensors); trunc_normal_ init skipped; meshes on cpu"}
+                         "tensors); RMSNorm -> the CUDA _fused_rms_norm autograd node (saves "
+                         "input, weight, rstd); trunc_normal_ init skipped; meshes on cpu"}
 
 
 def report(doc: dict) -> int:
