@@ -203,7 +203,9 @@ def _measure(case, model, opt, loss_fn, probe, torch) -> dict:
         opt.step()
         opt.zero_grad()
 
-    step()  # step 1: optimizer states come to life
+    # step 1: optimizer states come to life, and the loss leaves the head's FSDP unit as every
+    # later step finds it (ChunkedLossWrapper ends with set_reshard_after_forward(True))
+    step()
     live = probe.LiveBytes()
     live.track(*model.parameters(), *model.buffers())
     for st in states():
