@@ -8,7 +8,8 @@ parallel, SelectiveAC / FullAC, FSDP2 `apply_fsdp_to_decoder` with
 MixedPrecisionPolicy(bf16, fp32)), `to_empty` + `init_weights`, the optimizer container
 (`config.optimizer.build`), the loss (`ChunkedLossWrapper` with `set_lm_head`) and
 forward / loss / backward / `optimizers.step()` / `zero_grad()`.
-Four stand-ins, each because fake tensors or the CPU cannot run the original, none changing what is held:
+Four stand-ins, each because fake tensors or the CPU cannot run the original, each holding
+what the CUDA run holds:
   - the attention kernel: torchtitan's language models use compiled FlexAttention
     (`FlexAttention.compiled_flex_attn`, a torch.compile'd kernel that fake mode on the CPU
     cannot build); it is replaced by `scaled_dot_product_attention(is_causal=True)`, which
@@ -20,8 +21,8 @@ Four stand-ins, each because fake tensors or the CPU cannot run the original, no
     `_fused_rms_norm_backward(grad, input, normalized_shape, result1, weight)`); torch 2.13's
     CPU build has only the op's CompositeImplicitAutograd kernel (`rms_norm_composite`), whose
     decomposed ops save an fp32 upcast of the input and the fp32 product before the weight
-    (8·h bytes a token more per norm). torchtitan's RMSNorm.forward is replaced by a
-    `torch.autograd.Function` saving what the CUDA node saves and running
+    (8·h bytes a token where CUDA keeps the 2·h input). torchtitan's RMSNorm.forward is a
+    `torch.autograd.Function` here, saving what the CUDA node saves and running
     `_fused_rms_norm_backward` (fake tensors take its decomposition's output shapes);
   - weight init: `trunc_normal_` draws values data-dependently; values do not change memory;
   - the device: torchtitan picks "cuda" when no accelerator is found (tools/utils.py); the
