@@ -35,15 +35,7 @@ def test_the_stored_run_is_torchtitans_at_real_scale():
 
 # Misses, with their cause (docs/torchtitan.md, Limits). Strict: a fix turns them into failures
 # to be removed from this table.
-KNOWN_MISSES = {
-    ("llama3-8b fsdp8 no-ac seq2048", "activations"):
-        "no torchtitan profile for blocks without checkpointing: the CPU dispatch of "
-        "torch.rms_norm keeps fp32 input and output copies, RoPE keeps its complex freqs per "
-        "block, SwiGLU is unfused (26.5 MB per block measured vs the hf profile's)",
-    ("llama3-8b fsdp8 no-ac seq2048", "peak_allocated"): "the activations miss above",
-    ("llama3-8b fsdp128 op-ac", "peak_allocated"):
-        "torchtitan's transients at the chunked loss and in a block's SAC recompute are not "
-        "modelled; at 128 ranks the static rows are small, so they weigh 7 %",
+KNOWN_MISSES: dict[tuple[str, str], str] = {
     ("llama3-8b fsdp4 tp2 cp2 full-ac seq65536", "peak_allocated"):
         "the chunked loss's transients are not modelled (the ledger's chunked loss keeps no "
         "logits-sized tensor): per chunk (32,768 local tokens / 8 chunks = 4,096 tokens × "

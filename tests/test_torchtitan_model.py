@@ -185,3 +185,47 @@ def test_share_links_carry_the_new_settings_and_old_links_open_unchanged():
     old = {"model": "llama3-8b", "tp": "2", "recompute": "full"}
     opened, issues = parse_params(old)
     assert not issues and to_params(opened) == old
+
+
+def _titan_run(**train):
+    t = TrainSpec(**{"seq": 8192, "precision": "fsdp2-mixed", "profile": "hf", "vocab_pad": 1,
+                     **train})
+    return model("llama3-8b"), t
+
+
+@pytest.mark.parametrize("world", [8, 128])
+def test_chunked_loss_holds_the_heads_fp32_gradient_and_its_reduce_scatter_input(world):
+    # golden: what is alive above the forward's tensors at the peak of torchtitan's own run
+    # (validate --engine torchtitan, llama3-8b op-ac, the last chunk's post-backward): the fp32
+    # accumulated head gradient (128256, 4096), the fp32 reduce-scatter input (525336576,) and
+    # output (525336576 / world,), the fp32 GradAccumulator (1, 8192, 4096) and one chunk's
+    # bf16 logits (1024 × 128256)
+    from memledger.ledger.chunked_loss import chunked_loss_transient
+    from memledger.specs.loop import resolve_loop
+    m, t = _titan_run(recompute="op")
+    rt = RuntimeSpec(loop="torchtitan", loss="chunked", zero3_impl="fsdp")
+    p = ParallelSpec(dp=world, zero=3)
+    item = chunked_loss_transient(m, p, t, rt, resolve_loop(rt, "hf"), 1)
+    assert item.bytes == (2 * 2_101_346_304 + 2_101_346_304 // world + 134_217_728
+                          + 262_668_288)
+    off = [(p, t, RuntimeSpec(loop="torchtitan", zero3_impl="fsdp"), 1),  # materialized loss
+           (ParallelSpec(dp=world), t, rt, 1),  # no FSDP2: the head gradient is the row's
+           (p, replace(t, precision="bf16"), rt, 1),  # not torchtitan as it runs
+           (p, t, rt, 0)]  # the rank does not hold the head
+    for p_, t_, rt_, last in off:
+        assert chunked_loss_transient(m, p_, t_, rt_, resolve_loop(rt_, "hf"), last) is None
+
+
+def test_torchtitans_rmsnorm_keeps_what_the_fused_cuda_kernel_keeps():
+    from memledger.ledger.activations.held import kind_table
+    m, t = _titan_run(seq=2048, recompute="none")
+    p = ParallelSpec(dp=8, zero=3)
+    fused, hf = kind_table(m, "dense", t, p, fused_norm=True), kind_table(m, "dense", t, p)
+    names = {e.tensor.name for e in fused.entries}
+    assert {"norm1.x", "norm1.rstd", "norm2.x", "norm2.rstd"} <= names
+    assert not any(n.endswith(("x_fp32", "normed")) for n in names)
+    # per norm: the bf16 input (2h) in place of its fp32 copy (4h) and the bf16 product (2h)
+    assert hf.full_bytes - fused.full_bytes == 2 * 4 * m.hidden * 2048
+    titan = build_ledger(m, p, t, RuntimeSpec(loop="torchtitan")).peak.rows["activations"]
+    plain = build_ledger(m, p, t, RuntimeSpec(loop="pytorch")).peak.rows["activations"]
+    assert plain - titan == 32 * (hf.full_bytes - fused.full_bytes) + 4 * m.hidden * 2048  # final norm

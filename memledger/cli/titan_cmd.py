@@ -24,9 +24,10 @@ def environment() -> dict:
             "spmd_backend": "partial_dtensor",
             "stand_ins": "FlexAttention -> scaled_dot_product_attention(is_causal) (same saved "
                          "tensors; MLA's unequal q/v head sizes: an op saving flex's q, k, v, "
-                         "out, logsumexp); trunc_normal_ init skipped; meshes on cpu; compiled "
-                         "loss run eager; CP: no BlockMask built; EP: balanced all-to-all "
-                         "splits (T*K/ep per peer)"}
+                         "out, logsumexp); RMSNorm -> the CUDA _fused_rms_norm autograd node "
+                         "(saves input, weight, rstd); trunc_normal_ init skipped; meshes on cpu; "
+                         "compiled loss run eager; CP: no BlockMask built; EP: balanced "
+                         "all-to-all splits (T*K/ep per peer)"}
 
 
 def report(doc: dict) -> int:

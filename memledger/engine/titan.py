@@ -8,7 +8,8 @@ parallel, SelectiveAC / FullAC, FSDP2 `apply_fsdp_to_decoder` with
 MixedPrecisionPolicy(bf16, fp32)), `to_empty` + `init_weights`, the optimizer container
 (`config.optimizer.build`), the loss (`ChunkedLossWrapper` with `set_lm_head`) and
 forward / loss / backward / `optimizers.step()` / `zero_grad()`.
-Three stand-ins, each because fake tensors cannot run the original, none changing what is held:
+Four stand-ins, each because fake tensors or the CPU cannot run the original, each holding
+what the CUDA run holds:
   - the attention kernel: torchtitan's language models use compiled FlexAttention
     (`FlexAttention.compiled_flex_attn`, a torch.compile'd kernel that fake mode on the CPU
     cannot build); it is replaced by `scaled_dot_product_attention(is_causal=True)`, which
@@ -16,6 +17,15 @@ Three stand-ins, each because fake tensors cannot run the original, none changin
     SelectiveAC's save list where torchtitan lists the flex HOP; MLA's unequal q·k / v head
     sizes have no fused CPU kernel, so there an op that saves flex's tensors
     (titan_parallel.flex_shaped_attention) takes its place;
+  - RMSNorm: on CUDA `torch.rms_norm` runs the fused `aten::_fused_rms_norm` kernel, whose
+    autograd node saves the input, the weight and the fp32 rstd (aten layer_norm.cpp
+    rms_norm_symint; tools/autograd/derivatives.yaml _fused_rms_norm: backward
+    `_fused_rms_norm_backward(grad, input, normalized_shape, result1, weight)`); torch 2.13's
+    CPU build has only the op's CompositeImplicitAutograd kernel (`rms_norm_composite`), whose
+    decomposed ops save an fp32 upcast of the input and the fp32 product before the weight
+    (8·h bytes a token where CUDA keeps the 2·h input). torchtitan's RMSNorm.forward is a
+    `torch.autograd.Function` here, saving what the CUDA node saves and running
+    `_fused_rms_norm_backward` (fake tensors take its decomposition's output shapes);
   - weight init: `trunc_normal_` draws values data-dependently; values do not change memory;
   - the device: torchtitan picks "cuda" when no accelerator is found (tools/utils.py); the
     meshes are built on "cpu" instead.
@@ -69,6 +79,7 @@ def _stand_ins(torch) -> None:
         return out.transpose(1, 2)
     sdpa._memledger = True
     FlexAttention.forward = sdpa
+    _fused_rms_norm_stand_in(torch)
     orig = ac._get_default_save_ops
     flex = flex_shaped_attention(torch)
     ac._get_default_save_ops = lambda: orig() | {
@@ -77,6 +88,31 @@ def _stand_ins(torch) -> None:
     for name, mod in list(sys.modules.items()):
         if name.startswith("torchtitan") and getattr(mod, "device_type", None) == "cuda":
             mod.device_type = "cpu"
+
+
+def _fused_rms_norm_stand_in(torch) -> None:
+    """torchtitan's RMSNorm as CUDA runs it: the `_fused_rms_norm` autograd node (see above)."""
+    from torchtitan.models.common.nn_modules import RMSNorm
+    aten = torch.ops.aten
+
+    class FusedRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, shape, eps):
+            y, rstd = aten._fused_rms_norm.default(x, shape, weight, eps)
+            ctx.save_for_backward(x, weight, rstd)
+            ctx.shape = shape
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, weight, rstd = ctx.saved_tensors
+            mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[1]]
+            gx, gw = aten._fused_rms_norm_backward.default(grad, x, ctx.shape, rstd, weight, mask)
+            return gx, gw, None, None
+
+    def forward(self, x):  # nn.RMSNorm.forward's arguments (torch/nn/modules/normalization.py)
+        return FusedRMSNorm.apply(x, self.weight, list(self.normalized_shape), self.eps)
+    RMSNorm.forward = forward
 
 
 def _trainer_config(case: TitanCase):
@@ -184,7 +220,9 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
         opt.step()
         opt.zero_grad()
 
-    step()  # step 1: optimizer states come to life
+    # step 1: optimizer states come to life, and the loss leaves the head's FSDP unit as every
+    # later step finds it (ChunkedLossWrapper ends with set_reshard_after_forward(True))
+    step()
     live = probe.LiveBytes()
     live.track(*model.parameters(), *model.buffers())
     for st in states():

@@ -15,9 +15,11 @@ from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.policy import payments
 from memledger.ledger.activations.row import activation_items, activation_moves
 from memledger.ledger.activations.transients import activation_transients
+from memledger.ledger.chunked_loss import chunked_loss_transient
 from memledger.ledger.checks import check_all, check_runtime
 from memledger.ledger.communication import comm_items
-from memledger.ledger.fsdp2 import expert_sharding, logits_gathered, padding_warnings
+from memledger.ledger.fsdp2 import (expert_sharding, logits_gathered, padding_warnings,
+                                    torchtitan_runs)
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
 from memledger.ledger.items import ROWS, RankLedger
 from memledger.ledger.torchtitan_eras import era, float8_warnings, loss_form
@@ -108,13 +110,16 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
     acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked",
                             compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
-                            fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop))
+                            fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop),
+                            fused_norm=torchtitan_runs(t, loop))
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, flights, acts.outer["first stage"])
     items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, r, flights), loop)
     stages = stage_layers(m, p)
     transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand)
+    loss_set = chunked_loss_transient(m, p, t, rt, loop, last)  # torchtitan's ChunkedLossWrapper
+    transients += [loss_set] if loss_set is not None else []
     return RankParts(r=r, items=tuple(items), transients=tuple(transients),
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
                      layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights,

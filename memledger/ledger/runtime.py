@@ -11,9 +11,10 @@ Ignores: fragmentation beyond the slack percentage; NCCL's own host-side memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memledger.ledger.activations.transients import BACKWARD_SET
+from memledger.ledger.fsdp2 import torchtitan_runs
 from memledger.ledger.items import Item, RankLedger, sum_rows
 from memledger.ledger.optimizer_step import for_loop_temporaries, with_master_cast
 from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partition_params
@@ -105,8 +106,10 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     static, fwd_bwd, _ = parts.sums()
     step = parts.step
     m, p, t, loop = parts.ctx
-    if loop.on_demand:  # walk the events
+    if loop.on_demand:  # walk the events (torchtitan's chunked loss: net of the layer units)
         shape = rank_shape(m, p, t, loop, parts, step.bytes)
+        if torchtitan_runs(t, loop) and loop.loss == "chunked":
+            shape = walk_discounted(shape, fsdp_unit_bytes(parts.items, rt))
         peak_event = walked_peak(shape)
     else:  # closed form; the events only when asked for (RankLedger.timeline)
         shape = LazyShape(m, p, t, loop, parts, step.bytes)
@@ -164,6 +167,19 @@ def transient_at_peak(parts: RankParts, rt: RuntimeSpec) -> tuple[Item | None, i
         if best is None or over > best_over or (over == best_over and x.bytes > best.bytes):
             best, best_over = x, over
     return best, best_over
+
+
+def walk_discounted(shape, units: int):
+    """`fsdp_discounted` for the walked timeline (on-demand gradients): its forward-end, loss
+    forward and loss backward events carry the loss-side transients while no layer unit is
+    gathered either (measured: torchtitan's chunked-loss peak, ledger.chunked_loss). Applied
+    to torchtitan's chunked loss only: the planner mirrors the other on-demand loops' walk as
+    it is (undiscounted), and no measurement of theirs (nor of torchtitan's materialized
+    loss, whose rules are the published-run calibration's) has asked for it."""
+    if not units:
+        return shape
+    return replace(shape, t_fwd=max(shape.t_fwd - units, 0),
+                   t_fwd_last=max(shape.t_fwd_last - units, 0), t_loss=max(shape.t_loss - units, 0))
 
 
 def fsdp_discounted(tr: Transients, units: int) -> Transients:

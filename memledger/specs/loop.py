@@ -13,7 +13,9 @@ The ledger's rows say *what* lives on a GPU; the loop says *when*. Five knobs:
   loss            materialized  the model's own loss: full logits (+ fp32 upcast, per profile)
                   chunked       fused linear cross-entropy (Liger): logits never materialised —
                                 no logits-sized saved tensor or transient (one chunk's and
-                                Liger's in-forward head-gradient buffer are not modelled)
+                                Liger's in-forward head-gradient buffer are not modelled;
+                                torchtitan as it runs: ChunkedLossWrapper's last-chunk set,
+                                memledger.ledger.chunked_loss)
   mtp             built / skipped  DeepSeek's multi-token-prediction modules. transformers
                               5.24 does not build them (num_nextn_predict_layers is read, unused);
                               Megatron-Core does (megatron/core/transformer/multi_token_prediction.py)

@@ -21,7 +21,7 @@ from memledger.ledger.activations import get_profile
 from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.inventory import ActTensor, formula, tensor_bytes
 from memledger.ledger.activations.policy import _decision
-from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
+from memledger.ledger.activations.torchtitan_ac import fused_rms_norm, interval_checkpointed
 from memledger.ledger.activations.torchtitan_loss import replace_loss
 from memledger.ledger.pipeline.schedules import stage_layers
 from memledger.model.flops import layer_forward_flops_per_token
@@ -59,8 +59,9 @@ def entry(x: ActTensor, m, t, p) -> Entry:
 
 @lru_cache(maxsize=4096)
 def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
-               compiled: bool = False) -> KindTable:
-    entries = tuple(entry(x, m, t, p) for x in get_profile(t.profile).layer(m, kind, t, p))
+               compiled: bool = False, fused_norm: bool = False) -> KindTable:
+    layer = get_profile(t.profile).layer(m, kind, t, p)
+    entries = tuple(entry(x, m, t, p) for x in (fused_rms_norm(layer) if fused_norm else layer))
     tokens = t.micro_batch * t.seq
     return KindTable(
         kind=kind, entries=entries,
@@ -70,12 +71,16 @@ def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
 
 
 @lru_cache(maxsize=4096)
-def outer_entries(m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> dict[str, tuple[Entry, ...]]:
+def outer_entries(m: ModelSpec, t: TrainSpec, p: ParallelSpec,
+                  fused_norm: bool = False) -> dict[str, tuple[Entry, ...]]:
     """Tensors outside the layers: first stage, last stage, the layer input (checkpoints) and
-    the last stage's transients (logits and their gradients)."""
+    the last stage's transients (logits and their gradients). `fused_norm`: the final norm as
+    the fused RMSNorm kernel keeps it (torchtitan_ac.fused_rms_norm)."""
     prof = get_profile(t.profile)
+    last = prof.last_stage(m, t, p)
     return {"first stage": tuple(entry(x, m, t, p) for x in prof.first_stage(m, t, p)),
-            "last stage": tuple(entry(x, m, t, p) for x in prof.last_stage(m, t, p)),
+            "last stage": tuple(entry(x, m, t, p)
+                                for x in (fused_rms_norm(last) if fused_norm else last)),
             "layer input": (entry(prof.layer_input(m, t, p), m, t, p),),
             "transients": tuple(entry(x, m, t, p) for x in prof.transients(m, t, p))}
 
@@ -143,14 +148,15 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first
                      last: int, loss: int | None = None,
                      chunked_loss: bool = False, compiled: bool = False,
                      logits_gathered: int = 1, fused_qkv: bool = True,
-                     loss_form: str = "profile") -> HeldActivations:
+                     loss_form: str = "profile", fused_norm: bool = False) -> HeldActivations:
     """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
     of the first/last stage held on this rank (0 if it does not hold that stage); `loss`: of the
     last stage's, those whose loss is alive (default: all of them;
     memledger.ledger.pipeline.schedules.last_stage_open); `chunked_loss`: the loop's loss keeps
     no logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE);
     `loss_form`: torchtitan's compiled or DTensor loss-parallel cross-entropy in place of the
-    profile's logits tensors (memledger.ledger.activations.torchtitan_loss)."""
+    profile's logits tensors (memledger.ledger.activations.torchtitan_loss).
+    `fused_norm`: RMSNorms keep what the fused CUDA kernel keeps (torchtitan_ac.fused_rms_norm)."""
     skip = graphless_layers(m, t)  # fine-tuning: leading layers without a graph
     layer_mbs = _per_kind(m, p, flights, skip)
     ones = tuple((s, 1) for s, _ in flights)
@@ -161,8 +167,9 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first
         checkpoints=_checkpoints(m, p, t, flights, skip) if every_k else 0,
         checkpoints_per_mb=_checkpoints(m, p, t, ones, skip) if every_k else 0,
         first=first, last=last, loss=last if loss is None else loss,
-        tables={k: kind_table(m, k, t, p, compiled) for k, n in layer_mbs.items() if n},
-        outer=replace_loss(outer_entries(m, t, p), loss_form, m, t, p, entry),
+        tables={k: kind_table(m, k, t, p, compiled, fused_norm)
+                for k, n in layer_mbs.items() if n},
+        outer=replace_loss(outer_entries(m, t, p, fused_norm), loss_form, m, t, p, entry),
         chunked_loss=chunked_loss,
         ckpt_mbs=dict(_interval_per_kind(m, p, t, flights)) if interval else None,
         ckpt_per_mb=dict(_interval_per_kind(m, p, t, ones)) if interval else None,

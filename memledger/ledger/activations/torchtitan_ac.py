@@ -15,6 +15,10 @@ Modes (TrainSpec.recompute; torchtitan/distributed/activation_checkpoint.py, tor
 torch.compile (RuntimeSpec.torch_compile) without AC: the min-cut partitioner recomputes fused
 pointwise outputs rather than saving them — COMPILE_RECOMPUTES (the norm outputs, SwiGLU's
 activation); the matmul outputs and attention outputs stay.
+RMSNorm (every mode, `fused_rms_norm`): torchtitan's norms are nn.RMSNorm, whose
+`torch.rms_norm` runs the fused `aten::_fused_rms_norm` CUDA kernel when the input and weight
+dtypes match (bf16 under FSDP2's param_dtype): its autograd node keeps the input itself and the
+fp32 rstd — no fp32 copy of the input, no normalised product (the hf profile's RMSNorm).
 The mm sequences follow the modules' forward order (torchtitan/models/common/attention.py,
 feed_forward.py, moe.py: routed experts, then shared experts; MLA wq_a, wq_b, wkv_a, wkv_b, wo).
 Ignores: the D2H token-count copies the policy also saves (a few bytes), DeepEP's dispatch ops
@@ -125,3 +129,23 @@ def interval_checkpointed(n_layers_in_order: list[int], k: int, start: int = 0) 
     """Which blocks, in the order the rank wraps them, torchtitan 0.2 checkpoints with
     selective_ac_option=str(k): its counter `_count` is 1-based and global to the process."""
     return [(start + j + 1) % k == 0 for j in range(len(n_layers_in_order))]
+
+
+SRC_FUSED_NORM = ("torch 2.13 aten/src/ATen/native/layer_norm.cpp rms_norm_symint → "
+                  "_fused_rms_norm (CUDA kernel); tools/autograd/derivatives.yaml _fused_rms_norm: "
+                  "backward reads input, weight, result1 (rstd)")
+
+
+def fused_rms_norm(tensors: tuple[A, ...]) -> tuple[A, ...]:
+    """A profile's RMSNorm entries as the fused kernel keeps them: `<norm>.x_fp32` becomes the
+    input itself (`<norm>.x`, in the activation format), `<norm>.normed` is not kept, the rstd
+    stays; the norm's output is kept by its readers as before."""
+    out = []
+    for x in tensors:
+        base, _, what = x.name.rpartition(".")
+        if x.cls == "norm_in" and what == "x_fp32":
+            out.append(A(f"{base}.x", x.cls, x.values, "act", split=x.split, per=x.per,
+                         flops=x.flops))
+        elif not (x.cls == "norm_in" and what == "normed"):
+            out.append(x)
+    return tuple(out)

@@ -27,7 +27,9 @@ for one step under FakeTensorMode and the fake process group at 8-256 ranks, fol
 storage op by op on rank 0. Weights, gradients and optimizer states are the local shards;
 activations the bytes the forward leaves alive (FSDP units resharded); the peak the largest
 live total over the step. Stand-ins: the compiled FlexAttention kernel is replaced by
-`scaled_dot_product_attention` (the same saved tensors), weight init values are skipped.
+`scaled_dot_product_attention` (the same saved tensors), RMSNorm by CUDA's fused
+`_fused_rms_norm` autograd node (input and rstd saved, as on the GPU; the CPU build's composite
+keeps fp32 copies), weight init values are skipped.
 
 **Bars.** Static rows ±0.5 %, activations ±3 %, peak allocated ±5 % (issue 27).
 """
