@@ -17,6 +17,7 @@ Three stand-ins, each because fake tensors cannot run the original, none changin
   - weight init: `trunc_normal_` draws values data-dependently; values do not change memory;
   - the device: torchtitan picks "cuda" when no accelerator is found (tools/utils.py); the
     meshes are built on "cpu" instead.
+Pipeline parallel cases (pp > 1) run torchtitan's `pipeline_llm` and schedule: titan_pp.py.
 `parallelism.spmd_backend = "partial_dtensor"` (FSDP2 + DTensor TP, the path of torchtitan 0.2
 and of its published runs); 0.3's default `spmd_types` path is not run.
 Measured (bytes, rank 0): weights / gradients / optimizer from the local shards; activations as
@@ -71,12 +72,18 @@ def _trainer_config(case: TitanCase):
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     reg = importlib.import_module(f"torchtitan.models.{case.family}.config_registry")
     cfg = getattr(reg, case.config_fn)()
+    if case.flavor:  # another flavor under this config (titan_cases: why)
+        cfg.model_spec = importlib.import_module(f"torchtitan.models.{case.family}") \
+            .model_registry(case.flavor)
     cfg.training.seq_len, cfg.training.local_batch_size = case.seq, case.local_batch
     p = cfg.parallelism
     p.spmd_backend = "partial_dtensor"
     p.data_parallel_shard_degree, p.data_parallel_replicate_degree = -1, 1
     p.tensor_parallel_degree, p.context_parallel_degree = case.tp, case.cp
     p.pipeline_parallel_degree = p.expert_parallel_degree = 1
+    if case.pp > 1:
+        from memledger.engine.titan_pp import pp_config
+        pp_config(cfg, case)
     cfg.activation_checkpoint = {"selective": SelectiveAC.Config(), "full": FullAC.Config(),
                                  "none": None}[case.ac]
     return cfg
@@ -112,6 +119,9 @@ def run_titan(case: TitanCase) -> dict:
     cfg = _trainer_config(case)
     from torchtitan.distributed import utils as dist_utils
     dist_utils.set_spmd_backend(cfg.parallelism.spmd_backend)  # as Trainer.__init__ does
+    if case.pp > 1:
+        from memledger.engine.titan_pp import run_titan_pp
+        return run_titan_pp(case, cfg)
     dist.init_process_group("fake", rank=0, world_size=case.world, store=FakeStore())
     init = torch.nn.init._no_grad_trunc_normal_
     try:

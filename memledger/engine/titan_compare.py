@@ -32,9 +32,8 @@ def predict(case: TitanCase):
     from memledger.model.hf_config import from_hf_config
     from memledger.specs import ParallelSpec, TrainSpec
     from memledger.specs.runtime import RuntimeSpec
-    cfg = ledger_config(case)
-    m = preset(cfg["model"]) if isinstance(cfg["model"], str) else \
-        from_hf_config(cfg["model"]["hf_config"])
+    m = preset(case.preset) if case.preset else from_hf_config(dict(case.hf_config))
+    cfg = ledger_config(case, m.n_layers)
     return build_ledger(m, ParallelSpec(**cfg["parallel"]), TrainSpec(**cfg["train"]),
                         RuntimeSpec(**cfg["runtime"]))
 

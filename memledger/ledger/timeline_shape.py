@@ -19,6 +19,7 @@ from typing import NamedTuple
 from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
 from memledger.ledger.activations.transients import BACKWARD_SET, autocast_cache
+from memledger.ledger.fsdp2 import pp_walk_grads
 from memledger.ledger.pipeline.schedules import last_stage_rank, stage_layers
 from memledger.ledger.static.sharding import shard_divisor
 from memledger.model.params import layer_groups, layer_kind, padded_vocab
@@ -168,6 +169,13 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
     unit, ckpt, section = _per_layer_acts(parts.moves, kinds)
     cast = _cast_per_layer(m, p, t, [k for k, n in kinds.items() if n])
     grads = _grads_by_section(parts.items)
+    if rows is None:
+        rows = Counter()
+        for i in parts.items:
+            rows[i.row] += i.bytes
+    pp_held, pp_of = pp_walk_grads(parts.items, rows["gradients"])
+    if pp_held:  # FSDP2 under PP: the unsharded accumulators are the step's gradients
+        grads = Counter({k: v * pp_held // pp_of for k, v in grads.items()})
     g_layer = {k: grads[f"{k} layers"] // n for k, n in kinds.items() if n}
     every = t.checkpoint_every(m.n_layers) if t.recompute == "every-k" else 1
     last_stage = p.n_stages - 1
@@ -197,16 +205,13 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
         placed_g += loss_g + end_g
         out.append(StageShape(stage=s, in_flight=flights.get(s, 0), layers=tuple(layers),
                               first_acts=first, last_acts=last, end_grads=end_g, loss_grads=loss_g))
-    if rows is None:
-        rows = Counter()
-        for i in parts.items:
-            rows[i.row] += i.bytes
     staircase = sum(st.in_flight * st.acts_per_mb for st in out)
     tr = transient_classes(m, p, t, parts)
     return RankShape(
         r=parts.r, schedule=p.schedule, pp=p.pp, micro_batches=t.micro_batches,
         on_demand=loop.on_demand, stages=tuple(out), fixed_acts=rows["activations"] - staircase,
         static_bytes=rows["weights"] + rows["optimizer"], grads=rows["gradients"],
-        other_grads=rows["gradients"] - placed_g, comm=rows["communication"],
+        other_grads=(pp_held or rows["gradients"]) - placed_g,
+        comm=rows["communication"] - pp_held,
         t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
         step_name="")

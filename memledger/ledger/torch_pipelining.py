@@ -60,13 +60,21 @@ def logits_bytes(m, p, t) -> int:
                         m, t, p)
 
 
-def act_recv_item(m, p, t, stages) -> Item:
+def act_recv_item(m, p, t, stages, flights=()) -> Item:
+    """m·B per non-first stage. Under full recompute a stage's first checkpointed layer keeps
+    its input, which *is* its micro-batch's receive buffer (`_retrieve_recv_activations`
+    returns the buffer): those in-flight buffers are already in the activation row
+    ('checkpointed layer.input'), so only the others count here (measured: torchtitan's
+    interleaved 405B, pp rank 0's stage 8, docs/torchtitan.md)."""
     n = sum(1 for s in stages if s != 0)
+    held = sum(k for s, k in flights if s != 0) if t.recompute == "full" else 0
+    b = boundary_bytes(m, p, t)
     return Item("communication", "pipelining activation receive buffers",
-                t.micro_batches * n * boundary_bytes(m, p, t),
+                (t.micro_batches * n - held) * b,
                 f"m={t.micro_batches} micro-batches × {n} non-first stages × B (b·s/cp(/tp) × h × act), "
-                "allocated at the first step, kept across steps",
-                SRC_STAGE + " _setup_forward_recv_info")
+                f"allocated at the first step, kept across steps; less {held} holding a "
+                "checkpointed stage input (in the activation row)",
+                SRC_STAGE + " _setup_forward_recv_info, _retrieve_recv_activations")
 
 
 def grad_recv_item(m, p, t, stages) -> Item:
@@ -135,7 +143,7 @@ def pipelining_items(m, p, t, rt, r: int, flights) -> list[Item] | None:
     if not applies(p, rt):
         return None
     stages = p.rank_stages(r)
-    return [act_recv_item(m, p, t, stages), grad_recv_item(m, p, t, stages),
+    return [act_recv_item(m, p, t, stages, flights), grad_recv_item(m, p, t, stages),
             outputs_item(m, p, t, flights), pending_send_item(m, p, t, r, stages)]
 
 
