@@ -102,6 +102,19 @@ def test_a_live_run_measures_what_is_stored():
         assert live[key] == stored[key], key
 
 
+@pytest.mark.torch
+def test_a_live_pipeline_run_measures_what_is_stored():
+    """torchtitan's pipeline_llm + Schedule1F1B under the fake process group (about 15 s)."""
+    pytest.importorskip("torchtitan.models.llama3")
+    from memledger.engine.titan import run_titan
+    name = "llama3-8b fsdp2 pp4 1f1b full-ac"
+    live = run_titan(case_from_dict(ENTRIES[name]["spec"]))
+    stored = ENTRIES[name]["measured"]
+    for key in ("weights", "gradients", "optimizer", "activations", "peak_live", "events",
+                "layers_per_stage"):
+        assert live[key] == stored[key], key
+
+
 def test_without_torchtitan_the_command_says_how_to_install_it():
     code = ("import sys; sys.modules['torchtitan'] = None; sys.modules['torchtitan.models'] = None;"
             "sys.modules['torchtitan.models.llama3'] = None; from memledger.cli import main;"

@@ -89,20 +89,6 @@ def _trainer_config(case: TitanCase):
     return cfg
 
 
-def _unsharded_bytes(model) -> int:
-    from torch.distributed.fsdp import FSDPModule
-
-    from memledger.engine.probe import local
-    total = 0
-    for m in model.modules():
-        group = m._get_fsdp_state()._fsdp_param_group if isinstance(m, FSDPModule) else None
-        for fp in (group.fsdp_params if group is not None else ()):
-            u = getattr(fp, "_unsharded_param", None)
-            if u is not None:
-                total += local(u).untyped_storage().nbytes()
-    return total
-
-
 def run_titan(case: TitanCase) -> dict:
     import torch
     import torch.distributed as dist
@@ -167,7 +153,7 @@ def _measure(case, model, opt, loss_fn, probe, torch) -> dict:
         pred = model(tokens)
         if live is not None:
             marks["forward_end"] = live.current
-            marks["unsharded_at_forward_end"] = _unsharded_bytes(model)
+            marks["unsharded_at_forward_end"] = probe.unsharded_bytes(model)
         loss, _ = loss_fn(pred, labels, gvt)
         del pred
         loss.backward()

@@ -157,8 +157,8 @@ def _recv_bytes(bufs: dict) -> dict[str, int]:
 
 
 def _unsharded(parts) -> int:
-    from memledger.engine.titan import _unsharded_bytes
-    return sum(_unsharded_bytes(m) for m in parts)
+    from memledger.engine.probe import unsharded_bytes
+    return sum(unsharded_bytes(m) for m in parts)
 
 
 def _cached(sched, inputs: bool) -> int:
