@@ -34,7 +34,7 @@ PP = {n: e for n, e in ENTRIES.items() if e["spec"].get("pp", 1) > 1}
 
 @pytest.mark.parametrize("name", sorted(PP))
 def test_pp_cases_ran_torchtitans_split_and_the_ledger_places_the_same(name):
-    """pp rank 0 built the stages torchtitan's pipeline_llm gives it (rank r: stages r, r + pp)
+    """The pp rank built the stages torchtitan's pipeline_llm gives it (rank r: stages r, r + pp)
     with the layers of `_generate_llm_fqn_per_model_part`; the ledger's layout is that split."""
     from memledger.engine.titan_cases import ledger_config
     from memledger.ledger.pipeline.schedules import torchtitan_layout
@@ -43,7 +43,7 @@ def test_pp_cases_ran_torchtitans_split_and_the_ledger_places_the_same(name):
     n_layers = preset(case.preset).n_layers
     chunks = 2 if case.schedule == "Interleaved1F1B" else 1
     split = torchtitan_layout(n_layers, case.pp * chunks)
-    assert meas["stages"] == [c * case.pp for c in range(chunks)]
+    assert meas["stages"] == [case.pp_rank + c * case.pp for c in range(chunks)]
     assert meas["layers_per_stage"] == [split[s] for s in meas["stages"]]
     assert meas["n_microbatches"] == case.micro_batches
     assert ledger_config(case, n_layers)["parallel"]["layout"] == split

@@ -21,16 +21,14 @@ and how memledger spells the same configuration:
 | PP: pipeline_llm + torch.distributed.pipelining   | pp, schedule, vpp, layout, pp_engine   |
 
 Pipeline parallel cases (pp > 1) run torchtitan's `pipeline_llm` and torch.distributed.pipelining's
-schedule for pp rank 0 (engine/titan_pp.py: the stand-ins for the fake process group's P2P and
-why): `schedule` is torchtitan's `pipeline_parallel_schedule` ("1F1B": one stage per rank;
+schedule for one rank of pp rank `pp_rank` (engine/titan_pp.py: the stand-ins for the fake
+process group's P2P and why): `schedule` is torchtitan's `pipeline_parallel_schedule` ("1F1B": one stage per rank;
 "Interleaved1F1B": two), `microbatch_size` its `pipeline_parallel_microbatch_size`, so
 local_batch / microbatch_size micro-batches. memledger spells them pp, schedule "1f1b" /
 "interleaved" with vpp = 2, layout = torchtitan's split (`schedules.torchtitan_layout`),
 micro_batch = microbatch_size, micro_batches = that count, pp_engine="pytorch".
 Not run here: expert parallelism (DeepSeek-V3's all-to-all token dispatch sizes its buffers
-from data-dependent routing counts, which FakeTensorMode cannot produce); pp ranks other than 0
-(a later stage's first metadata inference needs the hidden state's metadata from the previous
-rank, which the stand-in only has once this rank's stage 0 has run).
+from data-dependent routing counts, which FakeTensorMode cannot produce).
 """
 from __future__ import annotations
 
@@ -60,6 +58,7 @@ class TitanCase:
     pp: int = 1
     schedule: str = "1F1B"  # pipeline_parallel_schedule
     microbatch_size: int = 1  # pipeline_parallel_microbatch_size
+    pp_rank: int = 0  # the pipeline rank measured (global rank pp_rank · world / pp)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -71,6 +70,8 @@ class TitanCase:
         if self.world % (self.tp * self.cp * self.pp):
             raise SpecError("world", f"{self.world} is not divisible by tp·cp·pp = "
                                      f"{self.tp * self.cp * self.pp}")
+        if not 0 <= self.pp_rank < self.pp:
+            raise SpecError("pp_rank", f"{self.pp_rank}; valid: 0..{self.pp - 1}")
         if self.local_batch % self.microbatch_size:
             raise SpecError("microbatch_size", f"{self.microbatch_size} does not divide "
                                                f"local_batch = {self.local_batch}")
@@ -111,6 +112,9 @@ CASES: tuple[TitanCase, ...] = (
     # pipeline parallel: torchtitan's pipeline_llm and schedule (titan_pp.py), pp rank 0
     TitanCase(name="llama3-8b fsdp2 pp4 1f1b full-ac", family="llama3", config_fn="llama3_8b",
               preset="llama3-8b", world=8, pp=4, ac="full", local_batch=8),
+    TitanCase(name="llama3-8b fsdp2 pp4 1f1b full-ac last stage", family="llama3",
+              config_fn="llama3_8b", preset="llama3-8b", world=8, pp=4, ac="full",
+              local_batch=8, pp_rank=3),
     # the published 405B runs' layout (benchmarks/llama3_h100_202412_torchtitan.md, Table 5):
     # local batch 32 in 8 micro-batches (Dec 2024: pipeline_parallel_microbatches = pp)
     # llama3_405b() builds a Float8 converter that refuses a CPU: the 405B flavor runs under
@@ -121,6 +125,15 @@ CASES: tuple[TitanCase, ...] = (
     TitanCase(name="llama3.1-405b fsdp8 tp8 pp8 interleaved full-ac", family="llama3",
               config_fn="llama3_70b", flavor="405B", preset="llama3.1-405b", world=512, tp=8, pp=8,
               schedule="Interleaved1F1B", ac="full", local_batch=32, microbatch_size=4),
+    # the pp ranks the ledger finds the most loaded (1F1B: stage 1, 16 layers, 7 micro-batches;
+    # interleaved: stages 6 and 14)
+    TitanCase(name="llama3.1-405b fsdp8 tp8 pp8 1f1b full-ac pp rank 1", family="llama3",
+              config_fn="llama3_70b", flavor="405B", preset="llama3.1-405b", world=512, tp=8,
+              pp=8, ac="full", local_batch=32, microbatch_size=4, pp_rank=1),
+    TitanCase(name="llama3.1-405b fsdp8 tp8 pp8 interleaved full-ac pp rank 6", family="llama3",
+              config_fn="llama3_70b", flavor="405B", preset="llama3.1-405b", world=512, tp=8,
+              pp=8, schedule="Interleaved1F1B", ac="full", local_batch=32, microbatch_size=4,
+              pp_rank=6),
 )
 BY_NAME = {c.name: c for c in CASES}
 

@@ -40,7 +40,7 @@ def predict(case: TitanCase):
 
 def compare(case: TitanCase, meas: dict, led=None) -> list[dict]:
     led = led or predict(case)
-    r = led.ranks[0]
+    r = led.ranks[case.pp_rank]
     pred = {"weights": r.rows["weights"], "gradients": r.rows["gradients"],
             "optimizer": r.rows["optimizer"], "activations": r.rows["activations"],
             "peak_allocated": r.peak_allocated_bytes + meas.get("inputs", 0)}

@@ -11,8 +11,8 @@ and `_build_pipeline_schedule`: local_batch / pipeline_parallel_microbatch_size 
 scale_grads=False), `to_empty` + `init_weights` per part, the optimizer over the parts, then
 `schedule.step` twice (the first initialises the stages: metadata inference, receive buffers,
 optimizer states) with `optimizers.step()` / `zero_grad()` after each; the second is measured.
-Rank 0 is measured: pp rank 0, the first stage, which holds the most micro-batches in flight
-under 1F1B (and, interleaved, stage pp as well).
+The rank measured is the first of pp rank `case.pp_rank` (torchtitan's meshes are pp-major):
+pp rank 0 holds the most micro-batches in flight under 1F1B, a middle rank the most layers.
 Stand-ins, each because the fake process group moves no data, none changing what is held:
   - the warm-up vote (`PipelineStage._warmup_forward_vote` / `_warmup_backward_result`, torch 2.13
     pipelining/stage.py) multiplies every stage's STATIC/DYNAMIC vote over send/recv and reads
@@ -20,8 +20,10 @@ Stand-ins, each because the fake process group moves no data, none changing what
     inputs to any stage, so every stage votes DYNAMIC: the rank's own product is the answer;
   - the metadata exchange (`_send_meta` / `_recv_meta`, pickled objects over P2P): a stage on
     another rank would send the hidden state's metadata forward (the same tensor every stage
-    but the last outputs) and its input gradient's metadata backward (the stage's own output's
-    shape and placement, without requires_grad); the stand-in hands over exactly those;
+    but the last outputs: what this rank's own earlier stage sent, or, on a rank without
+    stage 0, `hidden_state_meta`, as pp rank 0 sends it) and its input gradient's metadata
+    backward (the stage's own output's shape and placement, without requires_grad); the
+    stand-in hands over exactly those;
   - `schedule.step`: torchtitan 0.3.0 passes pre-split micro-batches (`arg_mbs=`, `target_mbs=`,
     an API of a later torch); torch 2.13's `step` takes the local batch and splits it into the
     same micro-batches (views of the batch, the bytes torchtitan's separate tensors hold);
@@ -47,12 +49,39 @@ class _Vote:
         return self.v
 
 
+SENT: dict[str, object] = {}  # the metadata this rank's stages would send, by direction
+
+
+def hidden_state_meta(case, dims):
+    """What stage 0 sends forward when no stage of this rank has run yet: the hidden state of
+    one micro-batch, (microbatch_size, seq/cp, dim) in FSDP2's bf16 param dtype, a DTensor
+    Shard(1) over the tp mesh under TP (torchtitan llama3/parallelize.py: sequence parallel
+    between blocks). Read off pp rank 0's own send (tp = 2: local (1, 512, 4096) of global
+    (1, 1024, 4096), Shard(1), mesh ('tp',))."""
+    import torch
+    from torch.distributed.pipelining._utils import extract_tensor_meta
+    from torch.distributed.pipelining.stage import _StageForwardMeta
+    from torch.distributed.tensor import DTensor, Shard
+    dim = dims_model_dim(case)
+    shape = (case.microbatch_size, case.seq // case.cp, dim)
+    h = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+    if case.tp > 1:
+        h = DTensor.from_local(h.tensor_split(case.tp, dim=1)[0].contiguous(),
+                               dims.get_mesh("tp"), [Shard(1)], run_check=False)
+    return _StageForwardMeta(forward_metas=(extract_tensor_meta(h.requires_grad_()),))
+
+
+def dims_model_dim(case) -> int:
+    from memledger.model.presets import model
+    return model(case.preset).hidden
+
+
 def _p2p_stand_ins() -> None:
     from torch.distributed.pipelining.stage import (InferenceMode, PipelineStage,
                                                     _StageBackwardMeta, _StageForwardMeta)
     if getattr(PipelineStage._recv_meta, "_memledger", False):
         return
-    sent: dict[str, object] = {}
+    sent = SENT
 
     def forward_vote(self, has_backward, received_acc=None):
         mine = 0 if InferenceMode.needs_dynamic(self._user_meta, has_backward) else 1
@@ -66,9 +95,6 @@ def _p2p_stand_ins() -> None:
 
     def recv_meta(self, src_stage):
         if src_stage < self.stage_index:  # the previous stage's output: the hidden state
-            if "forward" not in sent:
-                raise RuntimeError(f"stage {self.stage_index}: no hidden-state metadata yet; "
-                                   "the harness measures pp rank 0 (stage 0 runs first)")
             return sent["forward"]
         outs = self._stage_meta.outputs  # the next stage's input gradient: this stage's output
         return _StageBackwardMeta(backward_metas=tuple(
@@ -100,11 +126,16 @@ def run_titan_pp(case, cfg) -> dict:
     from memledger.engine import probe
     t0 = time.perf_counter()
     _p2p_stand_ins()
-    dist.init_process_group("fake", rank=0, world_size=case.world, store=FakeStore())
+    SENT.clear()
+    # torchtitan's meshes are pp-major (distributed/parallel_dims.py): pp rank k starts at k·w/pp
+    rank = case.pp_rank * (case.world // case.pp)
+    dist.init_process_group("fake", rank=rank, world_size=case.world, store=FakeStore())
     init = torch.nn.init._no_grad_trunc_normal_
     try:
         dims = ParallelDims.from_config(cfg.parallelism, case.world)
         dims.build_mesh()
+        if case.pp_rank:  # no stage of this rank has sent the hidden state's metadata
+            SENT["forward"] = hidden_state_meta(case, dims)
         spec = cfg.model_spec
         spec.model.update_from_config(config=cfg)
         with torch.device("meta"):

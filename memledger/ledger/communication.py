@@ -26,7 +26,7 @@ Ignores: NVLS/SHARP buffers and NCCL's proxy/host-side buffers (platform depende
 """
 from __future__ import annotations
 
-from memledger.ledger.fsdp2 import (PP_GRADS_ITEM, RULES, expert_sharding, fsdp2, layer_unit_params,
+from memledger.ledger.fsdp2 import (PP_GRADS_ITEM, RULES, UNITS_KEPT, expert_sharding, fsdp2, layer_unit_params,
                                     pp_unsharded_grads, reshard_after_forward, torchtitan_units,
                                     unit_params)
 from memledger.ledger.items import Item
@@ -212,7 +212,7 @@ def fsdp2_held_items(held, p, t, rt, loop, gathered: int, root: int) -> list[Ite
     w = t.recipe.param_fmt or t.recipe.weight_fmt
     out = []
     if not reshard_after_forward(p, t, rt, loop):
-        out.append(Item("communication", "FSDP2 unsharded units kept (reshard_after_forward=False)",
+        out.append(Item("communication", f"{UNITS_KEPT} (reshard_after_forward=False)",
                         max(0, format_bytes(w, layers) - gathered),
                         f"every layer unit unsharded from its forward to its backward: {layers} "
                         f"params × {w}, less the gather buffers above", RULES["reshard"][1]))

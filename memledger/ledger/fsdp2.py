@@ -56,6 +56,7 @@ RULES = {  # rule -> (what it says, where it comes from)
                       SRC_FSDP + "_fsdp_collectives.py (foreach_all_gather, foreach_reduce)"),
 }
 PP_GRADS_ITEM = "FSDP2 unsharded gradients to the last micro-batch (PP)"
+UNITS_KEPT = "FSDP2 unsharded units kept"  # the item's name, up to its condition
 PER_EXPERT_LOOPS = ("megatron",)  # loops whose experts are 2-D weights, one per expert
 
 
