@@ -33,6 +33,41 @@ def test_the_stored_run_is_torchtitans_at_real_scale():
                for s in specs), "no DeepSeek-V3 EP case at 512 ranks"
 
 
+PP = {n: e for n, e in ENTRIES.items() if e["spec"].get("pp", 1) > 1}
+
+
+@pytest.mark.parametrize("name", sorted(PP))
+def test_pp_cases_ran_torchtitans_split_and_the_ledger_places_the_same(name):
+    """The pp rank built the stages torchtitan's pipeline_llm gives it (rank r: stages r, r + pp)
+    with the layers of `_generate_llm_fqn_per_model_part`; the ledger's layout is that split."""
+    from memledger.engine.titan_cases import ledger_config
+    from memledger.ledger.pipeline.schedules import torchtitan_layout
+    from memledger.model.presets import model as preset
+    case, meas = case_from_dict(PP[name]["spec"]), PP[name]["measured"]
+    n_layers = preset(case.preset).n_layers
+    chunks = 2 if case.schedule == "Interleaved1F1B" else 1
+    split = torchtitan_layout(n_layers, case.pp * chunks)
+    assert meas["stages"] == [case.pp_rank + c * case.pp for c in range(chunks)]
+    assert meas["layers_per_stage"] == [split[s] for s in meas["stages"]]
+    assert meas["n_microbatches"] == case.micro_batches
+    assert ledger_config(case, n_layers)["parallel"]["layout"] == split
+
+
+def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
+    """benchmarks/llama3_h100_202412_torchtitan.md Table 5 (FSDP 8, TP 8, PP 8, local batch 32):
+    1F1B 82.5 GiB, Interleaved 1F1B 72.7 GiB. torchtitan's own step on pp rank 0 orders them the
+    same: interleaved reduce-scatters its second chunk's gradients before the first chunk's
+    backward starts; the ledger's walk, with the unsharded gradients appearing at each stage's
+    first backward, does too."""
+    from memledger.engine.titan_compare import predict
+    one, inter = (ENTRIES[f"llama3.1-405b fsdp8 tp8 pp8 {s} full-ac"] for s in
+                  ("1f1b", "interleaved"))
+    assert one["measured"]["peak_live"] > inter["measured"]["peak_live"]
+    peaks = [max(r.peak_allocated_bytes for r in predict(case_from_dict(e["spec"])).ranks)
+             for e in (one, inter)]
+    assert peaks[0] > peaks[1]
+
+
 # Misses, with their cause (docs/torchtitan.md, Limits). Strict: a fix turns them into failures
 # to be removed from this table.
 KNOWN_MISSES: dict[tuple[str, str], str] = {
@@ -70,6 +105,19 @@ def test_a_live_run_measures_what_is_stored():
     live = run_titan(case_from_dict(ENTRIES[name]["spec"]))
     stored = ENTRIES[name]["measured"]
     for key in ("weights", "gradients", "optimizer", "activations", "peak_live"):
+        assert live[key] == stored[key], key
+
+
+@pytest.mark.torch
+def test_a_live_pipeline_run_measures_what_is_stored():
+    """torchtitan's pipeline_llm + Schedule1F1B under the fake process group (about 15 s)."""
+    pytest.importorskip("torchtitan.models.llama3")
+    from memledger.engine.titan import run_titan
+    name = "llama3-8b fsdp2 pp4 1f1b full-ac"
+    live = run_titan(case_from_dict(ENTRIES[name]["spec"]))
+    stored = ENTRIES[name]["measured"]
+    for key in ("weights", "gradients", "optimizer", "activations", "peak_live", "events",
+                "layers_per_stage"):
         assert live[key] == stored[key], key
 
 

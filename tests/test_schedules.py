@@ -69,3 +69,26 @@ def test_tied_embeddings_keep_two_copies_across_pipeline_stages():
     two = build_ledger(m, ParallelSpec(pp=2), TrainSpec())
     emb = 128256 * 2048 * 2
     assert sum(r.rows["weights"] for r in two.ranks) == one.ranks[0].rows["weights"] + emb
+
+
+@pytest.mark.parametrize("n_layers,n_stages,want", [
+    (126, 8, (15,) + (16,) * 6 + (15,)), (126, 16, (7,) + (8,) * 14 + (7,)),
+    (32, 4, (8, 9, 8, 7)), (80, 8, (10, 11, 10, 10, 10, 10, 10, 9))])
+def test_torchtitan_layout_counts_embedding_and_head_as_one_layer_each(n_layers, n_stages, want):
+    """torchtitan 0.3 distributed/pipeline_parallel.py `_generate_llm_fqn_per_model_part` with
+    its default first/last_stage_less_layers = 1: n_layers + 2 effective layers spread evenly,
+    the remainder to the first stages, one fewer real layer on the first and the last stage."""
+    from memledger.ledger.pipeline.schedules import torchtitan_layout
+    assert torchtitan_layout(n_layers, n_stages) == want
+    assert sum(want) == n_layers
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("n_layers,n_stages", [(126, 8), (126, 16), (32, 4), (32, 8), (61, 8),
+                                               (80, 16), (28, 4)])
+def test_torchtitan_layout_is_torchtitans_own_split(n_layers, n_stages):
+    split = pytest.importorskip("torchtitan.distributed.pipeline_parallel")
+    from memledger.ledger.pipeline.schedules import torchtitan_layout
+    parts = split._generate_llm_fqn_per_model_part(n_stages, n_layers, 1, 1)
+    assert torchtitan_layout(n_layers, n_stages) == tuple(
+        sum(n.startswith("layers.") for n in part) for part in parts)

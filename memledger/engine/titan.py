@@ -33,6 +33,7 @@ Context parallelism runs torchtitan's k/v all-gather and the Trainer's input sha
 parallelism torchtitan's token dispatcher with balanced split lists, the one data-dependent
 value (memledger/engine/titan_parallel.py). The MoE configs' compiled loss
 (`compile.components=["loss"]`) runs eager: inductor cannot run on fake tensors.
+Pipeline parallel cases (pp > 1) run torchtitan's `pipeline_llm` and schedule: titan_pp.py.
 `parallelism.spmd_backend = "partial_dtensor"` (FSDP2 + DTensor TP, the path of torchtitan 0.2
 and of its published runs); 0.3's default `spmd_types` path is not run.
 Measured (bytes, rank 0): weights / gradients / optimizer from the local shards; activations as
@@ -119,6 +120,9 @@ def _trainer_config(case: TitanCase):
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     reg = importlib.import_module(f"torchtitan.models.{case.family}.config_registry")
     cfg = getattr(reg, case.config_fn)()
+    if case.flavor:  # another flavor under this config (titan_cases: why)
+        cfg.model_spec = importlib.import_module(f"torchtitan.models.{case.family}") \
+            .model_registry(case.flavor)
     cfg.training.seq_len, cfg.training.local_batch_size = case.seq, case.local_batch
     cfg.compile.enable = False  # the MoE configs compile the loss; inductor cannot run on fakes
     p = cfg.parallelism
@@ -126,24 +130,12 @@ def _trainer_config(case: TitanCase):
     p.data_parallel_shard_degree, p.data_parallel_replicate_degree = -1, 1
     p.tensor_parallel_degree, p.context_parallel_degree = case.tp, case.cp
     p.pipeline_parallel_degree, p.expert_parallel_degree = 1, case.ep
+    if case.pp > 1:
+        from memledger.engine.titan_pp import pp_config
+        pp_config(cfg, case)
     cfg.activation_checkpoint = {"selective": SelectiveAC.Config(), "full": FullAC.Config(),
                                  "none": None}[case.ac]
     return cfg
-
-
-def _unsharded_bytes(model) -> int:
-    from torch.distributed.fsdp import FSDPModule
-
-    from memledger.engine.probe import local
-    total = 0
-    for m in model.modules():
-        # experts on their own (efsdp) mesh make a second param group in the block's state
-        groups = m._get_fsdp_state()._fsdp_param_groups if isinstance(m, FSDPModule) else ()
-        for fp in (fp for g in groups if g is not None for fp in g.fsdp_params):
-            u = getattr(fp, "_unsharded_param", None)
-            if u is not None:
-                total += local(u).untyped_storage().nbytes()
-    return total
 
 
 def run_titan(case: TitanCase) -> dict:
@@ -164,6 +156,9 @@ def run_titan(case: TitanCase) -> dict:
     cfg = _trainer_config(case)
     from torchtitan.distributed import utils as dist_utils
     dist_utils.set_spmd_backend(cfg.parallelism.spmd_backend)  # as Trainer.__init__ does
+    if case.pp > 1:
+        from memledger.engine.titan_pp import run_titan_pp
+        return run_titan_pp(case, cfg)
     dist.init_process_group("fake", rank=0, world_size=case.world, store=FakeStore())
     init = torch.nn.init._no_grad_trunc_normal_
     try:
@@ -209,7 +204,7 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
         pred = model(tokens, **extra)
         if live is not None:
             marks["forward_end"] = live.current
-            marks["unsharded_at_forward_end"] = _unsharded_bytes(model)
+            marks["unsharded_at_forward_end"] = probe.unsharded_bytes(model)
         loss, _ = loss_fn(pred, labels, gvt, **loss_kwargs)
         del pred
         loss.backward()

@@ -22,14 +22,21 @@ and how memledger spells the same configuration:
 |   (context_parallel/api.py, head-tail balancer)   |   "fsdp" mesh, dp_shard × cp)          |
 | EP: AllToAllTokenDispatcher, experts Shard(1)     | ep, FSDP2 "dim1-if-fewer" (auto under  |
 |   when efsdp·ep > experts (distributed/fsdp.py)   |   loop torchtitan), a2a="dynamic"      |
+| PP: pipeline_llm + torch.distributed.pipelining   | pp, schedule, vpp, layout, pp_engine   |
 
 The DeepSeek-V3 flavors have no memledger preset with the same layers (the preset keeps the
 release's MTP layer, torchtitan's flavors build none): they are spelled as config.json tuples
 (DSV3_16B, DSV3_671B), like Qwen3-32B. The EP cases run torchtitan's MoE with balanced
 all-to-all splits (memledger/engine/titan_parallel.py says why and what else stays
-torchtitan's). Not run here: pipeline parallelism (torchtitan's `pipeline_llm` splits the model
-with `torch.distributed.pipelining`, whose stage shape inference runs a real forward over the
-send/recv ops — see docs/engine-validation.md).
+torchtitan's).
+
+Pipeline parallel cases (pp > 1) run torchtitan's `pipeline_llm` and torch.distributed.pipelining's
+schedule for one rank of pp rank `pp_rank` (engine/titan_pp.py: the stand-ins for the fake
+process group's P2P and why): `schedule` is torchtitan's `pipeline_parallel_schedule` ("1F1B": one stage per rank;
+"Interleaved1F1B": two), `microbatch_size` its `pipeline_parallel_microbatch_size`, so
+local_batch / microbatch_size micro-batches. memledger spells them pp, schedule "1f1b" /
+"interleaved" with vpp = 2, layout = torchtitan's split (`schedules.torchtitan_layout`),
+micro_batch = microbatch_size, micro_batches = that count, pp_engine="pytorch".
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from memledger.errors import SpecError
 
 AC_MODES = ("selective", "full", "none")
+SCHEDULES = ("1F1B", "Interleaved1F1B")  # torchtitan's pipeline_parallel_schedule names
 FAMILIES = ("llama3", "qwen3", "deepseek_v3")
 
 
@@ -46,6 +54,7 @@ class TitanCase:
     name: str
     family: str  # torchtitan.models.<family>
     config_fn: str  # the config registry function, e.g. "llama3_8b"
+    flavor: str = ""  # another model_registry flavor under that config ("" = the config's own)
     preset: str  # memledger model preset with the same architecture ("" = hf_config)
     hf_config: tuple = ()  # (key, value) pairs of a config.json when no preset matches
     world: int
@@ -55,21 +64,37 @@ class TitanCase:
     ac: str = "selective"
     seq: int = 8192
     local_batch: int = 1
+    pp: int = 1
+    schedule: str = "1F1B"  # pipeline_parallel_schedule
+    microbatch_size: int = 1  # pipeline_parallel_microbatch_size
+    pp_rank: int = 0  # the pipeline rank measured (global rank pp_rank · world / pp)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise SpecError("family", f"{self.family!r}; valid: {', '.join(FAMILIES)}")
         if self.ac not in AC_MODES:
             raise SpecError("ac", f"{self.ac!r}; valid: {', '.join(AC_MODES)}")
-        if self.world % (self.tp * self.cp):
-            raise SpecError("world", f"{self.world} is not divisible by tp·cp = "
-                                     f"{self.tp * self.cp}")
+        if self.schedule not in SCHEDULES:
+            raise SpecError("schedule", f"{self.schedule!r}; valid: {', '.join(SCHEDULES)}")
+        if self.world % (self.tp * self.cp * self.pp):
+            raise SpecError("world", f"{self.world} is not divisible by tp·cp·pp = "
+                                     f"{self.tp * self.cp * self.pp}")
+        if not 0 <= self.pp_rank < self.pp:
+            raise SpecError("pp_rank", f"{self.pp_rank}; valid: 0..{self.pp - 1}")
+        if self.local_batch % self.microbatch_size:
+            raise SpecError("microbatch_size", f"{self.microbatch_size} does not divide "
+                                               f"local_batch = {self.local_batch}")
         if self.ep < 1 or self.world % self.ep:  # torchtitan: efsdp = dp_shard·cp·tp / ep
             raise SpecError("ep", f"{self.ep} must be ≥ 1 and divide world = {self.world}")
 
     @property
     def dp(self) -> int:
-        return self.world // (self.tp * self.cp)
+        return self.world // (self.tp * self.cp * self.pp)
+
+    @property
+    def micro_batches(self) -> int:
+        """torchtitan's n_microbatches: local_batch // microbatch_size (1 without PP)."""
+        return self.local_batch // self.microbatch_size if self.pp > 1 else 1
 
 
 # Qwen/Qwen3-32B config.json (its model card), as torchtitan's qwen3 "32B" flavor builds it
@@ -139,6 +164,31 @@ CASES: tuple[TitanCase, ...] = (
     TitanCase(name="qwen3-30b-a3b fsdp64 ep8 op-ac", family="qwen3",
               config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=64, ep=8,
               ac="selective", seq=4096, local_batch=2),
+    # pipeline parallel: torchtitan's pipeline_llm and schedule (titan_pp.py), pp rank 0
+    TitanCase(name="llama3-8b fsdp2 pp4 1f1b full-ac", family="llama3", config_fn="llama3_8b",
+              preset="llama3-8b", world=8, pp=4, ac="full", local_batch=8),
+    TitanCase(name="llama3-8b fsdp2 pp4 1f1b full-ac last stage", family="llama3",
+              config_fn="llama3_8b", preset="llama3-8b", world=8, pp=4, ac="full",
+              local_batch=8, pp_rank=3),
+    # the published 405B runs' layout (benchmarks/llama3_h100_202412_torchtitan.md, Table 5):
+    # local batch 32 in 8 micro-batches (Dec 2024: pipeline_parallel_microbatches = pp)
+    # llama3_405b() builds a Float8 converter that refuses a CPU: the 405B flavor runs under
+    # llama3_70b()'s trainer config (TP 8, FullAC, chunked loss, AdamW: the same as 405B's)
+    TitanCase(name="llama3.1-405b fsdp8 tp8 pp8 1f1b full-ac", family="llama3",
+              config_fn="llama3_70b", flavor="405B", preset="llama3.1-405b", world=512, tp=8, pp=8,
+              ac="full", local_batch=32, microbatch_size=4),
+    TitanCase(name="llama3.1-405b fsdp8 tp8 pp8 interleaved full-ac", family="llama3",
+              config_fn="llama3_70b", flavor="405B", preset="llama3.1-405b", world=512, tp=8, pp=8,
+              schedule="Interleaved1F1B", ac="full", local_batch=32, microbatch_size=4),
+    # the pp ranks the ledger finds the most loaded (1F1B: stage 1, 16 layers, 7 micro-batches;
+    # interleaved: stages 6 and 14)
+    TitanCase(name="llama3.1-405b fsdp8 tp8 pp8 1f1b full-ac pp rank 1", family="llama3",
+              config_fn="llama3_70b", flavor="405B", preset="llama3.1-405b", world=512, tp=8,
+              pp=8, ac="full", local_batch=32, microbatch_size=4, pp_rank=1),
+    TitanCase(name="llama3.1-405b fsdp8 tp8 pp8 interleaved full-ac pp rank 6", family="llama3",
+              config_fn="llama3_70b", flavor="405B", preset="llama3.1-405b", world=512, tp=8,
+              pp=8, schedule="Interleaved1F1B", ac="full", local_batch=32, microbatch_size=4,
+              pp_rank=6),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -150,15 +200,30 @@ def case_by_name(name: str) -> TitanCase:
     return BY_NAME[name]
 
 
-def ledger_config(case: TitanCase) -> dict:
-    """The same run in memledger's specs, as plain keyword dicts (ModelSpec by preset)."""
+def _pipeline(case: TitanCase, n_layers: int) -> dict:
+    """pp, schedule, chunks and torchtitan's stage split in ParallelSpec's words."""
+    if case.pp == 1:
+        return {}
+    from memledger.ledger.pipeline.schedules import torchtitan_layout
+    vpp = 2 if case.schedule == "Interleaved1F1B" else 1  # 1 stage per rank, 2 when looped
+    return {"pp": case.pp, "schedule": "interleaved" if vpp > 1 else "1f1b", "vpp": vpp,
+            "layout": torchtitan_layout(n_layers, case.pp * vpp)}
+
+
+def ledger_config(case: TitanCase, n_layers: int = 0) -> dict:
+    """The same run in memledger's specs, as plain keyword dicts (ModelSpec by preset; n_layers
+    of the model places torchtitan's pipeline split)."""
     recompute = {"selective": "op", "full": "full", "none": "none"}[case.ac]
+    pp = case.pp > 1
     return {"model": case.preset or {"hf_config": dict(case.hf_config)},
             "parallel": {"tp": case.tp, "cp": case.cp, "dp": case.dp, "ep": case.ep, "zero": 3,
-                         "sp": case.tp > 1},
-            "train": {"seq": case.seq, "micro_batch": case.local_batch, "micro_batches": 1,
+                         "sp": case.tp > 1, **_pipeline(case, n_layers)},
+            "train": {"seq": case.seq,
+                      "micro_batch": case.microbatch_size if pp else case.local_batch,
+                      "micro_batches": case.micro_batches,
                       "precision": "fsdp2-mixed", "recompute": recompute, "profile": "hf",
                       "vocab_pad": 1},
             "runtime": {"loop": "torchtitan", "loss": "chunked", "zero3_impl": "fsdp",
                         "tp_engine": "dtensor", "cuda_context_bytes": 0,
+                        **({"pp_engine": "pytorch"} if pp else {}),  # torch.distributed.pipelining
                         "allocator_slack_pct": 0}}

@@ -32,16 +32,15 @@ def predict(case: TitanCase):
     from memledger.model.hf_config import from_hf_config
     from memledger.specs import ParallelSpec, TrainSpec
     from memledger.specs.runtime import RuntimeSpec
-    cfg = ledger_config(case)
-    m = preset(cfg["model"]) if isinstance(cfg["model"], str) else \
-        from_hf_config(cfg["model"]["hf_config"])
+    m = preset(case.preset) if case.preset else from_hf_config(dict(case.hf_config))
+    cfg = ledger_config(case, m.n_layers)
     return build_ledger(m, ParallelSpec(**cfg["parallel"]), TrainSpec(**cfg["train"]),
                         RuntimeSpec(**cfg["runtime"]))
 
 
 def compare(case: TitanCase, meas: dict, led=None) -> list[dict]:
     led = led or predict(case)
-    r = led.ranks[0]
+    r = led.ranks[case.pp_rank]
     pred = {"weights": r.rows["weights"], "gradients": r.rows["gradients"],
             "optimizer": r.rows["optimizer"], "activations": r.rows["activations"],
             "peak_allocated": r.peak_allocated_bytes + meas.get("inputs", 0)}

@@ -100,7 +100,7 @@ def move_dict(mv) -> dict:
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loop = resolve_loop(rt, t.profile)
     held = held_groups(m, p, t, r, loop)
-    flights = in_flight(p, r, t.micro_batches, rt.pp_engine, rt.zb_w_holds)
+    flights = in_flight(p, r, t.micro_batches, rt.pipeline_engine, rt.zb_w_holds)
     stage_mb = dict(flights)
     first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
     last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0

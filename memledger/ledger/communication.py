@@ -26,7 +26,7 @@ Ignores: NVLS/SHARP buffers and NCCL's proxy/host-side buffers (platform depende
 """
 from __future__ import annotations
 
-from memledger.ledger.fsdp2 import (RULES, expert_sharding, fsdp2, layer_unit_params,
+from memledger.ledger.fsdp2 import (PP_GRADS_ITEM, RULES, UNITS_KEPT, expert_sharding, fsdp2, layer_unit_params,
                                     pp_unsharded_grads, reshard_after_forward, torchtitan_units,
                                     unit_params)
 from memledger.ledger.items import Item
@@ -227,13 +227,13 @@ def fsdp2_held_items(held, p, t, rt, loop, gathered: int, root: int) -> list[Ite
     w = gather_fmt(t, rt)
     out = []
     if not reshard_after_forward(p, t, rt, loop):
-        out.append(Item("communication", "FSDP2 unsharded units kept (reshard_after_forward=False)",
+        out.append(Item("communication", f"{UNITS_KEPT} (reshard_after_forward=False)",
                         max(0, format_bytes(w, layers) - gathered),
                         f"every layer unit unsharded from its forward to its backward: {layers} "
                         f"params × {w}, less the gather buffers above", RULES["reshard"][1]))
     if pp_unsharded_grads(p, t, rt, loop):
         g = t.recipe.reduce_fmt or t.recipe.grad_fmt
-        out.append(Item("communication", "FSDP2 unsharded gradients to the last micro-batch (PP)",
+        out.append(Item("communication", PP_GRADS_ITEM,
                         format_bytes(g, layers + root),
                         f"no gradient sync before the last micro-batch: {layers + root} params × "
                         f"{g} accumulated unsharded", RULES["PP grad sync"][1]))

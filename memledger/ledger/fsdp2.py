@@ -20,7 +20,12 @@ Each rule is a row of RULES with the file it comes from; the functions below onl
                     backward_maybe_with_nosync: set_requires_gradient_sync(False),
                     set_reshard_after_backward(False)); FSDP2 accumulates the unsharded gradients
                     in reduce_dtype (_fsdp_param.py to_accumulated_grad_if_needed), so each stage
-                    holds every unit's unsharded fp32 gradient across the step.
+                    holds every unit's unsharded fp32 gradient across the step. They come to
+                    life in the stage's first backward, unit by unit, and the sharded gradients
+                    only at the last micro-batch's reduce-scatter (zero_grad(set_to_none) left
+                    none): in the step's walk they take the sharded gradients' place
+                    (`pp_walk_grads`), so an interleaved rank's second chunk accumulates while
+                    its first chunk's activations are still held, and vice versa.
   mixed precision   MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the all-gather
                     output is bf16; the reduce-scatter input is fp32 (_fsdp_collectives.py
                     foreach_reduce: reduce_scatter_input in reduce_dtype) beside the unit's bf16
@@ -50,6 +55,8 @@ RULES = {  # rule -> (what it says, where it comes from)
     "mixed precision": ("bf16 all-gather output, fp32 reduce-scatter input",
                       SRC_FSDP + "_fsdp_collectives.py (foreach_all_gather, foreach_reduce)"),
 }
+PP_GRADS_ITEM = "FSDP2 unsharded gradients to the last micro-batch (PP)"
+UNITS_KEPT = "FSDP2 unsharded units kept"  # the item's name, up to its condition
 PER_EXPERT_LOOPS = ("megatron",)  # loops whose experts are 2-D weights, one per expert
 
 
@@ -118,7 +125,15 @@ def torchtitan_units(p, t, rt, loop) -> tuple[str, ...]:
 def pp_unsharded_grads(p, t, rt, loop) -> bool:
     """Gradients held unsharded until the last micro-batch (torch.distributed.pipelining)."""
     return fsdp2(p, rt) and p.pp > 1 and t.micro_batches > 1 and (
-        torchtitan_runs(t, loop) or rt.pp_engine == "pytorch")
+        torchtitan_runs(t, loop) or rt.pipeline_engine == "pytorch")
+
+
+def pp_walk_grads(items, grads_row: int) -> tuple[int, int]:
+    """(unsharded PP gradient bytes, numerator) when FSDP2 under PP accumulates unsharded: the
+    walk scales each layer's sharded gradient by held / grads_row (every unit of the rank is
+    unsharded the same way) and the communication row gives the item back. (0, 0) otherwise."""
+    held = sum(i.bytes for i in items if i.name == PP_GRADS_ITEM)
+    return (held, grads_row) if held and grads_row else (0, 0)
 
 
 def unit_params(h, p, pad: str = ""):

@@ -26,6 +26,7 @@ it), NCCL's own buffers (cudaMalloc'd outside the allocator; they are in the com
 from __future__ import annotations
 
 from memledger.ledger.allocator import FSDP_UNIT_ITEMS, AllocatorSpec, CachingAllocator
+from memledger.ledger.fsdp2 import PP_GRADS_ITEM
 
 STREAM_OF = {"zero-3 gather + prefetch": "all-gather", "zero-3 reduce-scatter input": "reduce-scatter"}
 
@@ -41,8 +42,10 @@ def _static_blocks(rank) -> list[int]:
 
 def _comm_blocks(rank, fsdp: bool) -> list[tuple[int, str]]:
     shape = rank.shape
+    # FSDP2's unsharded PP gradients are in the timeline's gradient column (ledger.fsdp2)
     out = [(i.bytes, STREAM_OF[i.name] if fsdp and i.name in FSDP_UNIT_ITEMS else "default")
-           for i in rank.items if i.row == "communication" and i.bytes > 0]
+           for i in rank.items if i.row == "communication" and i.bytes > 0
+           and i.name != PP_GRADS_ITEM]
     rest = shape.comm - sum(b for b, _ in out)
     if rest < 0:
         return [(shape.comm, "default")] if shape.comm else []

@@ -138,6 +138,9 @@ def events(sh: RankShape) -> list[Event]:
         acts -= st.first_acts
         if not out or out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
+        if k == sh.micro_batches - 1 and (st.release_grads or st.release_comm):
+            grads, comm = grads - st.release_grads, comm - st.release_comm
+            out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
     out.append(Event("optimizer-step", -1, -1, -1, sh.grads, 0, 0, sh.step))
     out.append(Event("zero-grad", -1, -1, -1, 0 if on_demand else sh.grads, 0, 0, 0))
     return out
@@ -209,6 +212,8 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         acts -= st.first_acts
         if not st.layers and not loss:
             see(grads + acts + comm, ("backward", s, k, -1))
+        if k == sh.micro_batches - 1:  # FSDP2 under PP: the stage's last backward (fsdp2)
+            grads, comm = grads - st.release_grads, comm - st.release_comm
     see(sh.grads + sh.step, ("optimizer-step", -1, -1, -1))
     phase, s, k, i = at
     return PeakEvent(phase, s, i, k, -1, sh.static_bytes + best)

@@ -19,6 +19,7 @@ from typing import NamedTuple
 from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
 from memledger.ledger.activations.transients import BACKWARD_SET, autocast_cache
+from memledger.ledger.fsdp2 import UNITS_KEPT, pp_walk_grads
 from memledger.ledger.pipeline.schedules import last_stage_rank, stage_layers
 from memledger.ledger.static.sharding import shard_divisor
 from memledger.model.params import layer_groups, layer_kind, padded_vocab
@@ -34,6 +35,11 @@ class StageShape:
     last_acts: int  # last-stage tensors per micro-batch (0 unless the last stage)
     end_grads: int  # gradients allocated when the stage's backward ends (embedding)
     loss_grads: int  # gradients allocated at the loss backward (head, MTP)
+    # FSDP2 under PP: at the stage's last micro-batch's backward its unsharded gradients are
+    # reduce-scattered (the bytes the walked gradients fall by) and its units resharded (the
+    # bytes the buffers fall by) — ledger.fsdp2, "PP grad sync"
+    release_grads: int = 0
+    release_comm: int = 0
 
     @property
     def acts_per_mb(self) -> int:
@@ -200,6 +206,14 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
     unit, ckpt, section = _per_layer_acts(parts.moves, kinds)
     cast = _cast_per_layer(m, p, t, [k for k, n in kinds.items() if n])
     grads = _grads_by_section(parts.items)
+    if rows is None:
+        rows = Counter()
+        for i in parts.items:
+            rows[i.row] += i.bytes
+    pp_held, pp_of = pp_walk_grads(parts.items, rows["gradients"])
+    if pp_held:  # FSDP2 under PP: the unsharded accumulators are the step's gradients
+        grads = Counter({k: v * pp_held // pp_of for k, v in grads.items()})
+    kept = sum(i.bytes for i in parts.items if i.name.startswith(UNITS_KEPT)) if pp_held else 0
     g_layer = {k: grads[f"{k} layers"] // n for k, n in kinds.items() if n}
     every = t.checkpoint_every(m.n_layers) if t.recompute == "every-k" else 1
     last_stage = p.n_stages - 1
@@ -227,18 +241,18 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
         loss_g = grads["head"] + grads["mtp"] if s == last_stage else 0
         end_g = grads["embedding"] if s == 0 else 0
         placed_g += loss_g + end_g
+        stage_g = sum(g for _, _, g in layers) + loss_g + end_g
         out.append(StageShape(stage=s, in_flight=flights.get(s, 0), layers=tuple(layers),
-                              first_acts=first, last_acts=last, end_grads=end_g, loss_grads=loss_g))
-    if rows is None:
-        rows = Counter()
-        for i in parts.items:
-            rows[i.row] += i.bytes
+                              first_acts=first, last_acts=last, end_grads=end_g, loss_grads=loss_g,
+                              release_grads=stage_g - stage_g * pp_of // pp_held if pp_held else 0,
+                              release_comm=kept * len(rng) // max(1, len(parts.layers))))
     staircase = sum(st.in_flight * st.acts_per_mb for st in out)
     tr = transient_classes(m, p, t, parts)
     return RankShape(
         r=parts.r, schedule=p.schedule, pp=p.pp, micro_batches=t.micro_batches,
         on_demand=loop.on_demand, stages=tuple(out), fixed_acts=rows["activations"] - staircase,
         static_bytes=rows["weights"] + rows["optimizer"], grads=rows["gradients"],
-        other_grads=rows["gradients"] - placed_g, comm=rows["communication"],
+        other_grads=(pp_held or rows["gradients"]) - placed_g,
+        comm=rows["communication"] - pp_held,
         t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
         step_name="", t_loss_blocks=tr.loss_blocks, t_fwd_last_blocks=tr.fwd_last_blocks)

@@ -173,3 +173,13 @@ class RuntimeSpec:
     @property
     def grad_chunk_params(self) -> int:
         return self.grad_offload_chunk_params or self.bucket_params
+
+    @property
+    def pipeline_engine(self) -> str:
+        """pp_engine with "auto" made concrete where the loop fixes it: torchtitan pipelines with
+        torch.distributed.pipelining (torchtitan/distributed/pipeline_parallel.py
+        `pipeline_llm`, `build_pipeline_schedule`), so its order and buffers are PyTorch's;
+        elsewhere "auto" stays (the engines table picks the first that runs the count)."""
+        if self.pp_engine == "auto" and self.loop == "torchtitan":
+            return "pytorch"
+        return self.pp_engine

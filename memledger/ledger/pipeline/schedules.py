@@ -29,6 +29,28 @@ def balanced_layout(n_layers: int, n_stages: int) -> tuple[int, ...]:
     return tuple(base + (1 if s in extra else 0) for s in range(n_stages))
 
 
+def torchtitan_layout(n_layers: int, n_stages: int, input_weight: int = 1,
+                      output_weight: int = 1) -> tuple[int, ...]:
+    """torchtitan 0.3's split (distributed/pipeline_parallel.py `_generate_llm_fqn_per_model_part`):
+    tok_embeddings counts as input_weight layers on the first stage and [norm, lm_head] as
+    output_weight on the last (pipeline_parallel_first/last_stage_less_layers, default 1); the
+    n_layers + weights effective layers are spread evenly, the remainder to the first stages.
+    126 layers on 8 / 16 stages: 15, 16 × 6, 15 / 7, 8 × 14, 7 (= balanced_layout); 32 on 4:
+    8, 9, 8, 7. The Dec 2024 rule (parallelisms/pipelining_utils.py `generate_split_points`:
+    stage 0 gets n // s, the middle stages one more while the remainder lasts, the last the
+    rest) gives the same 126-layer splits."""
+    if n_stages == 1:
+        return (n_layers,)
+    base, extra = divmod(n_layers + input_weight + output_weight, n_stages)
+    if base < max(input_weight, output_weight, 1):
+        raise SpecError("pp", f"{n_stages} stages leave {base} effective layers per stage for "
+                              f"{n_layers} layers (torchtitan needs >= {max(input_weight, 1)})")
+    out = [base + (s < extra) for s in range(n_stages)]
+    out[0] -= input_weight
+    out[-1] -= output_weight
+    return tuple(out)
+
+
 @lru_cache(maxsize=4096)
 def stage_layers(m: ModelSpec, p: ParallelSpec) -> tuple[range, ...]:
     """Layer indices of every pipeline stage (virtual stages in order)."""
@@ -69,8 +91,8 @@ def last_stage_open(p: ParallelSpec, r: int, m: int, rt) -> int:
     except zero-bubble ones past I whose W is pending; RuntimeSpec rt picks engine and I/W)."""
     last = p.n_stages - 1
     if p.schedule in ("gpipe", "1f1b"):
-        return dict(in_flight(p, r, m, rt.pp_engine, rt.zb_w_holds)).get(last, 0)
-    return stage_open(p.schedule, p.pp, p.vpp, m, r, last, rt.pp_engine, rt.zb_w_holds)
+        return dict(in_flight(p, r, m, rt.pipeline_engine, rt.zb_w_holds)).get(last, 0)
+    return stage_open(p.schedule, p.pp, p.vpp, m, r, last, rt.pipeline_engine, rt.zb_w_holds)
 
 
 @lru_cache(maxsize=4096)

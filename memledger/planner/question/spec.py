@@ -120,7 +120,7 @@ class PlanSpec:
                                             f"{value!r}; check a layout with `memledger ledger`")
         # torch.distributed.pipelining's own buffers (ledger.torch_pipelining) need every
         # rank's stages and in-flight counts per stage, which the vectorised sweep does not keep
-        require(self.runtime.pp_engine != "pytorch", "pp_engine",
+        require(self.runtime.pipeline_engine != "pytorch", "pp_engine",
                 "the planner sweeps Megatron's pipeline buffers (pp_engine auto, megatron or "
                 "deepseek), got 'pytorch'; check a layout with `memledger ledger`")
         # torchtitan's FSDP2 layout (ledger.fsdp2: PP-held unsharded copies, torchtitan's units)

@@ -123,7 +123,7 @@ def engine_sentence(led: Ledger) -> str | None:
     refused = {e: why for e, why in notes.items() if why}
     if not refused:
         return None
-    used = resolve_engine(p.schedule, led.runtime.pp_engine, p.pp, m)
+    used = resolve_engine(p.schedule, led.runtime.pipeline_engine, p.pp, m)
     others = " ".join(f"{ENGINE_NAMES[e]} refuses them: it {why}." for e, why in refused.items())
     return (f"{m} micro-batches of {p.schedule} on pp {p.pp}: {ENGINE_NAMES[used]} runs them and "
             f"the ledger follows its order. {others}")
