@@ -17,7 +17,10 @@ from memledger.specs.runtime import TORCHTITAN_VERSIONS, RuntimeSpec
 from memledger.validation.published_titan import BAR, load, predict, specs, summary
 
 ROWS = load()
-PP = "PP: see hpp (pipeline stages, micro-batch split and split points are hpp's model)"
+PP = ("405B PP, within 2 % of torchtitan's own step under fake tensors (engine cases "
+      "'llama3.1-405b fsdp8 tp8 pp8 …': 1F1B pp rank 1 69.1 GiB, interleaved pp rank 0 58.7 GiB "
+      "allocated, compile / Float8 / async TP off there) — the published runs had all three on; "
+      "the remaining gap to the published reserved is not explained")
 MISSES = {
     "T1 8b fsdp8 sac fsdp": (
         "eager op SAC: published 82.4 GiB against 77.0 compiled with the same saved set (the "
@@ -25,12 +28,16 @@ MISSES = {
         "the replay has no allocation of the eager block's recompute (many sizes, fragmenting) "
         "— that reserved surplus is not modelled"),
     "T4 70b fsdp32 tp8": (
-        "70B tp8 full AC: the loss-parallel blocks replayed (18 B per logit) leave 13 % "
+        "70B tp8 full AC: the loss-parallel blocks replayed (18 B per logit) leave 14 % "
         "unexplained — suspected TP all-gathers of the full-AC recompute (2 × 2 GiB of "
         "gathered norm outputs per layer) and the head's gathered input beside the loss "
         "blocks; not verified"),
-    **{r["id"]: PP for r in ROWS if r["memledger"]["pp"] > 1 and r["id"] not in (
-        "T5 405b pp8 Interleaved1F1B",)},
+    "T5 405b pp8 1F1B": PP,
+    "T5 405b pp8 Interleaved1F1B": PP,
+    "T6 405b pp8 fsdp1 cp8 256k": (
+        "CP 8 on 1 FSDP rank: published 84.9 GiB, 7.8 GiB above CP 4 at the same 32,768 local "
+        "tokens; the ledger's CP rows do not grow with cp at fixed local tokens (the Dec 2024 "
+        "ring attention's rotating k/v and gradient buffers are not itemised)"),
 }
 
 
@@ -49,10 +56,10 @@ def test_published_row_within_ten_percent(row):
 
 
 def test_aggregate_accuracy():
-    """13 of 20 rows within 10 %, median |error| 7.8 % at this commit: a drop shows here."""
+    """15 of 20 rows within 10 %, median |error| 8.0 % at this commit: a drop shows here."""
     s = summary([predict(r) for r in ROWS])
     assert s["rows"] == 20
-    assert s["within_bar"] >= 13, s
+    assert s["within_bar"] >= 15, s
     assert s["median_abs_error"] <= 0.08, s
     assert s["within_bar"] == len(ROWS) - len(MISSES), "MISSES must name exactly the misses"
 
