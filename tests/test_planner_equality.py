@@ -82,7 +82,8 @@ SCENARIOS = {
         profile="hf", runtime=RuntimeSpec(loop="hf-trainer")),
     "loop torchtitan, deepseek-v3 without MTP": dict(
         model="deepseek-v3", worlds=(64,), seq=2048, global_batch=64,
-        runtime=RuntimeSpec(loop="torchtitan"), constraints=Constraints(max_vpp=2)),
+        runtime=RuntimeSpec(loop="torchtitan", pp_engine="megatron"),
+        constraints=Constraints(max_vpp=2)),
     "loop deepspeed, mixtral": dict(
         model="mixtral-8x7b", worlds=(16,), seq=2048, global_batch=32,
         runtime=RuntimeSpec(loop="deepspeed", grad_buckets="deepspeed")),

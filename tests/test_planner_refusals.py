@@ -23,6 +23,15 @@ def test_a_knob_the_sweep_does_not_vectorise_is_refused_by_name(field, value):
     assert e.value.field == field, (e.value.field, str(e.value))
 
 
+def test_torchtitan_pipelines_are_torchs_so_the_sweep_refuses_them_unless_told_megatron():
+    base = dict(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(64,), seq=4096,
+                global_batch=64)
+    with pytest.raises(SpecError) as e:
+        PlanSpec(**base, runtime=RuntimeSpec(loop="torchtitan"))
+    assert e.value.field == "pp_engine" and "torch.distributed.pipelining" in str(e.value)
+    PlanSpec(**base, runtime=RuntimeSpec(loop="torchtitan", pp_engine="megatron"))
+
+
 def test_the_defaults_are_accepted():
     PlanSpec(model=model("llama3-8b"), hardware=gpu("h100"), worlds=(64,), seq=4096,
              global_batch=64, runtime=RuntimeSpec())

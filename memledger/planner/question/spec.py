@@ -122,7 +122,10 @@ class PlanSpec:
         # rank's stages and in-flight counts per stage, which the vectorised sweep does not keep
         require(self.runtime.pipeline_engine != "pytorch", "pp_engine",
                 "the planner sweeps Megatron's pipeline buffers (pp_engine auto, megatron or "
-                "deepseek), got 'pytorch'; check a layout with `memledger ledger`")
+                "deepseek), got 'pytorch'" + (" (auto under --loop torchtitan: it pipelines "
+                "with torch.distributed.pipelining; --pp-engine megatron sweeps Megatron's "
+                "order)" if self.runtime.pp_engine == "auto" else "")
+                + "; check a layout with `memledger ledger`")
         # torchtitan's FSDP2 layout (ledger.fsdp2: PP-held unsharded copies, torchtitan's units)
         # is not vectorised
         require(self.precision != "fsdp2-mixed", "precision",
