@@ -1,0 +1,109 @@
+"""Stand-ins that let Megatron-Core 0.16.1's training step run on the CPU (torch; imported by
+`memledger.engine.megatron_core` inside its gloo workers).
+
+The first three because the CPU cannot run Megatron's CUDA calls, none changing what is held;
+the last two put what the GPU kernels keep in place of a CPU kernel that keeps something else
+(each case says which it runs, and one case of each runs the original):
+  - `torch.cuda.current_device()` answers "cpu": Megatron places its buffers, RoPE frequencies
+    and token counters on the current GPU with it (models/common/embeddings/
+    rotary_pos_embedding.py:162, distributed/param_and_grad_buffer.py, optimizer/optimizer.py);
+  - a TorchFunctionMode maps a literal `device="cuda"` to the CPU (optimizer/optimizer.py:485
+    `_scale_one`, pipeline_parallel/schedules.py:596 `total_num_tokens`,
+    transformer/utils.py:35 the causal mask) and lets `Tensor.type()` answer the
+    `torch.cuda.*Tensor` names that the optimizers test parameters against
+    (optimizer/distrib_optimizer.py:361, 420): same shapes and dtypes, another device;
+  - `CudaRNGStatesTracker.fork` is a null context and the checkpoint's CUDA RNG state is the
+    CPU's (tensor_parallel/random.py: `model_parallel_cuda_manual_seed` seeds CUDA generators):
+    the forks only pick the dropout stream, and dropout is 0;
+  - core attention (case.attention="sdpa"): `scaled_dot_product_attention(is_causal=True)` in
+    place of `DotProductAttention`, standing in for TEDotProductAttention's flash kernel, the
+    attention the megatron profile models (it keeps q, k, v, output, logsumexp for backward).
+    case.attention="local" runs Megatron's DotProductAttention itself;
+  - RMSNorm (case.norm="fused"): torch.nn.RMSNorm, which the local spec builds
+    (transformer/torch_norm.py WrappedTorchNorm, Apex absent), runs as one autograd function
+    that keeps the input and the fp32 rstd, as torch's `_fused_rms_norm` CUDA kernel, TENorm and
+    Apex's FusedRMSNorm keep; torch's CPU dispatch of the same op is a decomposition
+    (torch/_decomp/decompositions.py `_fused_rms_norm`) that keeps an fp32 copy of the input and
+    of the normalised input (case.norm="torch-cpu" runs it as it is).
+"""
+from __future__ import annotations
+
+import contextlib
+
+from memledger.engine.megatron_cases import MegatronCase
+
+
+def cpu_mode(torch):
+    from torch.overrides import TorchFunctionMode
+
+    def dev(d):
+        if isinstance(d, str) and d.startswith("cuda"):
+            return "cpu"
+        return torch.device("cpu") if isinstance(d, torch.device) and d.type == "cuda" else d
+
+    class CudaOnCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+                name = func(*args)
+                return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
+            if func is torch.Tensor.cuda:
+                return args[0]
+            if "device" in kwargs:
+                kwargs["device"] = dev(kwargs["device"])
+            if func is torch.Tensor.to and len(args) > 1:
+                args = (args[0], dev(args[1]), *args[2:])
+            return func(*args, **kwargs)
+    return CudaOnCpu()
+
+
+def stand_ins(torch, case: MegatronCase) -> None:
+    from megatron.core.tensor_parallel import random as mrandom
+    torch.cuda.current_device = lambda: "cpu"
+    mrandom.CudaRNGStatesTracker.fork = lambda self, name="model-parallel-rng": \
+        contextlib.nullcontext()
+    mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
+    mrandom._set_cuda_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
+    if case.norm == "fused":
+        torch.nn.RMSNorm.forward = _fused_rms_norm(torch)
+
+
+def sdpa_attention(torch):
+    import torch.nn.functional as F
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    class SdpaAttention(DotProductAttention):
+        """Flash attention's saved set (q, k, v, out, lse) in Megatron's [s, b, n, d] layout."""
+
+        def forward(self, query, key, value, attention_mask, attn_mask_type=None,
+                    attention_bias=None, packed_seq_params=None):
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                 enable_gqa=k.shape[1] != q.shape[1])
+            s, b = query.shape[0], query.shape[1]
+            return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+    return SdpaAttention
+
+
+def _fused_rms_norm(torch):
+    class FusedRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, eps):
+            xf = x.float()
+            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+            ctx.save_for_backward(x, w, rstd)
+            return (xf * rstd * w.float()).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w, rstd = ctx.saved_tensors
+            xhat = x.float() * rstd
+            gw = (g.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+            gx = g.float() * w.float()
+            gx = rstd * (gx - xhat * (gx * xhat).mean(-1, keepdim=True))
+            return gx.to(x.dtype), gw.to(w.dtype), None
+
+    def forward(self, x):
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        return FusedRMSNorm.apply(x, self.weight, eps)
+    return forward

@@ -1,0 +1,139 @@
+"""Megatron-Core's own code on gloo CPU processes is the truth for the `megatron` profile
+(issue 27, item 3).
+
+validation/engine-megatron-core.json holds one training step of each case measured by
+`memledger validate --engine megatron-core` (megatron-core 0.16.1: GPTModel from the local layer
+spec in Float16Module, DistributedDataParallel, DistributedOptimizer over torch's AdamW,
+`get_forward_backward_func`, one gloo process per rank). The ledger re-predicts every stored
+rank on every run: static rows within 0.5 %, activations within 3 %, peak allocated within 5 %.
+One case also runs live when megatron-core is installed (it is not part of `make test`'s extras).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memledger.engine.megatron_compare import TOLERANCE, case_from_dict, compare
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = json.loads((ROOT / "validation" / "engine-megatron-core.json").read_text())
+ENTRIES = {e["case"]: e for e in STORED["measurements"]}
+RECORDS = {(r["case"], r["rank"], r["row"]): r
+           for e in STORED["measurements"]
+           for r in compare(case_from_dict(e["spec"]), e["ranks"])}
+
+
+def test_the_stored_run_is_megatron_cores_on_every_rank():
+    env = STORED["environment"]
+    assert STORED["engine"] == "megatron-core" and env["megatron_core"] == "0.16.1"
+    assert env["backend"] == "gloo"
+    for e in STORED["measurements"]:
+        spec = case_from_dict(e["spec"])
+        assert [r["rank"] for r in e["ranks"]] == list(range(spec.world))
+        assert all(r["steps_ok"] == [True, True] for r in e["ranks"]), e["case"]
+    assert {case_from_dict(e["spec"]).world for e in STORED["measurements"]} >= {1, 2}
+
+
+# The local spec's unfused RoPE computes cos and sin per call (models/common/embeddings/
+# rope_utils.py `_apply_rotary_pos_emb_bshd`) and multiplication keeps them, for q and for k:
+# 4 · s·b·dh per layer, not split by tp. V is a view of the fused QKV projection's output
+# (transformer/attention.py `get_query_key_value_tensors`: torch.split): the attention keeps it,
+# so the whole projection output stays while only its V part is in the ledger: (a + g)·dh
+# more per token (q and k are rebuilt by RoPE), split by tp.
+def local_spec_extra_bytes(spec) -> int:
+    dh = spec.hidden // spec.heads
+    tokens = spec.seq * spec.micro_batch
+    rope = 4 * tokens * dh * 2
+    qkv_view = tokens * (spec.heads + spec.kv_heads) * dh // spec.tp * 2
+    return rope + qkv_view
+
+
+CAUSE = ("the local spec keeps, per layer, RoPE's cos/sin for q and k (unfused RoPE, 4·s·b·dh) "
+         "and the fused QKV output through V's view ((a+g)·dh/tp per token), neither in the "
+         "megatron profile (TE's fused RoPE keeps only the shared freqs)")
+TORCH_NORM = ("torch's CPU dispatch of rms_norm (a decomposition) keeps an fp32 copy of the "
+              "input and of the normalised input per norm, 3·s·b·h bytes above the CUDA kernels")
+DPA = ("Megatron's DotProductAttention (local core attention) keeps the b·a·s² scores and "
+       "probabilities and GQA-expanded k, v; the megatron profile assumes flash attention")
+
+
+def known_miss(case: str, row: str) -> str | None:
+    if row not in ("activations", "activations_per_layer"):
+        return None
+    if "DotProductAttention" in case:
+        return DPA
+    if "torch-cpu" in case:
+        return TORCH_NORM
+    if "full recompute" in case:
+        return None
+    return CAUSE
+
+
+def _xfail_for(case: str, row: str, rec: dict) -> str | None:
+    """A known miss, strictly: peak rows only where the activations' miss carries it past 5 %."""
+    reason = known_miss(case, row)
+    if reason is None and row == "peak_allocated" and not rec["ok"]:
+        return known_miss(case, "activations")
+    return reason
+
+
+@pytest.mark.parametrize("key", sorted(RECORDS), ids=lambda k: f"{k[0]}-r{k[1]}-{k[2]}")
+def test_ledger_row_within_its_bar(key, request):
+    rec = RECORDS[key]
+    reason = _xfail_for(key[0], key[2], rec)
+    if reason:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    assert rec["ok"], (f"{key}: measured {rec['measured_bytes']:,} predicted "
+                       f"{rec['predicted_bytes']:,} ({100 * rec['rel_error']:+.2f}%, bar "
+                       f"{100 * rec['tolerance']:g}%)")
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(ENTRIES) if known_miss(n, "activations")
+                                  == CAUSE])
+def test_the_per_layer_miss_is_exactly_its_two_causes(name):
+    spec = case_from_dict(ENTRIES[name]["spec"])
+    for r in ENTRIES[name]["ranks"]:
+        rec = RECORDS[name, r["rank"], "activations_per_layer"]
+        assert rec["measured_bytes"] - rec["predicted_bytes"] == local_spec_extra_bytes(spec)
+
+
+def test_the_static_rows_are_the_bytes_of_megatrons_buffers():
+    """Weights and fp32 main grads are DDP's contiguous buffers; the DistributedOptimizer keeps
+    12/dp bytes per parameter (+ AdamW's 4-byte step per tensor, which the ledger ignores)."""
+    for (case, _rank, row), rec in RECORDS.items():
+        if row in ("weights", "gradients"):
+            assert rec["measured_bytes"] == rec["predicted_bytes"], (case, row)
+        if row == "optimizer":
+            assert 0 <= rec["measured_bytes"] - rec["predicted_bytes"] <= 4 * 64, case
+
+
+@pytest.mark.torch
+def test_a_live_run_measures_what_is_stored():
+    pytest.importorskip("megatron.core.models.gpt")
+    from memledger.engine.megatron_core import run_case
+    name = "gpt-local tp1 dp1"
+    live = run_case(case_from_dict(ENTRIES[name]["spec"]))
+    stored = ENTRIES[name]["ranks"]
+    for key in ("weights", "gradients", "optimizer", "activations", "activations_per_layer",
+                "peak_live"):
+        assert live[0][key] == stored[0][key], key
+
+
+def test_without_megatron_core_the_command_says_how_to_install_it():
+    code = ("import sys; sys.modules['megatron'] = None; sys.modules['megatron.core'] = None;"
+            "sys.modules['megatron.core.models.gpt'] = None; from memledger.cli import main;"
+            "sys.exit(main(['validate', '--engine', 'megatron-core']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install" in lines[0] and "megatron-core" in lines[0], lines
+
+
+def test_the_stored_file_rescores_from_the_command_line():
+    from memledger.cli import main
+    code = main(["validate", "--rescore", str(ROOT / "validation" / "engine-megatron-core.json")])
+    assert code == (0 if all(r["ok"] for r in RECORDS.values()) else 1)
