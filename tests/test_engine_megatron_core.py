@@ -36,6 +36,20 @@ def test_the_stored_run_is_megatron_cores_on_every_rank():
         assert [r["rank"] for r in e["ranks"]] == list(range(spec.world))
         assert all(r["steps_ok"] == [True, True] for r in e["ranks"]), e["case"]
     assert {case_from_dict(e["spec"]).world for e in STORED["measurements"]} >= {1, 2}
+    assert any(case_from_dict(e["spec"]).pp == 2 for e in STORED["measurements"])
+
+
+def test_the_pipeline_holds_megatrons_1f1b_staircase():
+    """1F1B at pp=2, m=4: the first stage runs pp − rank = 2 forwards before its first backward,
+    the last one; the saved tensors alive then are that many micro-batches' layers."""
+    entry = ENTRIES["gpt-local pp2 1f1b m4"]
+    spec = case_from_dict(entry["spec"])
+    for r in entry["ranks"]:
+        assert r["held"] == spec.pp - r["pp_rank"]
+        layers = spec.layers // spec.pp
+        per_layer = r["activations_per_layer"][0]
+        outside = r["saved_outside_layers"]["pre"] + r["saved_outside_layers"]["post"]
+        assert r["activations"] - r["held"] * layers * per_layer in range(0, outside + 8), r
 
 
 # The local spec's unfused RoPE computes cos and sin per call (models/common/embeddings/
@@ -73,18 +87,29 @@ def known_miss(case: str, row: str) -> str | None:
     return CAUSE
 
 
-def _xfail_for(case: str, row: str, rec: dict) -> str | None:
-    """A known miss, strictly: peak rows only where the activations' miss carries it past 5 %."""
-    reason = known_miss(case, row)
-    if reason is None and row == "peak_allocated" and not rec["ok"]:
-        return known_miss(case, "activations")
-    return reason
+PP_FIRST_STAGE_PEAK = (
+    "the first pipeline stage peaks inside a decoder layer's backward (no loss there), and the "
+    "megatron profile adds no layer backward working set (ledger/activations/transients.py "
+    "layer_backward_set: profiles with autograd_layers only): 10,469,440 B above the held "
+    "activations and their known miss (7,340,032 B); the hf profiles' formula would give "
+    "5,767,168 B; not itemised further")
+
+
+def _xfail_for(case: str, rank: int, row: str) -> str | None:
+    """A known miss, strictly: a peak only where something named carries it past 5 %."""
+    if row == "peak_allocated":
+        if "pp2" in case and rank == 0:
+            return PP_FIRST_STAGE_PEAK
+        if "torch-cpu" in case or "DotProductAttention" in case:
+            return known_miss(case, "activations")
+        return None
+    return known_miss(case, row)
 
 
 @pytest.mark.parametrize("key", sorted(RECORDS), ids=lambda k: f"{k[0]}-r{k[1]}-{k[2]}")
 def test_ledger_row_within_its_bar(key, request):
     rec = RECORDS[key]
-    reason = _xfail_for(key[0], key[2], rec)
+    reason = _xfail_for(key[0], key[1], key[2])
     if reason:
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     assert rec["ok"], (f"{key}: measured {rec['measured_bytes']:,} predicted "

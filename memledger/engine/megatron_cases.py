@@ -12,6 +12,7 @@ DistributedOptimizer over it), recompute granularity. How memledger spells the s
 |   fp32 main params + AdamW moments in the DistributedOptimizer |                               |
 | DistributedOptimizer over dp                               | zero=1                            |
 | TP (sequence parallel: refused by the local spec's torch norm) | tp, sp=False                  |
+| PP with 1F1B, deallocate_pipeline_outputs (as Megatron-LM sets it) | pp, schedule="1f1b"  |
 | recompute_granularity full, uniform, 1 layer               | recompute="full"                  |
 | no recompute                                               | recompute="none"                  |
 | flash attention (TEDotProductAttention; here SDPA)         | profile="megatron"                |
@@ -40,6 +41,8 @@ class MegatronCase:
     seq: int = 1024
     micro_batch: int = 1
     tp: int = 1
+    pp: int = 1  # Megatron's 1F1B (forward_backward_pipelining_without_interleaving)
+    micro_batches: int = 1
     sp: bool = False  # the local spec refuses it: torch_norm.py:32 (WrappedTorchNorm, no Apex)
     dp: int = 1
     recompute: str = "none"
@@ -61,19 +64,21 @@ class MegatronCase:
         if self.norm not in NORMS:
             raise SpecError("norm", f"{self.norm!r}; valid: {', '.join(NORMS)}")
         for name in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq",
-                     "micro_batch", "tp", "dp"):
+                     "micro_batch", "tp", "pp", "micro_batches", "dp"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"must be >= 1, got {getattr(self, name)}")
         if self.heads % self.kv_heads or self.kv_heads % self.tp:
             raise SpecError("kv_heads", f"heads {self.heads} / kv_heads {self.kv_heads} / tp "
                                         f"{self.tp} must divide: heads % kv_heads == kv_heads % tp == 0")
+        if self.layers % self.pp:
+            raise SpecError("pp", f"layers {self.layers} must be divisible by pp = {self.pp}")
         if self.ffn % self.tp or self.vocab % self.tp or self.seq % self.tp:
             raise SpecError("tp", f"ffn {self.ffn}, vocab {self.vocab} and seq {self.seq} must be "
                                   f"divisible by tp = {self.tp}")
 
     @property
     def world(self) -> int:
-        return self.tp * self.dp
+        return self.tp * self.pp * self.dp
 
     def hf_config(self) -> dict:
         """The same model as a Llama config.json (memledger.model.hf_config reads it)."""
@@ -89,6 +94,7 @@ CASES: tuple[MegatronCase, ...] = (
     MegatronCase(name="gpt-local tp1 dp1 full recompute", recompute="full"),
     MegatronCase(name="gpt-local tp2 dp1", tp=2),
     MegatronCase(name="gpt-local tp1 dp2 distopt", dp=2),
+    MegatronCase(name="gpt-local pp2 1f1b m4", pp=2, micro_batches=4),
     MegatronCase(name="gpt-local tp1 dp1 torch-cpu rmsnorm", norm="torch-cpu"),
     MegatronCase(name="gpt-local tp1 dp1 DotProductAttention", attention="local"),
 )
@@ -104,8 +110,8 @@ def case_by_name(name: str) -> MegatronCase:
 def ledger_config(case: MegatronCase) -> dict:
     """The same run in memledger's specs, as plain keyword dicts."""
     return {"model": {"hf_config": case.hf_config()},
-            "parallel": {"tp": case.tp, "dp": case.dp, "zero": 1, "sp": case.sp},
-            "train": {"seq": case.seq, "micro_batch": case.micro_batch, "micro_batches": 1,
+            "parallel": {"tp": case.tp, "pp": case.pp, "dp": case.dp, "zero": 1, "sp": case.sp},
+            "train": {"seq": case.seq, "micro_batch": case.micro_batch, "micro_batches": case.micro_batches,
                       "precision": "megatron", "recompute": case.recompute,
                       "profile": "megatron", "vocab_pad": 1},
             "runtime": {"loop": "megatron", "cuda_context_bytes": 0, "allocator_slack_pct": 0,

@@ -40,21 +40,22 @@ def predict(case: MegatronCase):
 
 
 def layer_activation_bytes(rank, n_layers: int) -> int:
-    """The ledger's activations of one decoder layer on this rank (its dense-layer items)."""
+    """The ledger's activations of one decoder layer and micro-batch on this rank (its
+    dense-layer items are summed over the stage's layers and the micro-batches it holds)."""
     total = sum(it.bytes for it in rank.items
                 if it.row == "activations" and it.name.startswith("dense layers /"))
-    return total // n_layers
+    return total // (n_layers * max(1, sum(n for _s, n in rank.in_flight)))
 
 
 def compare(case: MegatronCase, ranks: list[dict], led=None) -> list[dict]:
     led = led or predict(case)
     out = []
     for meas in ranks:
-        r = led.ranks[0]  # the ledger's ranks are pipeline stages; these cases have one
+        r = led.ranks[meas.get("pp_rank", 0)]  # the ledger's ranks are pipeline stages
         per_layer = max(meas["activations_per_layer"])
         pred = {"weights": r.rows["weights"], "gradients": r.rows["gradients"],
                 "optimizer": r.rows["optimizer"], "activations": r.rows["activations"],
-                "activations_per_layer": layer_activation_bytes(r, case.layers),
+                "activations_per_layer": layer_activation_bytes(r, case.layers // case.pp),
                 "peak_allocated": r.peak_allocated_bytes + meas["inputs"]}
         got = {**{k: meas[k] for k in ("weights", "gradients", "optimizer", "activations")},
                "activations_per_layer": per_layer, "peak_allocated": meas["peak_live"]}
@@ -66,6 +67,12 @@ def compare(case: MegatronCase, ranks: list[dict], led=None) -> list[dict]:
                 # under full recompute a layer keeps nothing of its own (the checkpoint keeps its
                 # input, outside the layer's forward): the activations row covers it
                 if not (row == "activations_per_layer" and case.recompute == "full")]
+        if case.pp > 1:
+            held = {str(s): n for s, n in r.in_flight}
+            out.append({"case": case.name, "rank": meas["rank"], "row": "held",
+                        "predicted_bytes": sum(held.values()), "measured_bytes": meas["held"],
+                        "rel_error": _rel(sum(held.values()), meas["held"]), "tolerance": 0.0,
+                        "ok": sum(held.values()) == meas["held"]})
     return out
 
 

@@ -37,30 +37,44 @@ def require_megatron_core() -> None:
 
 
 class _SavedByLayer:
-    """Saved-for-backward storages (parameters excluded) by the decoder layer whose forward
-    packed them ("pre" before the first layer, "post" after the last), summed when asked."""
+    """Saved-for-backward storages (parameters excluded) by the forward (micro-batch) and the
+    decoder layer that packed them ("pre" before the first layer, "post" after the last); at the
+    first unpack (this rank's first backward) the bytes still alive and the forwards run."""
 
-    def __init__(self, torch, layers):
-        from memledger.engine.probe import _is_param
+    def __init__(self, torch, model, layers):
         import weakref
-        self.where, self.saved, self.torch = "pre", {}, torch
+
+        from memledger.engine.probe import _is_param
+        self.where, self.forwards, self.saved = "pre", 0, {}
+        self.at_first_backward: dict | None = None
         self._ref, self._is_param = weakref.ref, _is_param
+        model.register_forward_pre_hook(self._forward)
         for i, layer in enumerate(layers):
             layer.register_forward_pre_hook(lambda *_, i=i: setattr(self, "where", i))
             layer.register_forward_hook(lambda *_: setattr(self, "where", "post"))
-        self.ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self.ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _forward(self, *_):
+        self.forwards += 1
+        self.where = "pre"
 
     def _pack(self, t):
         if not self._is_param(t):
             st = t.untyped_storage()
-            self.saved.setdefault(st.data_ptr(), (self._ref(st), self.where))
+            self.saved.setdefault(st.data_ptr(), (self._ref(st), self.where, self.forwards))
         return t
 
-    def alive(self) -> dict:
+    def _unpack(self, t):
+        if self.at_first_backward is None:
+            self.at_first_backward = {"activations": sum(self.alive(None).values()),
+                                      "held": self.forwards}
+        return t
+
+    def alive(self, forward: int | None = 1) -> dict:
         out: dict = {}
-        for ref, where in self.saved.values():
+        for ref, where, f in self.saved.values():
             st = ref()
-            if st is not None and st.nbytes():
+            if st is not None and st.nbytes() and forward in (None, f):
                 out[where] = out.get(where, 0) + st.nbytes()
         return out
 
@@ -75,12 +89,14 @@ def _config(case: MegatronCase, torch):
         gated_linear_unit=True, activation_func=F.silu, bias_activation_fusion=True,
         normalization="RMSNorm", add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
         tensor_model_parallel_size=case.tp, sequence_parallel=case.sp,
+        pipeline_model_parallel_size=case.pp, deallocate_pipeline_outputs=True,
         use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16,
         pipeline_dtype=torch.bfloat16, recompute_granularity="full" if full else None,
         recompute_method="uniform" if full else None, recompute_num_layers=1 if full else None)
 
 
 def _build(case: MegatronCase, torch):
+    from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -92,7 +108,8 @@ def _build(case: MegatronCase, torch):
         spec.submodules.self_attention.submodules.core_attention = sdpa_attention(torch)
     gpt = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=case.vocab,
                    max_sequence_length=case.seq, position_embedding_type="rope",
-                   share_embeddings_and_output_weights=False)
+                   share_embeddings_and_output_weights=False,
+                   pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
     # as megatron/training/training.py get_model wraps it under --bf16: every parameter in bf16
     # (torch.nn.RMSNorm's weights are built in the default dtype, fp32)
     ddp = DistributedDataParallel(cfg, DistributedDataParallelConfig(
@@ -133,7 +150,8 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
     mode = cpu_mode(torch)
     mode.__enter__()
     try:
-        ps.initialize_model_parallel(tensor_model_parallel_size=case.tp)
+        ps.initialize_model_parallel(tensor_model_parallel_size=case.tp,
+                                     pipeline_model_parallel_size=case.pp)
         torch.manual_seed(0)
         gpt, ddp, opt, cfg = _build(case, torch)
         gen = torch.Generator().manual_seed(1)  # the same batch on every tp rank
@@ -159,12 +177,10 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
             return h
         gpt.register_forward_pre_hook(hook("before_forward"))
         gpt.register_forward_hook(hook("forward_end"))
-        by_layer = _SavedByLayer(torch, gpt.decoder.layers)
-        gpt.register_forward_pre_hook(lambda *_: by_layer.ctx.__enter__() if live_ref[0] else None)
+        by_layer = _SavedByLayer(torch, gpt, gpt.decoder.layers)
 
         def forward_end(*_):
-            if live_ref[0] is not None:
-                by_layer.ctx.__exit__(None, None, None)
+            if live_ref[0] is not None and "saved" not in marks:  # the first micro-batch's
                 marks["saved"] = by_layer.alive()
         gpt.register_forward_hook(forward_end)
         fb = get_forward_backward_func()
@@ -186,7 +202,7 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
         def step():
             ddp.zero_grad_buffer()
             opt.zero_grad()
-            fb(forward_step_func=forward_step, data_iterator=None, model=[ddp], num_microbatches=1,
+            fb(forward_step_func=forward_step, data_iterator=None, model=[ddp], num_microbatches=case.micro_batches,
                seq_length=case.seq, micro_batch_size=case.micro_batch, forward_only=False)
             return opt.step()
 
@@ -199,19 +215,25 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
         base = live.current
         live.samples.clear()
         live_ref[0] = live
-        with live:
+        by_layer.forwards = 0
+        with live, by_layer.ctx:
             ok2 = step()[0]
             phase_end("optimizer_step")
         live_ref[0] = None
-        saved = marks["saved"]
-        per_layer = [saved.get(i, 0) for i in range(case.layers)]
+        saved, first_bwd = marks["saved"], by_layer.at_first_backward
+        per_layer = [saved.get(i, 0) for i in range(len(gpt.decoder.layers))]
+        # one micro-batch: the bytes its forward leaves; in a pipeline: the saved tensors alive
+        # at this rank's first backward, the micro-batches it holds then
+        one = marks["forward_end"][0] - marks["before_forward"][0]
         return {
-            "rank": rank, "steps_ok": [bool(ok1), bool(ok2)],
+            "rank": rank, "pp_rank": ps.get_pipeline_model_parallel_rank(),
+            "steps_ok": [bool(ok1), bool(ok2)],
             "weights": sum(b.param_data.untyped_storage().nbytes() for b in ddp.buffers),
             "weights_unpadded": sum(probe.nbytes(p) for p in gpt.parameters()),
             "gradients": sum(b.grad_data.untyped_storage().nbytes() for b in ddp.buffers),
             "optimizer": _distinct_bytes(_optimizer_tensors(opt)),
-            "activations": marks["forward_end"][0] - marks["before_forward"][0],
+            "activations": one if case.pp == 1 else first_bwd["activations"],
+            "saved_at_first_backward": first_bwd["activations"], "held": first_bwd["held"],
             "activations_per_layer": per_layer, "inputs": inputs,
             "saved_outside_layers": {k: saved.get(k, 0) for k in ("pre", "post")},
             "base_live": base, "phases": phases,

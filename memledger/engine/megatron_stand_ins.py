@@ -6,7 +6,10 @@ the last two put what the GPU kernels keep in place of a CPU kernel that keeps s
 (each case says which it runs, and one case of each runs the original):
   - `torch.cuda.current_device()` answers "cpu": Megatron places its buffers, RoPE frequencies
     and token counters on the current GPU with it (models/common/embeddings/
-    rotary_pos_embedding.py:162, distributed/param_and_grad_buffer.py, optimizer/optimizer.py);
+    rotary_pos_embedding.py:162, distributed/param_and_grad_buffer.py, optimizer/optimizer.py,
+    pipeline_parallel/p2p_communication.py's receive buffers), and `torch.cuda.synchronize()`
+    (p2p_communication.py:398, after batch_isend_irecv) returns at once: CPU ops and gloo's
+    waited requests are complete when they return;
   - a TorchFunctionMode maps a literal `device="cuda"` to the CPU (optimizer/optimizer.py:485
     `_scale_one`, pipeline_parallel/schedules.py:596 `total_num_tokens`,
     transformer/utils.py:35 the causal mask) and lets `Tensor.type()` answer the
@@ -60,6 +63,7 @@ def cpu_mode(torch):
 def stand_ins(torch, case: MegatronCase) -> None:
     from megatron.core.tensor_parallel import random as mrandom
     torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *a, **k: None  # CPU ops are done when they return
     mrandom.CudaRNGStatesTracker.fork = lambda self, name="model-parallel-rng": \
         contextlib.nullcontext()
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
@@ -85,23 +89,40 @@ def sdpa_attention(torch):
     return SdpaAttention
 
 
+ROWS = 128  # rows per slice: the kernels' transients (fp32 upcasts) stay a few hundred KB
+
+
 def _fused_rms_norm(torch):
     class FusedRMSNorm(torch.autograd.Function):
+        """Keeps x and the fp32 rstd; computes slice by slice, so its fp32 transients are a
+        slice's, as a fused kernel's (rows in registers), not whole fp32 copies of x."""
+
         @staticmethod
         def forward(ctx, x, w, eps):
-            xf = x.float()
-            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+            rows = x.reshape(-1, x.shape[-1])
+            out = torch.empty_like(rows)
+            rstd = torch.empty(rows.shape[0], 1, dtype=torch.float32)
+            for i in range(0, rows.shape[0], ROWS):
+                xf = rows[i:i + ROWS].float()
+                rstd[i:i + ROWS] = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+                out[i:i + ROWS] = (xf * rstd[i:i + ROWS] * w.float()).to(x.dtype)
             ctx.save_for_backward(x, w, rstd)
-            return (xf * rstd * w.float()).to(x.dtype)
+            return out.view(x.shape)
 
         @staticmethod
         def backward(ctx, g):
             x, w, rstd = ctx.saved_tensors
-            xhat = x.float() * rstd
-            gw = (g.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
-            gx = g.float() * w.float()
-            gx = rstd * (gx - xhat * (gx * xhat).mean(-1, keepdim=True))
-            return gx.to(x.dtype), gw.to(w.dtype), None
+            rows, grows = x.reshape(-1, x.shape[-1]), g.reshape(-1, x.shape[-1])
+            gx = torch.empty_like(rows)
+            gw = torch.zeros(x.shape[-1], dtype=torch.float32)
+            for i in range(0, rows.shape[0], ROWS):
+                xhat = rows[i:i + ROWS].float() * rstd[i:i + ROWS]
+                gf = grows[i:i + ROWS].float()
+                gw += (gf * xhat).sum(0)
+                gf = gf * w.float()
+                gx[i:i + ROWS] = (rstd[i:i + ROWS] * (gf - xhat * (gf * xhat).mean(
+                    -1, keepdim=True))).to(x.dtype)
+            return gx.view(x.shape), gw.to(w.dtype), None
 
     def forward(self, x):
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
