@@ -162,3 +162,19 @@ def test_the_stored_file_rescores_from_the_command_line():
     from memledger.cli import main
     code = main(["validate", "--rescore", str(ROOT / "validation" / "engine-megatron-core.json")])
     assert code == (0 if all(r["ok"] for r in RECORDS.values()) else 1)
+
+
+def test_the_cases_are_listed_without_megatron_core(capsys):
+    from memledger.cli import main
+    from memledger.engine.megatron_cases import CASES
+    assert main(["validate", "--engine", "megatron-core", "--list"]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == [c.name for c in CASES]
+
+
+def test_an_unknown_case_names_the_valid_ones():
+    from memledger.engine.megatron_cases import MegatronCase, case_by_name
+    from memledger.errors import SpecError
+    with pytest.raises(SpecError, match="gpt-local tp1 dp1"):
+        case_by_name("gpt-local tp9")
+    with pytest.raises(SpecError, match="layers 4 must be divisible by pp = 3"):
+        MegatronCase(name="x", pp=3)
