@@ -17,6 +17,7 @@ DistributedOptimizer over it), recompute granularity. How memledger spells the s
 | no recompute                                               | recompute="none"                  |
 | flash attention (TEDotProductAttention; here SDPA)         | profile="megatron"                |
 | vocab not padded (the case's vocab is a multiple of 128·tp) | vocab_pad=1                      |
+| gloo, no GPU                                               | nccl_channels=0, no CUDA context  |
 """
 from __future__ import annotations
 

@@ -9,12 +9,16 @@ RMSNorm, Megatron's Column/RowParallelLinear, bias-SwiGLU fusion) in `Float16Mod
 `get_megatron_optimizer` (DistributedOptimizer over torch's AdamW: fp32 main-param shards),
 `zero_grad_buffer` / `zero_grad`, `get_forward_backward_func()` (forward with the vocab-parallel
 cross entropy, backward, `finalize_model_grads`) and `optimizer.step()`.
-Stand-ins for the CUDA-only calls: `memledger.engine.megatron_stand_ins` (each with why it
-does not change what is held).
+Stand-ins for the CUDA-only calls and two CPU kernels: `memledger.engine.megatron_stand_ins`
+(each with why; what is held changes only where a CPU kernel is replaced by what the GPU
+kernels keep, and one case of each runs the original).
 Measured per rank (bytes): weights / gradients from DDP's param and grad buffers (their padding
 included), optimizer from the main-param shards and AdamW's states, activations as the live
-bytes the model's forward (loss included) leaves behind, per decoder layer the same across each
-layer's forward, and the peak of live bytes over the measured (second) step.
+bytes the model's forward (loss included) leaves behind (in a pipeline: the saved tensors alive
+at the rank's first backward, and the micro-batches it holds then), per decoder layer the saved
+tensors its forward packed (first micro-batch), and the peak of live bytes over the measured
+(second) step, by phase: forward+backward, gradient sync (gloo's copy, not compared), step.
+Ignores: interleaved pipelines, overlapped communication (CUDA streams), Transformer Engine.
 """
 from __future__ import annotations
 
