@@ -9,16 +9,15 @@ RMSNorm, Megatron's Column/RowParallelLinear, bias-SwiGLU fusion) in `Float16Mod
 `get_megatron_optimizer` (DistributedOptimizer over torch's AdamW: fp32 main-param shards),
 `zero_grad_buffer` / `zero_grad`, `get_forward_backward_func()` (forward with the vocab-parallel
 cross entropy, backward, `finalize_model_grads`) and `optimizer.step()`.
-Stand-ins for the CUDA-only calls and two CPU kernels: `memledger.engine.megatron_stand_ins`
-(each with why; what is held changes only where a CPU kernel is replaced by what the GPU
-kernels keep, and one case of each runs the original).
+Stand-ins for the CUDA-only calls and two CPU kernels: `engine/megatron_stand_ins.py` (each with
+why; one case of each replaced CPU kernel runs the original).
 Measured per rank (bytes): weights / gradients from DDP's param and grad buffers (their padding
 included), optimizer from the main-param shards and AdamW's states, activations as the live
 bytes the model's forward (loss included) leaves behind (in a pipeline: the saved tensors alive
 at the rank's first backward, and the micro-batches it holds then), per decoder layer the saved
 tensors its forward packed (first micro-batch), and the peak of live bytes over the measured
 (second) step, by phase: forward+backward, gradient sync (gloo's copy, not compared), step.
-Ignores: interleaved pipelines, overlapped communication (CUDA streams), Transformer Engine.
+Ignores interleaved pipelines, overlapped communication (CUDA streams), Transformer Engine.
 """
 from __future__ import annotations
 
@@ -136,11 +135,8 @@ def _optimizer_tensors(opt) -> list:
 
 
 def _distinct_bytes(tensors) -> int:
-    seen = {}
-    for t in tensors:
-        st = t.untyped_storage()
-        seen[st.data_ptr()] = st.nbytes()
-    return sum(seen.values())
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in tensors}.values())
 
 
 def measure_rank(case: MegatronCase, rank: int) -> dict:
@@ -175,7 +171,7 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
             return model(tokens, pos, None, labels=labels), loss_func
 
         def hook(key):
-            def h(*_):
+            def h(*_):  # returns None: a forward hook's value would replace the output
                 if live_ref[0] is not None:
                     marks.setdefault(key, []).append(live_ref[0].current)
             return h
