@@ -11,7 +11,7 @@ DistributedOptimizer over it), recompute granularity. How memledger spells the s
 | bf16 params, fp32 main grads (DDP grad_reduce_in_fp32),    | precision="megatron"              |
 |   fp32 main params + AdamW moments in the DistributedOptimizer |                               |
 | DistributedOptimizer over dp                               | zero=1                            |
-| TP (sequence parallel: refused by the local spec's torch norm) | tp, sp=False                  |
+| TP; sequence parallel (the local spec's torch norm refuses it: a stand-in) | tp, sp           |
 | PP with 1F1B, deallocate_pipeline_outputs (as Megatron-LM sets it) | pp, schedule="1f1b"  |
 | recompute_granularity full, uniform, 1 layer               | recompute="full"                  |
 | no recompute                                               | recompute="none"                  |
@@ -44,7 +44,7 @@ class MegatronCase:
     tp: int = 1
     pp: int = 1  # Megatron's 1F1B (forward_backward_pipelining_without_interleaving)
     micro_batches: int = 1
-    sp: bool = False  # the local spec refuses it: torch_norm.py:32 (WrappedTorchNorm, no Apex)
+    sp: bool = False  # the local spec's torch norm refuses it (torch_norm.py:32): a stand-in
     dp: int = 1
     recompute: str = "none"
     # sdpa: core attention replaced by scaled_dot_product_attention, standing in for TE's flash
@@ -60,8 +60,9 @@ class MegatronCase:
             raise SpecError("recompute", f"{self.recompute!r}; valid: {', '.join(RECOMPUTE)}")
         if self.attention not in ATTENTION:
             raise SpecError("attention", f"{self.attention!r}; valid: {', '.join(ATTENTION)}")
-        if self.sp and self.tp == 1:
-            raise SpecError("sp", "sequence parallel needs tp > 1")
+        if self.sp and (self.tp == 1 or self.norm != "fused"):
+            raise SpecError("sp", "sequence parallel needs tp > 1 and norm='fused' (the norm "
+                                  "stand-in; Megatron's torch norm refuses it)")
         if self.norm not in NORMS:
             raise SpecError("norm", f"{self.norm!r}; valid: {', '.join(NORMS)}")
         for name in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq",
@@ -94,6 +95,7 @@ CASES: tuple[MegatronCase, ...] = (
     MegatronCase(name="gpt-local tp1 dp1"),
     MegatronCase(name="gpt-local tp1 dp1 full recompute", recompute="full"),
     MegatronCase(name="gpt-local tp2 dp1", tp=2),
+    MegatronCase(name="gpt-local tp2 sp dp1", tp=2, sp=True),
     MegatronCase(name="gpt-local tp1 dp2 distopt", dp=2),
     MegatronCase(name="gpt-local pp2 1f1b m4", pp=2, micro_batches=4),
     MegatronCase(name="gpt-local tp1 dp1 torch-cpu rmsnorm", norm="torch-cpu"),

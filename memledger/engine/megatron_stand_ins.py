@@ -27,7 +27,10 @@ the last two put what the GPU kernels keep in place of a CPU kernel that keeps s
     that keeps the input and the fp32 rstd, as torch's `_fused_rms_norm` CUDA kernel, TENorm and
     Apex's FusedRMSNorm keep; torch's CPU dispatch of the same op is a decomposition
     (torch/_decomp/decompositions.py `_fused_rms_norm`) that keeps an fp32 copy of the input and
-    of the normalised input (case.norm="torch-cpu" runs it as it is).
+    of the normalised input (case.norm="torch-cpu" runs it as it is). With sequence parallel
+    (case.sp) the local spec's `WrappedTorchNorm` refuses to build (transformer/torch_norm.py:32);
+    it builds the same torch.nn.RMSNorm with its weight marked `sequence_parallel`, as Apex's
+    and TE's norms are, so its gradient is all-reduced over tp.
 """
 from __future__ import annotations
 
@@ -70,6 +73,16 @@ def stand_ins(torch, case: MegatronCase) -> None:
     mrandom._set_cuda_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
     if case.norm == "fused":
         torch.nn.RMSNorm.forward = _fused_rms_norm(torch)
+    if case.sp:
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+        def norm(cls, config, hidden_size, eps=1e-5, **_):
+            # as Apex's FusedLayerNorm (fusions/fused_layer_norm.py:119) marks its weights, so
+            # finalize_model_grads all-reduces their gradients over tp
+            n = torch.nn.RMSNorm(normalized_shape=hidden_size, eps=eps)
+            setattr(n.weight, "sequence_parallel", config.sequence_parallel)
+            return n
+        WrappedTorchNorm.__new__ = norm
 
 
 def sdpa_attention(torch):
