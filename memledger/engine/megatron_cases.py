@@ -14,6 +14,7 @@ DistributedOptimizer over it), recompute granularity. How memledger spells the s
 | TP; sequence parallel (the local spec's torch norm refuses it: a stand-in) | tp, sp           |
 | PP with 1F1B, deallocate_pipeline_outputs (as Megatron-LM sets it) | pp, schedule="1f1b"  |
 | recompute_granularity full, uniform, 1 layer               | recompute="full"                  |
+| recompute_granularity selective, modules core_attn + layernorm | recompute="selective"         |
 | no recompute                                               | recompute="none"                  |
 | flash attention (TEDotProductAttention; here SDPA)         | profile="megatron"                |
 | vocab not padded (the case's vocab is a multiple of 128·tp) | vocab_pad=1                      |
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from memledger.errors import SpecError
 
-RECOMPUTE = ("none", "full")
+RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("sdpa", "local")
 NORMS = ("fused", "torch-cpu")
 
@@ -94,6 +95,7 @@ class MegatronCase:
 CASES: tuple[MegatronCase, ...] = (
     MegatronCase(name="gpt-local tp1 dp1"),
     MegatronCase(name="gpt-local tp1 dp1 full recompute", recompute="full"),
+    MegatronCase(name="gpt-local tp1 dp1 selective recompute", recompute="selective"),
     MegatronCase(name="gpt-local tp2 dp1", tp=2),
     MegatronCase(name="gpt-local tp2 sp dp1", tp=2, sp=True),
     MegatronCase(name="gpt-local tp1 dp2 distopt", dp=2),

@@ -9,11 +9,9 @@ RMSNorm, Megatron's Column/RowParallelLinear, bias-SwiGLU fusion) in `Float16Mod
 `get_megatron_optimizer` (DistributedOptimizer over torch's AdamW: fp32 main-param shards),
 `zero_grad_buffer` / `zero_grad`, `get_forward_backward_func()` (forward with the vocab-parallel
 cross entropy, backward, `finalize_model_grads`) and `optimizer.step()`.
-Stand-ins for the CUDA-only calls and two CPU kernels: `engine/megatron_stand_ins.py` (each with
-why; one case of each replaced CPU kernel runs the original).
-Measured per rank (bytes): weights / gradients from DDP's param and grad buffers (their padding
-included), optimizer from the main-param shards and AdamW's states, activations as the live
-bytes the model's forward (loss included) leaves behind (in a pipeline: the saved tensors alive
+Stand-ins: `engine/megatron_stand_ins.py` (each with why). Measured per rank (bytes): weights /
+gradients from DDP's param and grad buffers (their padding included), optimizer from the
+main-param shards and AdamW's states, activations as the live bytes the model's forward (loss included) leaves behind (in a pipeline: the saved tensors alive
 at the rank's first backward, and the micro-batches it holds then), per decoder layer the saved
 tensors its forward packed (first micro-batch), and the peak of live bytes over the measured
 (second) step, by phase: forward+backward, gradient sync (gloo's copy, not compared), step.
@@ -94,7 +92,9 @@ def _config(case: MegatronCase, torch):
         tensor_model_parallel_size=case.tp, sequence_parallel=case.sp,
         pipeline_model_parallel_size=case.pp, deallocate_pipeline_outputs=True,
         use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16,
-        pipeline_dtype=torch.bfloat16, recompute_granularity="full" if full else None,
+        pipeline_dtype=torch.bfloat16, recompute_granularity=None if case.recompute == "none"
+        else case.recompute,  # selective: the dense modules 0.16 has (config:1197), mlp aside
+        recompute_modules=["core_attn", "layernorm"] if case.recompute == "selective" else None,
         recompute_method="uniform" if full else None, recompute_num_layers=1 if full else None)
 
 

@@ -17,7 +17,11 @@ the last two put what the GPU kernels keep in place of a CPU kernel that keeps s
     (optimizer/distrib_optimizer.py:361, 420): same shapes and dtypes, another device;
   - `CudaRNGStatesTracker.fork` is a null context and the checkpoint's CUDA RNG state is the
     CPU's (tensor_parallel/random.py: `model_parallel_cuda_manual_seed` seeds CUDA generators):
-    the forks only pick the dropout stream, and dropout is 0;
+    the forks only pick the dropout stream, and dropout is 0; `CheckpointWithoutOutput` (the
+    "layernorm" selective recompute) asks Transformer Engine whether fp8 is on even when it is
+    not (tensor_parallel/random.py:636 `self.fp8 = fp8 is not None` is True for the default
+    False, then :589 `FP8GlobalStateManager` and :592 `activation_recompute_forward`, imported only
+    with TE at :27-28): it is told "off", and TE's fp8 recompute contexts are null contexts;
   - core attention (case.attention="sdpa"): `scaled_dot_product_attention(is_causal=True)` in
     place of `DotProductAttention`, standing in for TEDotProductAttention's flash kernel, the
     attention the megatron profile models (it keeps q, k, v, output, logsumexp for backward).
@@ -71,6 +75,13 @@ def stand_ins(torch, case: MegatronCase) -> None:
         contextlib.nullcontext()
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
     mrandom._set_cuda_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
+    if not hasattr(mrandom, "FP8GlobalStateManager"):  # Transformer Engine's, absent
+        class NoFP8:
+            is_fp8_enabled = staticmethod(lambda: False)
+            get_fp8_recipe = staticmethod(lambda: None)
+        mrandom.FP8GlobalStateManager = NoFP8
+        mrandom.activation_recompute_forward = lambda **_: contextlib.nullcontext()
+        mrandom.fp8_autocast = lambda **_: contextlib.nullcontext()
     if case.norm == "fused":
         torch.nn.RMSNorm.forward = _fused_rms_norm(torch)
     if case.sp:
