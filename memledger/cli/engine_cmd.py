@@ -17,11 +17,13 @@ from memledger.errors import SpecError
 
 
 def add_flags(p) -> None:
-    p.add_argument("--engine", choices=("torch", "torchtitan"), default=None,
+    p.add_argument("--engine", choices=("torch", "torchtitan", "megatron-core"), default=None,
                    help="torch: measure every rank of a torch.distributed step (FSDP2, ZeRO-1, "
                         "TP+SP, PP); torchtitan: torchtitan's own model and parallelize code at "
                         "real scale under fake tensors (needs torchtitan: pip install -e "
-                        "'.[validation]')")
+                        "'.[validation]'); megatron-core: Megatron-Core's GPTModel (local spec), "
+                        "DDP and DistributedOptimizer on gloo CPU processes (needs megatron-core: "
+                        "pip install --no-deps 'megatron-core==0.16.1')")
     p.add_argument("--scale", choices=("cpu", "fake", "all"), default="cpu",
                    help="with --engine: real tensors on gloo CPU processes, fake mode at scale, or both")
     p.add_argument("--timeout", type=float, default=180.0, help="with --engine: seconds per case")

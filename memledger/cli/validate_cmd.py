@@ -56,6 +56,13 @@ def run(args) -> int:
             print("\n".join(c.name for c in TITAN))
             return 0
         return titan_cmd.run(args)
+    if args.engine == "megatron-core":
+        from memledger.cli import megatron_cmd
+        if args.list:
+            from memledger.engine.megatron_cases import CASES as MEGATRON
+            print("\n".join(c.name for c in MEGATRON))
+            return 0
+        return megatron_cmd.run(args)
     if args.engine:
         from memledger.cli import engine_cmd
         if args.list:
@@ -103,6 +110,9 @@ def rescore_file(path: Path) -> int:
     from memledger.safe_json import load_file
     from memledger.validation.report import rescore, worst_by_row
     doc = load_file(path, "rescore")  # bounded in size and nesting before parsing
+    if isinstance(doc, dict) and doc.get("engine") == "megatron-core":
+        from memledger.cli.megatron_cmd import report as megatron_report
+        return megatron_report(doc)
     if isinstance(doc, dict) and doc.get("engine") == "torchtitan":
         from memledger.cli.titan_cmd import report as titan_report
         return titan_report(doc)

@@ -94,7 +94,8 @@ def trackers_figure(rows: list[dict]) -> go.Figure:
     return fig
 
 
-def rows_figure(records: list[dict], case: str) -> go.Figure:
+def rows_figure(records: list[dict], case: str, engine: str = "torchtitan",
+                title: str = "") -> go.Figure:
     """One case on one rank: predicted and measured bytes per row, side by side (GiB)."""
     recs = [r for r in records if r["case"] == case and r["row"] in ROWS]
     names = [LABELS[r["row"]].replace(" ", "<br>", 1) for r in recs]  # two lines: fits a phone
@@ -102,11 +103,11 @@ def rows_figure(records: list[dict], case: str) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=[r["predicted_bytes"] / 2 ** 30 for r in recs],
                          name="memledger (predicted)", marker_color="#1F77B4"))
     fig.add_trace(go.Bar(x=names, y=[r["measured_bytes"] / 2 ** 30 for r in recs],
-                         name="torchtitan (measured)", marker_color=INK,
+                         name=f"{engine} (measured)", marker_color=INK,
                          customdata=[100 * r["rel_error"] for r in recs],
                          hovertemplate="%{x}: %{y:.3f} GiB measured, memledger "
                                        "%{customdata:+.2f}%<extra></extra>"))
-    _layout(fig, f"torchtitan at scale: {case}", "rank 0 · blue: memledger (re-derived now) · "
-            "black: torchtitan's code, measured", 420)
+    _layout(fig, title or f"{engine} at scale: {case}", "rank 0 · blue: memledger (re-derived "
+            f"now) · black: {engine}'s code, measured", 420)
     fig.update_layout(barmode="group", yaxis_title="GiB (2³⁰ bytes)")
     return fig

@@ -1,0 +1,123 @@
+"""Megatron-Core engine cases as data, and their ledger translation (pure: no torch imported).
+
+A case is one small Llama-like GPTModel built by Megatron-Core from its local layer spec
+(`get_gpt_layer_local_spec(normalization="RMSNorm")`, megatron/core/models/gpt/
+gpt_layer_specs.py: no Transformer Engine) and the layout it runs with on gloo CPU processes:
+tensor parallel degree, data parallel degree (Megatron's
+DistributedOptimizer over it), recompute granularity. How memledger spells the same run:
+
+| Megatron-Core                                              | memledger                         |
+|------------------------------------------------------------|-----------------------------------|
+| bf16 params, fp32 main grads (DDP grad_reduce_in_fp32),    | precision="megatron"              |
+|   fp32 main params + AdamW moments in the DistributedOptimizer |                               |
+| DistributedOptimizer over dp                               | zero=1                            |
+| TP; sequence parallel (the local spec's torch norm refuses it: a stand-in) | tp, sp           |
+| PP with 1F1B, deallocate_pipeline_outputs (as Megatron-LM sets it) | pp, schedule="1f1b"  |
+| recompute_granularity full, uniform, 1 layer               | recompute="full"                  |
+| recompute_granularity selective, modules core_attn + layernorm | recompute="selective"         |
+| no recompute                                               | recompute="none"                  |
+| flash attention (TEDotProductAttention; here SDPA)         | profile="megatron"                |
+| vocab not padded (the case's vocab is a multiple of 128·tp) | vocab_pad=1                      |
+| gloo, no GPU                                               | nccl_channels=0, no CUDA context  |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memledger.errors import SpecError
+
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("sdpa", "local")
+NORMS = ("fused", "torch-cpu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MegatronCase:
+    name: str
+    hidden: int = 512
+    layers: int = 4
+    heads: int = 8
+    kv_heads: int = 2
+    ffn: int = 1408
+    vocab: int = 4096
+    seq: int = 1024
+    micro_batch: int = 1
+    tp: int = 1
+    pp: int = 1  # Megatron's 1F1B (forward_backward_pipelining_without_interleaving)
+    micro_batches: int = 1
+    sp: bool = False  # the local spec's torch norm refuses it (torch_norm.py:32): a stand-in
+    dp: int = 1
+    recompute: str = "none"
+    # sdpa: core attention replaced by scaled_dot_product_attention, standing in for TE's flash
+    # attention (what the megatron profile models); local: Megatron's own DotProductAttention
+    attention: str = "sdpa"
+    # fused: torch.nn.RMSNorm keeps what the CUDA kernels keep (input + fp32 rstd: torch's
+    # _fused_rms_norm on CUDA, TENorm, Apex FusedRMSNorm); torch-cpu: torch's CPU dispatch as it
+    # is (a composite that keeps fp32 copies of the input and of the normalised input)
+    norm: str = "fused"
+
+    def __post_init__(self):
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("recompute", f"{self.recompute!r}; valid: {', '.join(RECOMPUTE)}")
+        if self.attention not in ATTENTION:
+            raise SpecError("attention", f"{self.attention!r}; valid: {', '.join(ATTENTION)}")
+        if self.sp and (self.tp == 1 or self.norm != "fused"):
+            raise SpecError("sp", "sequence parallel needs tp > 1 and norm='fused' (the norm "
+                                  "stand-in; Megatron's torch norm refuses it)")
+        if self.norm not in NORMS:
+            raise SpecError("norm", f"{self.norm!r}; valid: {', '.join(NORMS)}")
+        for name in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq",
+                     "micro_batch", "tp", "pp", "micro_batches", "dp"):
+            if getattr(self, name) < 1:
+                raise SpecError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.heads % self.kv_heads or self.kv_heads % self.tp:
+            raise SpecError("kv_heads", f"heads {self.heads} / kv_heads {self.kv_heads} / tp "
+                                        f"{self.tp} must divide: heads % kv_heads == kv_heads % tp == 0")
+        if self.layers % self.pp:
+            raise SpecError("pp", f"layers {self.layers} must be divisible by pp = {self.pp}")
+        if self.ffn % self.tp or self.vocab % self.tp or self.seq % self.tp:
+            raise SpecError("tp", f"ffn {self.ffn}, vocab {self.vocab} and seq {self.seq} must be "
+                                  f"divisible by tp = {self.tp}")
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def hf_config(self) -> dict:
+        """The same model as a Llama config.json (memledger.model.hf_config reads it)."""
+        return {"model_type": "llama", "hidden_size": self.hidden,
+                "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
+                "num_key_value_heads": self.kv_heads, "intermediate_size": self.ffn,
+                "vocab_size": self.vocab, "tie_word_embeddings": False,
+                "max_position_embeddings": self.seq, "hidden_act": "silu"}
+
+
+CASES: tuple[MegatronCase, ...] = (
+    MegatronCase(name="gpt-local tp1 dp1"),
+    MegatronCase(name="gpt-local tp1 dp1 full recompute", recompute="full"),
+    MegatronCase(name="gpt-local tp1 dp1 selective recompute", recompute="selective"),
+    MegatronCase(name="gpt-local tp2 dp1", tp=2),
+    MegatronCase(name="gpt-local tp2 sp dp1", tp=2, sp=True),
+    MegatronCase(name="gpt-local tp1 dp2 distopt", dp=2),
+    MegatronCase(name="gpt-local pp2 1f1b m4", pp=2, micro_batches=4),
+    MegatronCase(name="gpt-local tp1 dp1 torch-cpu rmsnorm", norm="torch-cpu"),
+    MegatronCase(name="gpt-local tp1 dp1 DotProductAttention", attention="local"),
+)
+BY_NAME = {c.name: c for c in CASES}
+
+
+def case_by_name(name: str) -> MegatronCase:
+    if name not in BY_NAME:
+        raise SpecError("case", f"unknown megatron-core case {name!r}; valid: " + "; ".join(BY_NAME))
+    return BY_NAME[name]
+
+
+def ledger_config(case: MegatronCase) -> dict:
+    """The same run in memledger's specs, as plain keyword dicts."""
+    return {"model": {"hf_config": case.hf_config()},
+            "parallel": {"tp": case.tp, "pp": case.pp, "dp": case.dp, "zero": 1, "sp": case.sp},
+            "train": {"seq": case.seq, "micro_batch": case.micro_batch, "micro_batches": case.micro_batches,
+                      "precision": "megatron", "recompute": case.recompute,
+                      "profile": "megatron", "vocab_pad": 1},
+            "runtime": {"loop": "megatron", "cuda_context_bytes": 0, "allocator_slack_pct": 0,
+                        "nccl_channels": 0}}  # gloo: no NCCL buffers

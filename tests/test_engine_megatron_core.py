@@ -1,0 +1,199 @@
+"""Megatron-Core's own code on gloo CPU processes is the truth for the `megatron` profile
+(issue 27, item 3).
+
+validation/engine-megatron-core.json holds one training step of each case measured by
+`memledger validate --engine megatron-core` (megatron-core 0.16.1: GPTModel from the local layer
+spec in Float16Module, DistributedDataParallel, DistributedOptimizer over torch's AdamW,
+`get_forward_backward_func`, one gloo process per rank). The ledger re-predicts every stored
+rank on every run: static rows within 0.5 %, activations within 3 %, peak allocated within 5 %.
+One case also runs live when megatron-core is installed (it is not part of `make test`'s extras).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memledger.engine.megatron_compare import TOLERANCE, case_from_dict, compare
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = json.loads((ROOT / "validation" / "engine-megatron-core.json").read_text())
+ENTRIES = {e["case"]: e for e in STORED["measurements"]}
+RECORDS = {(r["case"], r["rank"], r["row"]): r
+           for e in STORED["measurements"]
+           for r in compare(case_from_dict(e["spec"]), e["ranks"])}
+
+
+def test_the_stored_run_is_megatron_cores_on_every_rank():
+    env = STORED["environment"]
+    assert STORED["engine"] == "megatron-core" and env["megatron_core"] == "0.16.1"
+    assert env["backend"] == "gloo"
+    for e in STORED["measurements"]:
+        spec = case_from_dict(e["spec"])
+        assert [r["rank"] for r in e["ranks"]] == list(range(spec.world))
+        assert all(r["steps_ok"] == [True, True] for r in e["ranks"]), e["case"]
+    assert {case_from_dict(e["spec"]).world for e in STORED["measurements"]} >= {1, 2}
+    assert any(case_from_dict(e["spec"]).pp == 2 for e in STORED["measurements"])
+
+
+def test_the_pipeline_holds_megatrons_1f1b_staircase():
+    """1F1B at pp=2, m=4: the first stage runs pp − rank = 2 forwards before its first backward,
+    the last one; the saved tensors alive then are that many micro-batches' layers."""
+    entry = ENTRIES["gpt-local pp2 1f1b m4"]
+    spec = case_from_dict(entry["spec"])
+    for r in entry["ranks"]:
+        assert r["held"] == spec.pp - r["pp_rank"]
+        layers = spec.layers // spec.pp
+        per_layer = r["activations_per_layer"][0]
+        outside = r["saved_outside_layers"]["pre"] + r["saved_outside_layers"]["post"]
+        assert r["activations"] - r["held"] * layers * per_layer in range(0, outside + 8), r
+
+
+# The local spec's unfused RoPE computes cos and sin per call (models/common/embeddings/
+# rope_utils.py `_apply_rotary_pos_emb_bshd`) and multiplication keeps them, for q and for k:
+# 4 · s·b·dh per layer, not split by tp. V is a view of the fused QKV projection's output
+# (transformer/attention.py `get_query_key_value_tensors`: torch.split): the attention keeps it,
+# so the whole projection output stays while only its V part is in the ledger: (a + g)·dh
+# more per token (q and k are rebuilt by RoPE), split by tp.
+def local_spec_extra_bytes(spec) -> int:
+    dh = spec.hidden // spec.heads
+    tokens = spec.seq * spec.micro_batch
+    rope = 4 * tokens * dh * 2
+    qkv_view = tokens * (spec.heads + spec.kv_heads) * dh // spec.tp * 2
+    return rope + qkv_view
+
+
+CAUSE = ("the local spec keeps, per layer, RoPE's cos/sin for q and k (unfused RoPE, 4·s·b·dh) "
+         "and the fused QKV output through V's view ((a+g)·dh/tp per token), neither in the "
+         "megatron profile (TE's fused RoPE keeps only the shared freqs)")
+TORCH_NORM = ("torch's CPU dispatch of rms_norm (a decomposition) keeps an fp32 copy of the "
+              "input and of the normalised input per norm, 3·s·b·h bytes above the CUDA kernels")
+SELECTIVE = (
+    "megatron-core 0.16.1's selective recompute for a dense layer is core_attn + layernorm "
+    "(transformer_config.py:1197: no module for the activation alone; mlp is the whole MLP), "
+    "but the megatron profile's "
+    "selective also drops the SwiGLU output (mlp_act, s·b·f/tp); layernorm recompute frees the "
+    "norms' rstd too (the norm runs under no_grad); plus the local-spec items of CAUSE")
+DPA = ("Megatron's DotProductAttention (local core attention) keeps the b·a·s² scores and "
+       "probabilities and GQA-expanded k, v; the megatron profile assumes flash attention")
+
+
+def known_miss(case: str, row: str) -> str | None:
+    if row not in ("activations", "activations_per_layer"):
+        return None
+    if "DotProductAttention" in case:
+        return DPA
+    if "torch-cpu" in case:
+        return TORCH_NORM
+    if "full recompute" in case:
+        return None
+    if "selective" in case:
+        return SELECTIVE
+    return CAUSE
+
+
+PP_FIRST_STAGE_PEAK = (
+    "the first pipeline stage peaks inside a decoder layer's backward (no loss there), and the "
+    "megatron profile adds no layer backward working set (ledger/activations/transients.py "
+    "layer_backward_set: profiles with autograd_layers only): 10,469,440 B above the held "
+    "activations and their known miss (7,340,032 B); the hf profiles' formula would give "
+    "5,767,168 B; not itemised further")
+
+
+def _xfail_for(case: str, rank: int, row: str) -> str | None:
+    """A known miss, strictly: a peak only where something named carries it past 5 %."""
+    if row == "peak_allocated":
+        if "pp2" in case and rank == 0:
+            return PP_FIRST_STAGE_PEAK
+        if any(k in case for k in ("torch-cpu", "DotProductAttention", "selective")):
+            return known_miss(case, "activations")
+        return None
+    return known_miss(case, row)
+
+
+@pytest.mark.parametrize("key", sorted(RECORDS), ids=lambda k: f"{k[0]}-r{k[1]}-{k[2]}")
+def test_ledger_row_within_its_bar(key, request):
+    rec = RECORDS[key]
+    reason = _xfail_for(key[0], key[1], key[2])
+    if reason:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    assert rec["ok"], (f"{key}: measured {rec['measured_bytes']:,} predicted "
+                       f"{rec['predicted_bytes']:,} ({100 * rec['rel_error']:+.2f}%, bar "
+                       f"{100 * rec['tolerance']:g}%)")
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(ENTRIES) if known_miss(n, "activations")
+                                  == CAUSE])
+def test_the_per_layer_miss_is_exactly_its_two_causes(name):
+    spec = case_from_dict(ENTRIES[name]["spec"])
+    for r in ENTRIES[name]["ranks"]:
+        rec = RECORDS[name, r["rank"], "activations_per_layer"]
+        assert rec["measured_bytes"] - rec["predicted_bytes"] == local_spec_extra_bytes(spec)
+
+
+def test_the_selective_miss_is_the_swiglu_output_and_the_local_spec_items():
+    name = "gpt-local tp1 dp1 selective recompute"
+    spec = case_from_dict(ENTRIES[name]["spec"])
+    tokens = spec.seq * spec.micro_batch
+    act_out = tokens * spec.ffn // spec.tp * 2  # dropped by the profile, kept by megatron-core
+    rstd = 2 * tokens * 4  # recomputed by megatron-core, kept by the profile
+    rec = RECORDS[name, 0, "activations_per_layer"]
+    miss = rec["measured_bytes"] - rec["predicted_bytes"]
+    assert abs(miss - (local_spec_extra_bytes(spec) + act_out - rstd)) <= 16, miss
+
+
+def test_the_static_rows_are_the_bytes_of_megatrons_buffers():
+    """Weights and fp32 main grads are DDP's contiguous buffers; the DistributedOptimizer keeps
+    12/dp bytes per parameter (+ AdamW's 4-byte step per tensor, which the ledger ignores)."""
+    for (case, _rank, row), rec in RECORDS.items():
+        if row in ("weights", "gradients"):
+            assert rec["measured_bytes"] == rec["predicted_bytes"], (case, row)
+        if row == "optimizer":
+            assert 0 <= rec["measured_bytes"] - rec["predicted_bytes"] <= 4 * 64, case
+
+
+@pytest.mark.torch
+def test_a_live_run_measures_what_is_stored():
+    pytest.importorskip("megatron.core.models.gpt")
+    from memledger.engine.megatron_core import run_case
+    name = "gpt-local tp1 dp1"
+    live = run_case(case_from_dict(ENTRIES[name]["spec"]))
+    stored = ENTRIES[name]["ranks"]
+    for key in ("weights", "gradients", "optimizer", "activations", "activations_per_layer",
+                "peak_live"):
+        assert live[0][key] == stored[0][key], key
+
+
+def test_without_megatron_core_the_command_says_how_to_install_it():
+    code = ("import sys; sys.modules['megatron'] = None; sys.modules['megatron.core'] = None;"
+            "sys.modules['megatron.core.models.gpt'] = None; from memledger.cli import main;"
+            "sys.exit(main(['validate', '--engine', 'megatron-core']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install" in lines[0] and "megatron-core" in lines[0], lines
+
+
+def test_the_stored_file_rescores_from_the_command_line():
+    from memledger.cli import main
+    code = main(["validate", "--rescore", str(ROOT / "validation" / "engine-megatron-core.json")])
+    assert code == (0 if all(r["ok"] for r in RECORDS.values()) else 1)
+
+
+def test_the_cases_are_listed_without_megatron_core(capsys):
+    from memledger.cli import main
+    from memledger.engine.megatron_cases import CASES
+    assert main(["validate", "--engine", "megatron-core", "--list"]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == [c.name for c in CASES]
+
+
+def test_an_unknown_case_names_the_valid_ones():
+    from memledger.engine.megatron_cases import MegatronCase, case_by_name
+    from memledger.errors import SpecError
+    with pytest.raises(SpecError, match="gpt-local tp1 dp1"):
+        case_by_name("gpt-local tp9")
+    with pytest.raises(SpecError, match="layers 4 must be divisible by pp = 3"):
+        MegatronCase(name="x", pp=3)
