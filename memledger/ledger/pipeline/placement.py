@@ -2,16 +2,19 @@
 
 Everything a row needs to know about where rank r sits in the pipeline, in one value:
   stages        its virtual stages, in the order its chunks are numbered (ParallelSpec.rank_stages)
-  stage_layers  the layer indices of each of those stages (schedules.stage_layers)
+  stage_layers  the layer indices of each of those stages (schedules.stage_layers); `layers`
+                all of them in that order
   holds_first   it holds the model's first stage (embedding, first-stage tensors)
-  holds_last    it holds the last stage, the loss stage (final norm, head, logits, loss)
+  holds_last    it holds the last stage, `last_stage`, where the loss is computed (final norm,
+                head, logits, loss)
   flights       (stage, micro-batches held) at the activation peak (schedules.in_flight)
   first, last   micro-batches of the first / last stage held here (0 where it holds none)
   loss          of the last stage's, those whose loss graph is alive (schedules.last_stage_open)
-`stage_placement` is the part that needs no micro-batch count (the static rows; the planner's
-held groups); `rank_placement` adds the in-flight counts; `probe` builds one with given counts
-(the planner's coefficient probes); `only` is one stage's share (the Pipeline staircase page).
-The rules stay in `schedules`, `order` and `engines`: this module decides nothing of its own.
+`stage_placement` is the part that needs no micro-batch count (the held parameter groups of the
+planner and the advisor); `rank_placement` adds the in-flight counts; `probe` builds one with
+given counts (the planner's one-layer probes); `only` is one stage's share (the Pipeline page's
+per-stage split). The rules stay in `schedules`, `order` and `engines`: this module decides
+nothing of its own.
 """
 from __future__ import annotations
 
