@@ -65,29 +65,28 @@ class RankPlacement:
                              last=last, loss=self.loss if last else 0)
 
 
-def stage_placement(m: ModelSpec, p: ParallelSpec, r: int) -> RankPlacement:
-    """Rank r's stages and layers and whether it holds the first / last stage (no in-flight
-    counts: those need the micro-batches and the engine, `rank_placement`)."""
+def stage_placement(m: ModelSpec, p: ParallelSpec, r: int, flights=(), first: int = 0,
+                    last: int = 0, loss: int = 0) -> RankPlacement:
+    """Rank r's stages and layers and whether it holds the first / last stage; the in-flight
+    counts as given (none by default: they need the micro-batches and the engine,
+    `rank_placement`)."""
     layers, stages = stage_layers(m, p), p.rank_stages(r)
     return RankPlacement(r=r, last_stage=p.n_stages - 1, stages=stages,
                          stage_layers=tuple(layers[s] for s in stages),
-                         holds_first=r == first_stage_rank(p), holds_last=r == last_stage_rank(p))
+                         holds_first=r == first_stage_rank(p), holds_last=r == last_stage_rank(p),
+                         flights=flights, first=first, last=last, loss=loss)
 
 
 def rank_placement(m: ModelSpec, p: ParallelSpec, t, rt, r: int) -> RankPlacement:
     """Rank r's placement with the micro-batches of each of its stages in flight at the
     activation peak (TrainSpec t: micro-batches; RuntimeSpec rt: the engine and what W holds).
     SpecError when the engine refuses the micro-batch count (schedules.in_flight)."""
-    base = stage_placement(m, p, r)
     flights = in_flight(p, r, t.micro_batches, rt.pp_engine, rt.zb_w_holds)
     held = dict(flights)
-    first = held.get(0, 0) if base.holds_first else 0
-    last = held.get(base.last_stage, 0) if base.holds_last else 0
+    first = held.get(0, 0) if r == first_stage_rank(p) else 0
+    last = held.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
     loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
-    return RankPlacement(r=r, last_stage=base.last_stage, stages=base.stages,
-                         stage_layers=base.stage_layers, holds_first=base.holds_first,
-                         holds_last=base.holds_last, flights=flights, first=first, last=last,
-                         loss=loss)
+    return stage_placement(m, p, r, flights, first, last, loss)
 
 
 def probe(m: ModelSpec, p: ParallelSpec, flights, first: int = 0, last: int = 0,
