@@ -142,6 +142,7 @@ def _rows_group_by_group(index, widths, t, zs, sp):
 def test_row_tables_by_group_kind_equal_one_call_per_group(name, precision, optimizer):
     """coeffs._row_tables evaluates the groups of one kind (shard, matrix, fp32) as one
     `VecGroup`; every (group, instances) column is the group's own call's bytes."""
+    from memledger.ledger.pipeline.placement import stage_placement
     from memledger.ledger.static.held import held_groups
     from memledger.planner.memory.coeffs import _pairs, _row_tables
     from memledger.specs.parallel import ParallelSpec
@@ -151,7 +152,7 @@ def test_row_tables_by_group_kind_equal_one_call_per_group(name, precision, opti
     loop = resolve_loop(spec.runtime, t.profile)
     m = built_model(spec.model, loop)
     p = ParallelSpec(tp=2, pp=2, sp=True, layout=(m.n_layers // 2, m.n_layers - m.n_layers // 2))
-    helds = [held_groups(m, p, t, r, loop) for r in range(2)]
+    helds = [held_groups(m, p, t, stage_placement(m, p, r), loop) for r in range(2)]
     index, _, _ = _pairs(helds)
     cp, dp = np.array([[1], [2], [4], [1]]), np.array([[8], [4], [2], [4]])
     ep, etp = np.array([[1], [4], [8], [2]]), np.array([[1], [2], [1], [2]])

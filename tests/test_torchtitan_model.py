@@ -11,6 +11,7 @@ import pytest
 from memledger import build_ledger, model
 from memledger.errors import SpecError
 from memledger.ledger.activations.held import held_activations
+from memledger.ledger.pipeline.placement import probe
 from memledger.ledger.activations.row import op_saved_bytes
 from memledger.ledger.activations.torchtitan_ac import mm_sequence, op_saved
 from memledger.model.hf_config import from_hf_config
@@ -28,7 +29,7 @@ TITAN = RuntimeSpec(loop="torchtitan")
 
 
 def _acts(m, p, t, **kw):
-    return held_activations(m, p, t, ((0, 1),), 1, 1, **kw)
+    return held_activations(m, p, t, probe(m, p, ((0, 1),), first=1, last=1), **kw)
 
 
 @pytest.mark.parametrize("fused, measured", [(True, 8_421_376), (False, 7_897_088)])

@@ -48,11 +48,13 @@ class FinetuneAnswer:
 
 def trainable_pct(led: Ledger) -> float:
     """Trainable share of the most loaded rank's parameters (from its static items)."""
+    from memledger.ledger.pipeline.placement import stage_placement
     from memledger.ledger.static.held import held_groups
     from memledger.ledger.static.rows import local_params
     from memledger.specs.loop import built_model
-    held = held_groups(built_model(led.model, led.loop), led.parallel, led.train,
-                       led.most_loaded_rank, led.loop)
+    built = built_model(led.model, led.loop)
+    held = held_groups(built, led.parallel, led.train,
+                       stage_placement(built, led.parallel, led.most_loaded_rank), led.loop)
     total = sum(local_params(h, led.parallel) for h in held)
     live = sum(local_params(h, led.parallel) for h in held if not h.group.frozen)
     return 100.0 * live / total if total else 0.0

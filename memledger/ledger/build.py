@@ -1,9 +1,10 @@
 """build_ledger: the six-row memory ledger of every pipeline rank (docs/design.md §2), top-down.
 
-For each pipeline rank: which stages and micro-batches it holds (`pipeline.schedules`), its
-parameter groups and their static rows (`static.held`, moved by `static.moves`), its activation
-row (`activations.row`), its communication row (`communication`), then the runtime row and the
-peak (`runtime.finalize`); storage policies that send activations to later ranks are levelled
+For each pipeline rank: its placement, asked of the pipeline once (`pipeline.placement`: its
+stages and their layers, first / last stage, micro-batches in flight, the loss's) and handed to
+every row below; its parameter groups and their static rows (`static.held`, moved by
+`static.moves`), its activation row (`activations.row`), its communication row
+(`communication`), then the runtime row and the peak (`runtime.finalize`); storage policies that send activations to later ranks are levelled
 across the ranks last (`pipeline.remote`). Each step takes the previous step's result; nothing
 below calls back up here.
 """
@@ -23,9 +24,8 @@ from memledger.ledger.fsdp2 import (expert_sharding, logits_gathered, padding_wa
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
 from memledger.ledger.items import ROWS, RankLedger
 from memledger.ledger.torchtitan_eras import era, float8_warnings, loss_form
+from memledger.ledger.pipeline.placement import rank_placement, stage_placement
 from memledger.ledger.pipeline.remote import remote_offload
-from memledger.ledger.pipeline.schedules import (first_stage_rank, in_flight, last_stage_open,
-                                                 last_stage_rank, stage_layers)
 from memledger.ledger.runtime import RankParts, finalize, step_temporaries
 from memledger.ledger.static.engines import apply_engines, dp_rank_optimizer_bytes, greedy_applies
 from memledger.ledger.static.held import held_groups, static_items
@@ -99,30 +99,24 @@ def move_dict(mv) -> dict:
 
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loop = resolve_loop(rt, t.profile)
-    held = held_groups(m, p, t, r, loop)
-    flights = in_flight(p, r, t.micro_batches, rt.pipeline_engine, rt.zb_w_holds)
-    stage_mb = dict(flights)
-    first = stage_mb.get(0, 0) if r == first_stage_rank(p) else 0
-    last = stage_mb.get(p.n_stages - 1, 0) if r == last_stage_rank(p) else 0
+    place = rank_placement(m, p, t, rt, r)  # asked of the pipeline once, handed to every row
+    held = held_groups(m, p, t, place, loop)
     pad = expert_sharding(p, t, rt, loop)  # FSDP2's dim-0 chunks of 3-D experts (ledger.fsdp2)
     static = apply_engines(static_items(held, p, t, pad), held, p, t, rt)  # DTensor, ZeRO-1
     items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
-    loss = last_stage_open(p, r, t.micro_batches, rt) if last else 0
-    acts = held_activations(m, p, t, flights, first, last, loss, loop.loss == "chunked",
+    acts = held_activations(m, p, t, place, loop.loss == "chunked",
                             compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
                             fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop),
                             fused_norm=torchtitan_runs(t, loop))
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
-    items += stage_rope_items(m, p, t, rt, flights, acts.outer["first stage"])
-    items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, r, flights), loop)
-    stages = stage_layers(m, p)
+    items += stage_rope_items(m, p, t, rt, place, acts.outer["first stage"])
+    items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, place), loop)
     transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand)
-    loss_set = chunked_loss_transient(m, p, t, rt, loop, last)  # torchtitan's ChunkedLossWrapper
+    loss_set = chunked_loss_transient(m, p, t, rt, loop, place.last)  # torchtitan's ChunkedLossWrapper
     transients += [loss_set] if loss_set is not None else []
-    return RankParts(r=r, items=tuple(items), transients=tuple(transients),
+    return RankParts(place=place, items=tuple(items), transients=tuple(transients),
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
-                     layers=tuple(i for s in p.rank_stages(r) for i in stages[s]), flights=flights,
                      ctx=(m, p, t, loop), acts=acts)
 
 
@@ -132,7 +126,9 @@ def dp_optimizer_rows(m, p, t, rt, r: int) -> list[int] | None:
     if not greedy_applies(p, rt):
         return None
     loop = resolve_loop(rt, t.profile)
-    return dp_rank_optimizer_bytes(held_groups(built_model(m, loop), p, t, r, loop), p, t)
+    built = built_model(m, loop)
+    held = held_groups(built, p, t, stage_placement(built, p, r), loop)
+    return dp_rank_optimizer_bytes(held, p, t)
 
 
 def build_rank(m, p, t, rt, r: int) -> RankLedger:

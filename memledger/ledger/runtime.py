@@ -17,6 +17,7 @@ from memledger.ledger.activations.transients import BACKWARD_SET
 from memledger.ledger.fsdp2 import torchtitan_runs
 from memledger.ledger.items import Item, RankLedger, sum_rows
 from memledger.ledger.optimizer_step import for_loop_temporaries, with_master_cast
+from memledger.ledger.pipeline.placement import RankPlacement
 from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partition_params
 from memledger.ledger.static.rows import Held
 from memledger.ledger.timeline import Timeline, closed_peak, lifetime_item, walked_peak
@@ -78,14 +79,12 @@ def muon_workspace(held: list[Held], t: TrainSpec) -> Item:
 class RankParts:
     """A rank's items before the peak is assembled (and before any remote offload)."""
 
-    r: int
+    place: RankPlacement  # the rank's stages, layers, micro-batches in flight
     items: tuple[Item, ...]
     transients: tuple[Item, ...]
     step: Item
     moves: tuple
     host: HostSide
-    layers: tuple[int, ...]
-    flights: tuple[tuple[int, int], ...]
     ctx: tuple = ()  # (model, parallel, train, loop) for the timeline
     acts: object = None  # activations.held.HeldActivations of the rank
 
@@ -114,7 +113,7 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     else:  # closed form; the events only when asked for (RankLedger.timeline)
         shape = LazyShape(m, p, t, loop, parts, step.bytes)
         tr = fsdp_discounted(transient_classes(m, p, t, parts), fsdp_unit_bytes(parts.items, rt))
-        peak_event = closed_peak(static, fwd_bwd, tr, step.bytes, parts.flights)
+        peak_event = closed_peak(static, fwd_bwd, tr, step.bytes, parts.place.flights)
     peak_alloc = peak_event.bytes
     added = peak_alloc - static - fwd_bwd
     worst, over = transient_at_peak(parts, rt)
@@ -133,9 +132,10 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
                       f"{rt.allocator_slack_pct}% of peak allocated", "PyTorch caching allocator"))
     items.append(Item("runtime", "cuda context", rt.cuda_context_bytes,
                       "CUDA context + library handles", "docs/reference.md: 0.6 GiB on H200, PyTorch 2.11"))
-    return RankLedger(pp_rank=parts.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
+    place = parts.place
+    return RankLedger(pp_rank=place.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
-                      layers=parts.layers, in_flight=parts.flights, rows=sum_rows(items),
+                      layers=place.layers, in_flight=place.flights, rows=sum_rows(items),
                       moves=parts.moves, transfers=tuple(transfers), host=parts.host,
                       peak_event=peak_event, lazy_shape=Timeline(shape),
                       fsdp_streams=rt.zero3_impl == "fsdp")

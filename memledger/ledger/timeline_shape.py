@@ -20,7 +20,6 @@ from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
 from memledger.ledger.activations.transients import BACKWARD_SET, autocast_cache
 from memledger.ledger.fsdp2 import UNITS_KEPT, pp_walk_grads
-from memledger.ledger.pipeline.schedules import last_stage_rank, stage_layers
 from memledger.ledger.static.sharding import shard_divisor
 from memledger.model.params import layer_groups, layer_kind, padded_vocab
 from memledger.units import format_bytes
@@ -145,9 +144,10 @@ def transient_classes(m, p, t, parts) -> Transients:
             t_layer = max(t_layer, x.bytes)
         else:
             t_loss = max(t_loss, x.bytes)
-    holds_last = parts.r == last_stage_rank(p)
+    place = parts.place
+    holds_last = place.holds_last
     # the first backward starts with the loss only if the last stage has a micro-batch in flight
-    loss_first = holds_last and dict(parts.flights).get(p.n_stages - 1, 0) > 0
+    loss_first = holds_last and dict(place.flights).get(place.last_stage, 0) > 0
     last = last_stage_acts(m, p, t, parts.moves) if loss_first and t_layer else 0
     fwd_last = t_fwd if holds_last else 0
     return Transients(min(t_cache, t_fwd), fwd_last, t_loss, t_layer, last,
@@ -199,10 +199,10 @@ class LazyShape:
 
 def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
     """The timeline inputs of one rank (parts: ledger.RankParts)."""
-    stages = stage_layers(m, p)
-    flights = dict(parts.flights)
+    place = parts.place
+    flights = dict(place.flights)
     skip = graphless_layers(m, t)  # fine-tuning: leading layers keep nothing
-    kinds = Counter(layer_kind(m, i) for i in parts.layers if i >= skip)
+    kinds = Counter(layer_kind(m, i) for i in place.layers if i >= skip)
     unit, ckpt, section = _per_layer_acts(parts.moves, kinds)
     cast = _cast_per_layer(m, p, t, [k for k, n in kinds.items() if n])
     grads = _grads_by_section(parts.items)
@@ -216,10 +216,9 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
     kept = sum(i.bytes for i in parts.items if i.name.startswith(UNITS_KEPT)) if pp_held else 0
     g_layer = {k: grads[f"{k} layers"] // n for k, n in kinds.items() if n}
     every = t.checkpoint_every(m.n_layers) if t.recompute == "every-k" else 1
-    last_stage = p.n_stages - 1
+    last_stage = place.last_stage
     out, placed_g, counted = [], 0, 0
-    for s in p.rank_stages(parts.r):
-        rng = stages[s]
+    for s, rng in zip(place.stages, place.stage_layers):
         layers = []
         wrapped = interval_checkpointed(rng, t.recompute_every, counted) \
             if t.recompute == "interval" else None
@@ -245,11 +244,11 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
         out.append(StageShape(stage=s, in_flight=flights.get(s, 0), layers=tuple(layers),
                               first_acts=first, last_acts=last, end_grads=end_g, loss_grads=loss_g,
                               release_grads=stage_g - stage_g * pp_of // pp_held if pp_held else 0,
-                              release_comm=kept * len(rng) // max(1, len(parts.layers))))
+                              release_comm=kept * len(rng) // max(1, len(place.layers))))
     staircase = sum(st.in_flight * st.acts_per_mb for st in out)
     tr = transient_classes(m, p, t, parts)
     return RankShape(
-        r=parts.r, schedule=p.schedule, pp=p.pp, micro_batches=t.micro_batches,
+        r=place.r, schedule=p.schedule, pp=p.pp, micro_batches=t.micro_batches,
         on_demand=loop.on_demand, stages=tuple(out), fixed_acts=rows["activations"] - staircase,
         static_bytes=rows["weights"] + rows["optimizer"], grads=rows["gradients"],
         other_grads=(pp_held or rows["gradients"]) - placed_g,

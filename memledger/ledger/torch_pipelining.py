@@ -140,20 +140,22 @@ def pending_send_item(m, p, t, r: int, stages) -> Item:
                 "torch 2.13 torch/distributed/pipelining/schedules.py " + src)
 
 
-def pipelining_items(m, p, t, rt, r: int, flights) -> list[Item] | None:
-    """The communication items of PipelineStage's buffers on rank r (None: not pytorch)."""
+def pipelining_items(m, p, t, rt, place) -> list[Item] | None:
+    """The communication items of PipelineStage's buffers on the rank placed at `place`
+    (pipeline.placement: its stages, micro-batches in flight; None: not pytorch)."""
     if not applies(p, rt):
         return None
-    stages = p.rank_stages(r)
+    stages = place.stages
     shared = rt.loop.split("+")[0] == "torchtitan"
-    return [act_recv_item(m, p, t, stages, flights, shared), grad_recv_item(m, p, t, stages),
-            outputs_item(m, p, t, flights), pending_send_item(m, p, t, r, stages)]
+    return [act_recv_item(m, p, t, stages, place.flights, shared), grad_recv_item(m, p, t, stages),
+            outputs_item(m, p, t, place.flights), pending_send_item(m, p, t, place.r, stages)]
 
 
-def stage_rope_items(m, p, t, rt, flights, first_entries) -> list[Item]:
-    """RoPE cos/sin of every later stage of the rank, per micro-batch in flight."""
+def stage_rope_items(m, p, t, rt, place, first_entries) -> list[Item]:
+    """RoPE cos/sin of every later stage of the rank, per micro-batch in flight (`place`:
+    pipeline.placement)."""
     rope = [e for e in first_entries if e.tensor.cls == "rope"]
-    n = sum(k for s, k in flights if s != 0)
+    n = sum(k for s, k in place.flights if s != 0)
     if not applies(p, rt) or not rope or not n:
         return []
     one = sum(e.bytes for e in rope)

@@ -5,7 +5,8 @@ Two steps, each done once:
             bytes for one micro-batch on this rank, its formula and its storage decision
             (memledger.ledger.activations.policy) — the same on every rank and layer, so cached;
   held      per rank: how many layer-micro-batches of each kind it holds at the activation peak
-            (micro-batches in flight × layers of the kind in each stage, pipeline.schedules),
+            (micro-batches in flight × layers of the kind in each stage: the rank's placement,
+            pipeline.placement, computed once in build_ledger),
             how many layers one micro-batch passes through, the checkpoints every-k keeps, and
             the micro-batches of the first / last stage it holds.
 The row (`row`) and the transients (`transients`) read a `HeldActivations`; nothing below it
@@ -23,7 +24,7 @@ from memledger.ledger.activations.inventory import ActTensor, formula, tensor_by
 from memledger.ledger.activations.policy import _decision
 from memledger.ledger.activations.torchtitan_ac import fused_rms_norm, interval_checkpointed
 from memledger.ledger.activations.torchtitan_loss import replace_loss
-from memledger.ledger.pipeline.schedules import stage_layers
+from memledger.ledger.pipeline.placement import RankPlacement
 from memledger.model.flops import layer_forward_flops_per_token
 from memledger.model.params import layer_kind
 from memledger.specs.model import ModelSpec
@@ -114,9 +115,8 @@ class HeldActivations:
         return tuple(k for k in KINDS if self.layer_mbs.get(k))
 
 
-def _per_kind(m, p, flights, skip: int = 0) -> Counter:
+def _per_kind(m, stages, flights, skip: int = 0) -> Counter:
     """Layer-micro-batches by kind; the first `skip` layers keep nothing (finetune.graphless_layers)."""
-    stages = stage_layers(m, p)
     out = Counter()
     for stage, n in flights:
         for i in stages[stage]:
@@ -125,16 +125,14 @@ def _per_kind(m, p, flights, skip: int = 0) -> Counter:
     return out
 
 
-def _checkpoints(m, p, t, flights, skip: int = 0) -> int:
-    stages = stage_layers(m, p)
+def _checkpoints(m, stages, t, flights, skip: int = 0) -> int:
     k = t.checkpoint_every(m.n_layers)
     return sum(n * -(-sum(i >= skip for i in stages[s]) // k) for s, n in flights)
 
 
-def _interval_per_kind(m, p, t, flights) -> Counter:
+def _interval_per_kind(m, stages, t, flights) -> Counter:
     """interval: layer-micro-batches of the blocks torchtitan checkpoints (every k-th block the
     rank wraps, counted over its stages in order: torchtitan_ac.interval_checkpointed)."""
-    stages = stage_layers(m, p)
     out, start = Counter(), 0
     for stage, n in flights:
         layers = stages[stage]
@@ -144,35 +142,36 @@ def _interval_per_kind(m, p, t, flights) -> Counter:
     return out
 
 
-def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, flights, first: int,
-                     last: int, loss: int | None = None,
+def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPlacement,
                      chunked_loss: bool = False, compiled: bool = False,
                      logits_gathered: int = 1, fused_qkv: bool = True,
                      loss_form: str = "profile", fused_norm: bool = False) -> HeldActivations:
-    """`flights`: (stage, micro-batches held) per stage of the rank; `first`/`last`: micro-batches
-    of the first/last stage held on this rank (0 if it does not hold that stage); `loss`: of the
-    last stage's, those whose loss is alive (default: all of them;
-    memledger.ledger.pipeline.schedules.last_stage_open); `chunked_loss`: the loop's loss keeps
-    no logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE);
+    """`place` (memledger.ledger.pipeline.placement): the rank's stages and layers, its
+    (stage, micro-batches held) `flights`, the micro-batches of the first/last stage held on
+    this rank (0 if it does not hold that stage) and, of the last stage's, those whose loss is
+    alive (pipeline.schedules.last_stage_open); `chunked_loss`: the loop's loss keeps no
+    logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE);
     `loss_form`: torchtitan's compiled or DTensor loss-parallel cross-entropy in place of the
-    profile's logits tensors (memledger.ledger.activations.torchtitan_loss).
+    profile's logits tensors (memledger.ledger.activations.torchtitan_loss);
     `fused_norm`: RMSNorms keep what the fused CUDA kernel keeps (torchtitan_ac.fused_rms_norm)."""
+    flights, first, last, loss = place.flights, place.first, place.last, place.loss
+    stages = dict(zip(place.stages, place.stage_layers))
     skip = graphless_layers(m, t)  # fine-tuning: leading layers without a graph
-    layer_mbs = _per_kind(m, p, flights, skip)
+    layer_mbs = _per_kind(m, stages, flights, skip)
     ones = tuple((s, 1) for s, _ in flights)
     every_k = t.recompute == "every-k"
     interval = t.recompute == "interval"
     return HeldActivations(
-        m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, p, ones, skip)),
-        checkpoints=_checkpoints(m, p, t, flights, skip) if every_k else 0,
-        checkpoints_per_mb=_checkpoints(m, p, t, ones, skip) if every_k else 0,
-        first=first, last=last, loss=last if loss is None else loss,
+        m=m, p=p, t=t, layer_mbs=dict(layer_mbs), per_mb=dict(_per_kind(m, stages, ones, skip)),
+        checkpoints=_checkpoints(m, stages, t, flights, skip) if every_k else 0,
+        checkpoints_per_mb=_checkpoints(m, stages, t, ones, skip) if every_k else 0,
+        first=first, last=last, loss=loss,
         tables={k: kind_table(m, k, t, p, compiled, fused_norm)
                 for k, n in layer_mbs.items() if n},
         outer=replace_loss(outer_entries(m, t, p, fused_norm), loss_form, m, t, p, entry),
         chunked_loss=chunked_loss,
-        ckpt_mbs=dict(_interval_per_kind(m, p, t, flights)) if interval else None,
-        ckpt_per_mb=dict(_interval_per_kind(m, p, t, ones)) if interval else None,
+        ckpt_mbs=dict(_interval_per_kind(m, stages, t, flights)) if interval else None,
+        ckpt_per_mb=dict(_interval_per_kind(m, stages, t, ones)) if interval else None,
         compiled=compiled, logits_gathered=logits_gathered, fused_qkv=fused_qkv)
 
 

@@ -54,9 +54,10 @@ def apply_levelling(parts: list, lev: Levelling) -> list:
     """RankParts with the levelling's transfers written into their items."""
     out = []
     for x in parts:
-        items = _shrink(x.items, x.moves, lev.sent(x.r))
+        r = x.place.r
+        items = _shrink(x.items, x.moves, lev.sent(r))
         for tr in lev.transfers:
-            if tr.dst == x.r:
+            if tr.dst == r:
                 items.append(Item("activations", f"hosted for pp rank {tr.src}", tr.bytes,
                                   f"activations of pp rank {tr.src} kept here until its backward",
                                   SRC))
@@ -68,5 +69,5 @@ def remote_offload(parts: list, rt):
     """Finalised RankLedgers after the lowest-peak levelling of the offload-pp tensors."""
     lev = level_min([rank_load(x) for x in parts])
     moved = apply_levelling(parts, lev)
-    return tuple(finalize(x, rt, tuple(tr for tr in lev.transfers if x.r in (tr.src, tr.dst)))
+    return tuple(finalize(x, rt, tuple(tr for tr in lev.transfers if x.place.r in (tr.src, tr.dst)))
                  for x in moved)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from memledger.ledger import Ledger
 from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.row import activation_items, activation_moves
-from memledger.ledger.pipeline.schedules import first_stage_rank, last_stage_open, last_stage_rank
+from memledger.ledger.pipeline.placement import rank_placement
+from memledger.ledger.pipeline.schedules import last_stage_rank
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,14 @@ def rank_stage_split(led: Ledger, r: int) -> RankStages:
     """The activation row of rank r, per stage it holds (in the rank's chunk order)."""
     m, p, t, rt = led.model, led.parallel, led.train, led.runtime
     rank = led.ranks[r]
-    held = dict(rank.in_flight)
-    last_stage = p.n_stages - 1
-    holds_first, holds_last = r == first_stage_rank(p), r == last_stage_rank(p)
-    loss = last_stage_open(p, r, t.micro_batches, rt) if holds_last else 0
+    place = rank_placement(m, p, t, rt, r)
     shares = []
     for s, n in rank.in_flight:
-        first = held.get(0, 0) if holds_first and s == 0 else 0
-        last = held.get(last_stage, 0) if holds_last and s == last_stage else 0
-        acts = held_activations(m, p, t, ((s, n),), first, last, loss if last else None)
+        one = place.only(s)
+        acts = held_activations(m, p, t, one)
         items = activation_items(acts, activation_moves(acts))
         shares.append(StageShare(stage=s, micro_batches=n, bytes=sum(i.bytes for i in items),
-                                 first=bool(first), last=bool(last)))
+                                 first=bool(one.first), last=bool(one.last)))
     rest = rank.rows["activations"] - sum(x.bytes for x in shares)
     return RankStages(rank=r, stages=tuple(shares), rank_wide_bytes=max(rest, 0))
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from memledger.ledger.items import Item
 from memledger.ledger.optimizer_step import muon_coverage
-from memledger.ledger.pipeline.schedules import first_stage_rank, last_stage_rank, stage_layers
+from memledger.ledger.pipeline.placement import RankPlacement
 from memledger.ledger.static.finetune import finetune_held, frozen_layer_counts
 from memledger.ledger.static.rows import ROW_FUNCS, SOURCE_ZERO, Held, zero_note
 from memledger.ledger.fsdp2 import RULES, n_experts
@@ -26,18 +26,18 @@ from memledger.specs.train import TrainSpec
 from memledger.units import ceil_div
 
 
-def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, r: int,
+def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPlacement,
                 loop: LoopSpec | None = None) -> list[Held]:
-    """Parameter groups on rank r: its layers by kind, embedding, head, MTP modules (the loop
-    decides which optimizer owns the experts: optimizer_step.muon_coverage)."""
-    stages = stage_layers(m, p)
-    layers = [i for s in p.rank_stages(r) for i in stages[s]]
+    """Parameter groups on the rank placed at `place` (pipeline.placement: its layers, first /
+    last stage): its layers by kind, embedding, head, MTP modules (the loop decides which
+    optimizer owns the experts: optimizer_step.muon_coverage)."""
+    layers = place.layers
     held: list[Held] = []
     for kind in ("dense", "moe"):
         n = sum(layer_kind(m, i) == kind for i in layers)
         held += [Held(f"{kind} layers", g, n) for g in layer_groups(m, kind)] if n else []
     vocab = padded_vocab(m, p.tp, t.pad_multiple())
-    first, last = r == first_stage_rank(p), r == last_stage_rank(p)
+    first, last = place.holds_first, place.holds_last
     if first:
         held += [Held("embedding", g, 1) for g in embedding_groups(m, vocab)]
     if last:

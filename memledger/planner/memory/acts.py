@@ -27,6 +27,7 @@ from memledger.ledger.activations.inventory import tensor_bytes
 from memledger.ledger.activations.policy import _decision
 from memledger.ledger.activations.row import autocast_copies
 from memledger.ledger.activations.transients import autocast_cache, dense_backward_bytes
+from memledger.ledger.pipeline.placement import probe
 from memledger.model.params import layer_kind
 from memledger.planner.memory.vec import VecParallel, VecTrain, quiet
 from memledger.specs.parallel import ParallelSpec
@@ -171,14 +172,14 @@ def autocast_coefficients(m, t, tp: int, sp: bool) -> dict:
         for kind in KINDS:
             p = _one_layer(m, kind, tp, sp)
             one, two = (0, 0) if p is None else (
-                _bytes(autocast_copies(held_activations(m, p, tr, ((1, n),), 0, 0)))
+                _bytes(autocast_copies(held_activations(m, p, tr, probe(m, p, ((1, n),)))))
                 for n in (1, 2))
             if two != 2 * one:
                 raise SpecError("precision", f"the planner assumes autocast casts scale with "
                                              f"the copies in flight ({one} vs {two})")
             per.append(one)
         p = ParallelSpec(tp=tp, sp=sp)
-        per.append(_bytes(autocast_copies(held_activations(m, p, tr, (), 0, 1))))
+        per.append(_bytes(autocast_copies(held_activations(m, p, tr, probe(m, p, (), last=1)))))
         out[rc] = tuple(per)
     return out
 
@@ -188,7 +189,8 @@ def cast_cache_coefficients(m, t, tp: int, sp: bool) -> tuple:
     recompute (the only recompute mode the planner searches that has one)."""
     tr = replace(t, recompute="full")
     probes = ((kind, _one_layer(m, kind, tp, sp)) for kind in KINDS)
-    return tuple(0 if p is None else _bytes(autocast_cache(held_activations(m, p, tr, ((1, 1),), 0, 0)))
+    return tuple(0 if p is None else
+                 _bytes(autocast_cache(held_activations(m, p, tr, probe(m, p, ((1, 1),)))))
                  for _, p in probes)
 
 

@@ -25,6 +25,7 @@ from memledger.errors import SpecError
 from memledger.ledger.pipeline.engines import resolve_engine
 from memledger.ledger.pipeline.schedules import (bubble_fraction, first_stage_rank, in_flight,
                                                  last_stage_rank, stage_layers)
+from memledger.ledger.pipeline.placement import stage_placement
 from memledger.ledger.static.held import held_groups
 from memledger.model.params import layer_kind
 from memledger.planner.memory.lifetimes import backward_corners
@@ -141,6 +142,6 @@ def rank_held(m: ModelSpec, tb: PipeTables, tp: int, t: TrainSpec, cache: dict, 
         key = (tp, int(tb.n_dense[j]), int(tb.n_moe[j]), bool(tb.first[j]), bool(tb.last[j]))
         if key not in cache:
             p = p or tb.pipe.parallel(tp=tp, sp=sp)
-            cache[key] = held_groups(m, p, t, r, loop)
+            cache[key] = held_groups(m, p, t, stage_placement(m, p, r), loop)
         out.append(cache[key])
     return out
