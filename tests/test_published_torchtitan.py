@@ -21,7 +21,9 @@ PP = ("405B PP interleaved, within 2 % of torchtitan's own step under fake tenso
       "'llama3.1-405b fsdp8 tp8 pp8 Interleaved1F1B': pp rank 0 58.7 GiB allocated, compile / "
       "Float8 / async TP off there) — the published run had all three on; the 1F1B row is "
       "within the bar since the sharded gradients sit on the reduce-scatter stream's pool "
-      "(reserved._grad_stream); the interleaved rank's remaining −11 % is not explained")
+      "(reserved._grad_stream), under the replay's one block per recompute working set (per "
+      "tensor the PP rows fall to about allocated + 3 GiB: docs/torchtitan.md); the "
+      "interleaved rank's remaining −11 % is not explained")
 MISSES = {
     "T4 70b fsdp32 tp8": (
         "70B tp8 full AC: the loss-parallel blocks replayed (18 B per logit), the sharded "
