@@ -26,7 +26,7 @@ Ignores: NVLS/SHARP buffers and NCCL's proxy/host-side buffers (platform depende
 """
 from __future__ import annotations
 
-from memledger.ledger.fsdp2 import (PP_GRADS_ITEM, RULES, UNITS_KEPT, expert_sharding, fsdp2, layer_unit_params,
+from memledger.ledger.fsdp2 import (PP_GRADS_ITEM, RULES, UNITS_KEPT, expert_sharding, fsdp2, last_block_kept, layer_unit_params,
                                     pp_unsharded_grads, reshard_after_forward, torchtitan_units,
                                     unit_params)
 from memledger.ledger.items import Item
@@ -215,6 +215,7 @@ def comm_items(m, p, t, rt, held: list[Held], pp: list[Item] | None = None,
         items += z3 + (fsdp_root_items(root, t, rt) if root else [])
         if fsdp2(p, rt):
             items += fsdp2_held_items(held, p, t, rt, loop, z3[0].bytes, root)
+            items += last_block_items(max(per_layer.values(), default=0), p, t, rt, loop)
     return items
 
 
@@ -238,6 +239,20 @@ def fsdp2_held_items(held, p, t, rt, loop, gathered: int, root: int) -> list[Ite
                         f"no gradient sync before the last micro-batch: {layers + root} params × "
                         f"{g} accumulated unsharded", RULES["PP grad sync"][1]))
     return out
+
+
+def last_block_items(largest_layer_params: int, p, t, rt, loop) -> list[Item]:
+    """torchtitan 2024-12 without PP: the last block's unit is not resharded after forward, so
+    its unsharded parameters (in the gather dtype) are alive through the loss, beside the
+    resharded units' buffers. Held in the communication row for the whole step: exact at the
+    loss, one unit high in the other blocks' forward and backward (not itemised per event)."""
+    if not last_block_kept(p, t, rt, loop) or largest_layer_params == 0:
+        return []
+    w = gather_fmt(t, rt)
+    return [Item("communication", "FSDP2 last block kept unsharded (2024-12)",
+                 format_bytes(w, largest_layer_params),
+                 f"one layer unit: {largest_layer_params} params × {w}, reshard_after_forward="
+                 "False for the last block", RULES["2024-12 units"][1])]
 
 
 def root_unit_params(held: list[Held], p, sections=("embedding", "head")) -> int:

@@ -36,6 +36,7 @@ Megatron's experts are one 2-D weight per expert (no 3-D tensor to pad).
 from __future__ import annotations
 
 from memledger.ledger.static.sharding import shard_divisor, zero_group
+from memledger.ledger.torchtitan_eras import era
 from memledger.model.params import layer_groups
 from memledger.units import ceil_div
 
@@ -52,6 +53,10 @@ RULES = {  # rule -> (what it says, where it comes from)
                       "_fsdp_param.py (to_accumulated_grad_if_needed)"),
     "torchtitan units": ("[norm, lm_head] kept unsharded unless 'always'; tok_embeddings resharded",
                       "torchtitan/distributed/fsdp.py (apply_fsdp_to_decoder)"),
+    "2024-12 units": ("blocks + the root (embedding, norm, head) kept unsharded; the last block "
+                      "not resharded after forward (non-PP default policy)",
+                      "torchtitan 2024-12 parallelisms/parallelize_llama.py (apply_fsdp); torch "
+                      "2024 _composable/fsdp/_fsdp_state.py (_lazy_init)"),
     "mixed precision": ("bf16 all-gather output, fp32 reduce-scatter input",
                       SRC_FSDP + "_fsdp_collectives.py (foreach_all_gather, foreach_reduce)"),
 }
@@ -116,10 +121,18 @@ def torchtitan_units(p, t, rt, loop) -> tuple[str, ...]:
     root (embedding, final norm, head; _fsdp_state.py _lazy_init). torchtitan: [norm, lm_head]
     is its own unit with reshard_after_forward only under "always"; tok_embeddings its own unit
     resharded like the layers (fsdp.py apply_fsdp_to_decoder)."""
-    if not torchtitan_runs(t, loop):
+    if not torchtitan_runs(t, loop) or era(rt).root_unit:  # 2024-12: one root unit
         return ("embedding", "head")
     keep = () if rt.fsdp_reshard_after_forward == "always" else ("head",)
     return keep + (() if reshard_after_forward(p, t, rt, loop) else ("embedding",))
+
+
+def last_block_kept(p, t, rt, loop) -> bool:
+    """torchtitan 2024-12's "default" policy without PP: the last block's unit has
+    reshard_after_forward=False ("FSDP would prefetch it immediately"), so one layer unit stays
+    unsharded from the last forward through the loss to its backward (RULES["2024-12 units"])."""
+    return (fsdp2(p, rt) and torchtitan_runs(t, loop) and era(rt).root_unit
+            and rt.fsdp_reshard_after_forward == "default" and p.pp == 1)
 
 
 def pp_unsharded_grads(p, t, rt, loop) -> bool:

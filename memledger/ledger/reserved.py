@@ -7,7 +7,10 @@ The timeline has aggregates, not tensors, so the allocation list is derived (app
               parameters; PyTorch allocates one tensor per parameter, so the 2 MiB rounding of
               each large tensor's segment is undercounted: at most 2 MiB per parameter tensor)
   gradients   each rise of the gradient column one allocation (on-demand: per layer, at its
-              backward), all freed at zero_grad; persistent gradients one allocation up front
+              backward), all freed at zero_grad; persistent gradients one allocation up front.
+              Under FSDP2 the sharded gradients are views of the reduce-scatter output, which
+              is allocated on the reduce-scatter stream (_grad_stream); PP's unsharded fp32
+              gradients, accumulated by autograd, on the default stream
   activations each rise one allocation tagged with its (stage, micro-batch); each fall frees
               that micro-batch's most recent allocations (a layer's saved tensors as one block)
   buffers     the communication items, allocated at the first event and freed before the
@@ -59,6 +62,8 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
         a.malloc(size)
     grads, acts, comm = [], {}, []
     level = {"g": 0, "a": 0, "c": 0}
+    pp_unsharded = any(i.name == PP_GRADS_ITEM and i.bytes > 0 for i in rank.items)
+    fsdp_sharded = fsdp and any(i.name in FSDP_UNIT_ITEMS and i.bytes > 0 for i in rank.items)
     for ev in rank.timeline:
         if ev.communication > level["c"] and not comm:
             comm = [a.malloc(b, s) for b, s in _comm_blocks(rank, fsdp)]
@@ -68,11 +73,14 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
                 a.free(b)
             comm, level["c"] = [], 0
         if ev.gradients > level["g"]:
-            grads.append(a.malloc(ev.gradients - level["g"]))
+            grads.append(a.malloc(ev.gradients - level["g"],
+                                  _grad_stream(fsdp_sharded, rising=True, pp_unsharded=pp_unsharded)))
         elif ev.gradients < level["g"]:
             for b in grads:
                 a.free(b)
-            grads = [a.malloc(ev.gradients)] if ev.gradients else []
+            grads = [a.malloc(ev.gradients, _grad_stream(fsdp_sharded, rising=False,
+                                                         pp_unsharded=pp_unsharded))
+                     ] if ev.gradients else []
         level["g"] = ev.gradients
         _move_acts(a, acts, (ev.stage, ev.micro_batch), ev.activations - level["a"])
         level["a"] = ev.activations
@@ -80,6 +88,21 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
             _transient(a, ev, comm, loss_side_free=fsdp and not rank.shape.on_demand,
                        blocks=_blocks(rank.shape, ev))
     return a
+
+
+def _grad_stream(fsdp_sharded: bool, rising: bool, pp_unsharded: bool) -> str:
+    """The stream a gradient-column allocation is made on. FSDP2's sharded gradients are
+    `torch.as_strided` views of the reduce-scatter output, allocated inside
+    `with stream(reduce_scatter_stream)` (torch distributed/fsdp/_fully_shard/
+    _fsdp_collectives.py `foreach_reduce`: "the RS output is allocated in the RS stream and
+    used in the default stream (for optimizer)"), so zero_grad returns them to that stream's
+    pool, which the default stream's activations and loss cannot reuse. Under PP × FSDP2 a
+    rise of the column is the unsharded fp32 gradients that autograd accumulates on the
+    default stream (`_fsdp_param.py` `to_accumulated_grad_if_needed`); what is left after a
+    fall (a stage's last backward reduce-scattered) is sharded, on the reduce-scatter stream."""
+    if not fsdp_sharded or (rising and pp_unsharded):
+        return "default"
+    return "reduce-scatter"
 
 
 LOSS_SIDE = ("forward", "loss-forward", "loss-backward")

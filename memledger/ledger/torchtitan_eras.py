@@ -8,6 +8,11 @@ from at that commit:
   torch_loss_par   whether loss parallel (tp > 1) runs torch's DTensor `loss_parallel()` ops
                    (torch/distributed/tensor/parallel/loss.py) — their transients are in
                    memledger.ledger.activations.torchtitan_loss
+  root_unit        FSDP2 units are the blocks and the root model only (tok_embeddings, norm and
+                   output in the root unit, which torch's 2024 `_lazy_init` never reshards
+                   after forward), and the "default" policy keeps the last block unsharded
+                   from its forward to its backward (ledger.fsdp2.torchtitan_units,
+                   last_block_kept); later eras wrap tok_embeddings and [norm, output] apart
 The loss form a rank runs (`loss_form`): "compiled" (inductor fuses cross-entropy), "dtensor"
 (torch's eager vocab-parallel log_softmax / nll_loss), or "profile" (the activation profile's own
 materialised loss: transformers-style fused log_softmax, which eager torchtitan without TP runs).
@@ -31,26 +36,31 @@ class Era(NamedTuple):
     fused_qkv: bool
     compiles_loss: bool
     torch_loss_parallel: bool
+    root_unit: bool
     source: str
 
 
 ERAS = {
-    "0.3": Era(True, False, False,
+    "0.3": Era(True, False, False, False,
                "torchtitan 0.3 models/common/attention.py (wqkv); components/loss.py "
                "ChunkedLossWrapper / _LossParallelCrossEntropy (its own vocab-parallel CE)"),
-    "0.2": Era(False, True, True,
+    "0.2": Era(False, True, True, False,
                "torchtitan 0.2 config/job_config.py Compile.components = ['model', 'loss']; "
                "components/loss.py build_cross_entropy_loss (torch.compile when 'loss' in "
                "components); distributed/utils.py get_train_context (loss_parallel())"),
-    "2025-06": Era(False, True, True,
+    "2025-06": Era(False, True, True, False,
                    "torchtitan e7c0cae (2025-06-13) components/loss.py build_cross_entropy_loss: "
                    "`if job_config.training.compile: loss_fn = torch.compile(loss_fn)`; "
                    "distributed/utils.py get_train_context (loss_parallel())"),
-    "2024-12": Era(False, False, True,
+    "2024-12": Era(False, False, True, True,
                    "torchtitan 9dec370 (2024-12-26) train.py: `# TODO: compiling loss function "
                    "causes CUDA errors, turning off for now` (loss_fn eager); "
                    "parallelisms/parallelize_llama.py apply_compile (per TransformerBlock only); "
-                   "utils.get_train_context (loss_parallel())"),
+                   "utils.get_train_context (loss_parallel()); parallelize_llama.py apply_fsdp "
+                   "(read at 004b314 and 582fe7d, either side of 9dec370): fully_shard per "
+                   "block with `reshard_after_forward = int(layer_id) < len(model.layers) - 1` "
+                   "unless PP, then fully_shard(model); torch 2024 _composable/fsdp/"
+                   "_fsdp_state.py _lazy_init: the root's post_forward_mesh_info = None"),
 }
 
 
