@@ -77,11 +77,6 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
         "V/tp = 64,128) fp32 logits, their log-softmax and its gradient (3 × 1.05 GB) beside "
         "the fp32 hidden-states gradient, beyond the last-chunk set ledger.chunked_loss "
         "itemises; with full AC and CP the rest is small: 17.6 % low",
-    ("llama3-8b fsdp2 pp4 1f1b full-ac last stage", "activations"):
-        "the last stage's final-norm output is both the stage output in fwd_cache (which the "
-        "harness leaves out of a PP stage's activations) and the chunked loss's input (which "
-        "the ledger's activations row keeps): 2·h bytes per token of the micro-batch in flight "
-        "(8,192 × 4,096 × 2 = 67 MB of the 71 MB over); the peak is within its bar",
 }
 
 

@@ -18,7 +18,7 @@ from memledger.validation.published_titan import BAR, load, predict, specs, summ
 
 ROWS = load()
 PP = ("405B PP interleaved, within 2 % of torchtitan's own step under fake tensors (engine case "
-      "'llama3.1-405b fsdp8 tp8 pp8 Interleaved1F1B': pp rank 0 58.7 GiB allocated, compile / "
+      "'llama3.1-405b fsdp8 tp8 pp8 Interleaved1F1B': pp rank 0 57.7 GiB allocated, compile / "
       "Float8 / async TP off there) — the published run had all three on; the 1F1B row is "
       "within the bar since the sharded gradients sit on the reduce-scatter stream's pool "
       "(reserved._grad_stream), under the replay's one block per recompute working set (per "

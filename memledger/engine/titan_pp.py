@@ -196,11 +196,13 @@ def _cached(sched, inputs: bool) -> int:
     """Bytes held in `fwd_cache` until each micro-batch's backward, each storage once: the stage
     outputs (sent to the next stage; the ledger's 'pipelining stage outputs (fwd_cache)'), or
     the inputs of non-first stages — their receive buffers, which the first checkpointed layer
-    keeps as its input."""
+    keeps as its input. The last stage's outputs are left out: under ChunkedLossWrapper
+    (`_skip_lm_head`) they are the final norm's output, the loss's input, which the ledger
+    counts in the activations row (`head.in`), not as a stage output."""
     from memledger.engine.probe import local
     seen = {}
     for s in _stages(sched):
-        if inputs and s.is_first:
+        if inputs and s.is_first or not inputs and s.is_last:
             continue
         for outs, ins in s.fwd_cache.values():
             for o in (ins if inputs else outs):

@@ -45,6 +45,7 @@ from __future__ import annotations
 from memledger.ledger.activations.inventory import ActTensor, tensor_bytes
 from memledger.ledger.communication import boundary_bytes
 from memledger.ledger.items import Item
+from memledger.specs.loop import resolve_loop
 
 SRC_STAGE = "torch 2.13 torch/distributed/pipelining/stage.py (PipelineStage)"
 
@@ -87,14 +88,20 @@ def grad_recv_item(m, p, t, stages) -> Item:
                 SRC_STAGE + " _setup_backward_recv_info / _create_grad_recv_info")
 
 
-def outputs_item(m, p, t, flights) -> Item:
+def outputs_item(m, p, t, flights, chunked_loss: bool = False) -> Item:
+    """Stage outputs kept in fwd_cache. The last stage's are its logits — unless the loss is
+    chunked (torchtitan's ChunkedLossWrapper sets `_skip_lm_head`, the stage returns the final
+    norm's output and the loss applies the head per chunk, components/loss.py): that tensor is
+    the head's input the activations row already holds (`head.in`), so it adds nothing here."""
     last = p.n_stages - 1
     mid = sum(n for s, n in flights if s != last)
-    end = sum(n for s, n in flights if s == last)
+    end = 0 if chunked_loss else sum(n for s, n in flights if s == last)
     b, lg = boundary_bytes(m, p, t), logits_bytes(m, p, t)
+    tail = ("; the last stage's outputs are the chunked loss's input, in the activations row"
+            if chunked_loss else "")
     return Item("communication", "pipelining stage outputs (fwd_cache)", mid * b + end * lg,
-                f"{mid} in-flight micro-batches × B + {end} × logits ({lg} B: b·s/cp × V/tp × act)",
-                SRC_STAGE + " forward_one_chunk / backward_one_chunk (fwd_cache)")
+                f"{mid} in-flight micro-batches × B + {end} × logits ({lg} B: b·s/cp × V/tp × "
+                f"act){tail}", SRC_STAGE + " forward_one_chunk / backward_one_chunk (fwd_cache)")
 
 
 def warmup_forwards(p, t, stage: int) -> int:
@@ -148,7 +155,8 @@ def pipelining_items(m, p, t, rt, place) -> list[Item] | None:
     stages = place.stages
     shared = rt.loop.split("+")[0] == "torchtitan"
     return [act_recv_item(m, p, t, stages, place.flights, shared), grad_recv_item(m, p, t, stages),
-            outputs_item(m, p, t, place.flights), pending_send_item(m, p, t, place.r, stages)]
+            outputs_item(m, p, t, place.flights, resolve_loop(rt, t.profile).loss == "chunked"),
+            pending_send_item(m, p, t, place.r, stages)]
 
 
 def stage_rope_items(m, p, t, rt, place, first_entries) -> list[Item]:
