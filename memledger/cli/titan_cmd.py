@@ -27,7 +27,8 @@ def environment() -> dict:
                          "out, logsumexp); RMSNorm -> the CUDA _fused_rms_norm autograd node "
                          "(saves input, weight, rstd); trunc_normal_ init skipped; meshes on cpu; "
                          "compiled loss run eager; CP: no BlockMask built; EP: balanced "
-                         "all-to-all splits (T*K/ep per peer)"}
+                         "all-to-all splits (T*K/ep per peer); PP: stage metadata as pp rank 0 "
+                         "sends it, the warm-up vote answered, compile and Float8 off"}
 
 
 def report(doc: dict) -> int:
