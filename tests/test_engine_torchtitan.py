@@ -70,14 +70,7 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
 
 # Misses, with their cause (docs/torchtitan.md, Limits). Strict: a fix turns them into failures
 # to be removed from this table.
-KNOWN_MISSES: dict[tuple[str, str], str] = {
-    ("llama3-8b fsdp4 tp2 cp2 full-ac seq65536", "peak_allocated"):
-        "the chunked loss's transients are not modelled (the ledger's chunked loss keeps no "
-        "logits-sized tensor): per chunk (32,768 local tokens / 8 chunks = 4,096 tokens × "
-        "V/tp = 64,128) fp32 logits, their log-softmax and its gradient (3 × 1.05 GB) beside "
-        "the fp32 hidden-states gradient, beyond the last-chunk set ledger.chunked_loss "
-        "itemises; with full AC and CP the rest is small: 17.6 % low",
-}
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))

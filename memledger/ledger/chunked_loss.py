@@ -20,6 +20,11 @@ at the last chunk's post-backward:
   the chunk's logits (the loop's `logits` name keeps them
   alive through chunk_loss.backward())                    ⌈T/8⌉ · V_l × bf16
 
+With tp > 1 the chunk's cross-entropy is `_LossParallelCrossEntropy` (components/loss.py):
+its backward holds, before the head's post-backward, the saved fp32 log-probs, `zeros_like`
+grad_input, `exp(log_probs)` and their sum (then the product), 4 × ⌈T/8⌉·V_l × fp32 — the set
+is the larger of that and the reduce-scatter's two buffers.
+
 V_l = vocab / tp (ColwiseParallel head), h = hidden, T = b·s/cp tokens (the norm's output is
 replicated over tp before chunking), z = dp·cp (the FSDP shard group). The head's unsharded
 bf16 weight is the "root unit unsharded" communication item; no layer unit is gathered at the
@@ -53,12 +58,16 @@ def chunked_loss_transient(m, p, t, rt, loop, last: int) -> Item | None:
     h, z, tokens = m.hidden, p.dense_dp, tokens_on_rank(t, p)
     v = ceil_div(padded_vocab(m, p.tp, t.pad_multiple()), p.tp)
     red, act = t.recipe.reduce_fmt, t.recipe.param_fmt
-    rows = ceil_div(v, z)
+    rows, chunk = ceil_div(v, z), ceil_div(tokens, NUM_CHUNKS)
     parts = (format_bytes(red, v * h), format_bytes(red, rows * z * h),
              format_bytes(red, rows * h), format_bytes("fp32", tokens * h),
-             format_bytes(act, ceil_div(tokens, NUM_CHUNKS) * v))
-    return Item("runtime", NAME, sum(parts),
-                f"V_l·h × {red} accumulated head gradient {parts[0]} + its reduce-scatter input "
-                f"⌈V_l/z⌉·z·h × {red} {parts[1]} + output {parts[2]} + GradAccumulator T·h × fp32 "
-                f"{parts[3]} + one chunk's logits ⌈T/{NUM_CHUNKS}⌉·V_l × {act} {parts[4]}; "
-                f"V_l = {v}, h = {h}, T = {tokens} (b·s/cp), z = {z} (dp·cp)", SRC)
+             format_bytes(act, chunk * v))
+    ce = 4 * format_bytes("fp32", chunk * v) if p.tp > 1 else 0  # loss-parallel CE backward
+    rs = parts[1] + parts[2]
+    return Item("runtime", NAME, parts[0] + parts[3] + parts[4] + max(rs, ce),
+                f"V_l·h × {red} accumulated head gradient {parts[0]} + GradAccumulator T·h × "
+                f"fp32 {parts[3]} + one chunk's logits ⌈T/{NUM_CHUNKS}⌉·V_l × {act} {parts[4]} + "
+                f"the larger of the reduce-scatter input ⌈V_l/z⌉·z·h × {red} + output ({rs})"
+                + (f" and the loss-parallel CE backward 4 × ⌈T/{NUM_CHUNKS}⌉·V_l × fp32 ({ce})"
+                   if ce else "")
+                + f"; V_l = {v}, h = {h}, T = {tokens} (b·s/cp), z = {z} (dp·cp)", SRC)
