@@ -26,11 +26,11 @@ SCHEDULES = {
 }
 
 
-def runs(schedule: str, pp: int, m: int) -> bool:
-    """Whether some pipeline engine runs m micro-batches of the schedule on pp ranks (the
-    ledger refuses the others: memledger.ledger.pipeline.engines)."""
+def runs(schedule: str, pp: int, m: int, engine: str = "auto") -> bool:
+    """Whether the pipeline engine (auto: some engine) runs m micro-batches of the schedule on
+    pp ranks (the ledger refuses the others: memledger.ledger.pipeline.engines)."""
     try:
-        resolve_engine(schedule, "auto", pp, m)
+        resolve_engine(schedule, engine, pp, m)
     except SpecError:
         return False
     return True
@@ -52,7 +52,8 @@ def live(r, e):
 @pytest.mark.parametrize("loop", list(LOOPS))
 @pytest.mark.parametrize("recompute,precision", [("none", "megatron"), ("full", "amp")])
 def test_peak_allocated_is_the_maximum_of_the_timeline(loop, schedule, recompute, precision):
-    for m in (m for m in (1, 2, 3, 8) if runs(schedule, SCHEDULES[schedule]["pp"], m)):
+    engine = RuntimeSpec(loop=loop).pipeline_engine  # torchtitan: torch.distributed.pipelining
+    for m in (m for m in (1, 2, 3, 8) if runs(schedule, SCHEDULES[schedule]["pp"], m, engine)):
         led = ledger(loop, schedule, m, recompute=recompute, precision=precision)
         for r in (r for r in led.ranks if r.shape.feasible):  # see RankShape.feasible
             evs = r.timeline

@@ -96,15 +96,17 @@ def rescore(doc: dict) -> list[dict]:
 
 
 def load_runs(folder) -> tuple[list[dict], list[str]]:
-    """Every engine-*.json in `folder` (docs), and one problem line per file that cannot be read."""
+    """Every engine-*.json of the torch engine in `folder` (docs), and one problem line per file
+    that cannot be read. Other engines' files (torchtitan, Megatron-Core: their `engine` field)
+    are theirs to re-predict (engine/titan_compare.py, engine/megatron_compare.py)."""
     import json
     from pathlib import Path
     docs, problems = [], []
     for path in sorted(Path(folder).glob("engine-*.json")):
-        if path.name == "engine-torchtitan.json":  # torchtitan's runs: engine/titan_compare.py
-            continue
         try:
             doc = json.loads(path.read_text())
+            if isinstance(doc, dict) and doc.get("engine", "torch") != "torch":
+                continue
             rescore(doc)  # fails here, not on the page, if a stored case no longer builds
             docs.append(doc)
         except (OSError, ValueError, KeyError, TypeError) as e:

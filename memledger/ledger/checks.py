@@ -73,3 +73,10 @@ def check_runtime(p: ParallelSpec, t: TrainSpec, rt) -> None:
         raise SpecError("torch_compile", "recompute=memory-budget is torch.compile's partitioner "
                                          "(torchtitan MemoryBudgetAC requires compile); set "
                                          "torch_compile=True (--torch-compile)")
+    if p.pp > 1 and rt.pipeline_engine != rt.pp_engine:  # auto made concrete by the loop
+        try:
+            resolve_engine(p.schedule, rt.pipeline_engine, p.pp, t.micro_batches)
+        except SpecError as e:
+            raise SpecError(e.field, f"{e.message} (--loop {rt.loop} pipelines with "
+                                     "torch.distributed.pipelining; --pp-engine models another "
+                                     "engine's order)") from None
