@@ -53,8 +53,8 @@ ERAS = {
                    "`if job_config.training.compile: loss_fn = torch.compile(loss_fn)`; "
                    "distributed/utils.py get_train_context (loss_parallel())"),
     "2024-12": Era(False, False, True, True,
-                   "torchtitan 9dec370 (2024-12-26) train.py: `# TODO: compiling loss function "
-                   "causes CUDA errors, turning off for now` (loss_fn eager); "
+                   "torchtitan 9dec370 (2024-12-26) train.py: loss_fn left eager (its comment: "
+                   "compiling the loss caused CUDA errors); "
                    "parallelisms/parallelize_llama.py apply_compile (per TransformerBlock only); "
                    "utils.get_train_context (loss_parallel()); parallelize_llama.py apply_fsdp "
                    "(read at 004b314 and 582fe7d, either side of 9dec370): fully_shard per "
