@@ -19,9 +19,9 @@ Ignores interleaved pipelines, overlapped communication (CUDA streams), Transfor
 """
 from __future__ import annotations
 
-import importlib
 import time
 
+from memledger.engine.extras import require_module
 from memledger.engine.megatron_cases import MegatronCase
 from memledger.engine.megatron_stand_ins import cpu_mode, sdpa_attention, stand_ins
 
@@ -29,12 +29,7 @@ INSTALL = "pip install --no-deps 'megatron-core==0.16.1'   (or: pip install -e '
 
 
 def require_megatron_core() -> None:
-    try:
-        importlib.import_module("megatron.core.models.gpt")
-    except ImportError as e:
-        from memledger.errors import SpecError
-        raise SpecError("engine", f"megatron-core is not installed ({e}); install it with: "
-                                  f"{INSTALL}") from None
+    require_module("megatron.core.models.gpt", "megatron-core", INSTALL)
 
 
 class _SavedByLayer:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import importlib
 import time
 
+from memledger.engine.extras import require_module
 from memledger.engine.titan_cases import TitanCase
 from memledger.engine.titan_parallel import (balanced_token_counts, flex_shaped_attention,
                                              step_inputs)
@@ -53,12 +54,7 @@ INSTALL = "pip install 'torchtitan==0.3.0' triton   (or: pip install -e '.[valid
 
 
 def require_torchtitan() -> None:
-    try:
-        importlib.import_module("torchtitan.models.llama3")
-    except ImportError as e:
-        from memledger.errors import SpecError
-        raise SpecError("engine", f"torchtitan is not installed ({e}); install it with: "
-                                  f"{INSTALL}") from None
+    require_module("torchtitan.models.llama3", "torchtitan", INSTALL)
 
 
 def _stand_ins(torch) -> None:
