@@ -256,10 +256,12 @@ TT_MODELS = {"405b": ("--model", "llama3.1-405b"), "8b": ("--hf-id", "meta-llama
 def test_torchtitan_round_trip(tmp_path, capsys, model, tp, pp, cp, dp, zero, mb, m, schedule,
                                rec, reshard, compile_, loss_parallel):
     # torchtitan applies FSDP only for a shard degree > 1; accumulation without PP is the
-    # global batch, under PP the local batch is split into micro-batches; multi-stage schedules
+    # global batch, under PP the local batch is split into micro-batches (at least pp of them:
+    # torch's 1F1B refuses fewer, and so does memledger); multi-stage schedules
     # hold 2 stages per rank and split the layers its own way (layout torchtitan:1,1)
     zero = zero if dp > 1 else 0
     schedule = schedule if pp > 1 else "1f1b"
+    m = m * pp
     flags = [*TT_MODELS[model], "--tp", tp, "--pp", pp, "--cp", cp, "--dp", dp, "--zero", zero,
              "--micro-batch", mb, "--micro-batches", m, "--seq", 2048,
              "--precision", "fsdp2-mixed" if zero == 3 else "amp", "--recompute", rec,
