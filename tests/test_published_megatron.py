@@ -74,6 +74,7 @@ def test_rows_carry_source_and_agree_with_their_megatron_flags():
                 assert re.fullmatch(r"[0-9a-f]{40}", src[c]), (r["id"], c)
         assert f"/{src['test_case']}/" in src["golden_file"], r["id"]
         assert src["golden_file"].endswith("_dgx_h100.json") and r["published_bytes"] > 0
+        assert "nodes 1, gpus 8" in src["recipe"] and ml["world"] == 8, r["id"]
         tp, pp = mg["--tensor-model-parallel-size"], mg["--pipeline-model-parallel-size"]
         assert (ml["tp"], ml["pp"], ml["ep"]) == (tp, pp, mg["--expert-model-parallel-size"])
         assert ml["tp"] * ml["pp"] * ml["cp"] * ml["dp"] == ml["world"], r["id"]
