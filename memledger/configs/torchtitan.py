@@ -32,6 +32,7 @@ MULTI_STAGE = ("interleaved", "zb-v", "dualpipev")
 MODELS = {("llama3", "8b"): "hf:meta-llama/Llama-3.1-8B", ("llama3", "70b"): "preset:llama3-70b",
           ("llama3", "405b"): "preset:llama3.1-405b", ("llama3", "1b"): "hf:meta-llama/Llama-3.2-1B",
           ("deepseek_v3", "671b"): "preset:deepseek-v3", ("qwen3", "8b"): "hf:Qwen/Qwen3-8B",
+          ("qwen3", "32b"): "hf:Qwen/Qwen3-32B",
           ("qwen3", "30b-a3b"): "hf:Qwen/Qwen3-30B-A3B",
           ("qwen3", "235b-a22b"): "hf:Qwen/Qwen3-235B-A22B"}
 OPT = {"adamw": "adamw", "adam": "adamw"}

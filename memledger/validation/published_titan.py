@@ -24,17 +24,24 @@ def load(path: Path = DATA) -> list[dict]:
     return json.loads(path.read_text())["rows"]
 
 
+def _model(name: str):
+    """A row's model: a memledger preset, or `hf:<Hub id>` read from the shipped catalog."""
+    from memledger.model.hub import hub_model
+    from memledger.model.presets import model as preset
+    return hub_model(name[3:], offline=True) if name.startswith("hf:") else preset(name)
+
+
 def specs(ml: dict):
     """(model, ParallelSpec, TrainSpec, RuntimeSpec) of a row's memledger spelling."""
     from memledger.ledger.pipeline.schedules import balanced_layout
-    from memledger.model.presets import model as preset
     from memledger.specs import ParallelSpec, TrainSpec
     from memledger.specs.runtime import RuntimeSpec
 
-    m = preset(ml["model"])
+    m = _model(ml["model"])
     stages = ml["pp"] * ml["vpp"]
     layout = balanced_layout(m.n_layers, stages) if ml.get("layout") == "balanced" else None
-    p = ParallelSpec(tp=ml["tp"], pp=ml["pp"], vpp=ml["vpp"], cp=ml["cp"], dp=ml["dp"], zero=3,
+    p = ParallelSpec(tp=ml["tp"], pp=ml["pp"], vpp=ml["vpp"], cp=ml["cp"], dp=ml["dp"],
+                     ep=ml.get("ep", 1), zero=3,
                      sp=ml["tp"] > 1, schedule=ml["schedule"], layout=layout)
     t = TrainSpec(seq=ml["seq"], micro_batch=ml["micro_batch"], micro_batches=ml["micro_batches"],
                   precision="fsdp2-mixed", recompute=ml["recompute"], profile="hf", vocab_pad=1)
