@@ -257,7 +257,8 @@ def test_torchtitan_round_trip(tmp_path, capsys, model, tp, pp, cp, dp, zero, mb
                                rec, reshard, compile_, loss_parallel):
     # torchtitan applies FSDP only for a shard degree > 1; accumulation without PP is the
     # global batch, under PP the local batch is split into micro-batches (at least pp of them:
-    # torch's 1F1B refuses fewer, and so does memledger); multi-stage schedules
+    # torch's 1F1B refuses fewer, and so does memledger); the TOML is 0.2's spelling, read back
+    # as that era; multi-stage schedules
     # hold 2 stages per rank and split the layers its own way (layout torchtitan:1,1)
     zero = zero if dp > 1 else 0
     schedule = schedule if pp > 1 else "1f1b"
@@ -268,6 +269,7 @@ def test_torchtitan_round_trip(tmp_path, capsys, model, tp, pp, cp, dp, zero, mb
              "--recompute-every", 2 if rec == "interval" else 0, "--recompute-budget-pct", 30,
              "--schedule", schedule, "--vpp", 2 if schedule == "interleaved" else 1,
              "--layout", "torchtitan:1,1" if pp > 1 else "even", "--loop", "torchtitan",
+             "--torchtitan-version", "0.2",
              "--tp-engine", "dtensor", "--zero3-impl", "fsdp", "--fsdp-reshard-after-forward",
              reshard, "--sp" if tp > 1 else "--no-sp", "--optimizer-impl", "fused"]
     compile_ = compile_ or rec == "memory-budget"  # torchtitan's MemoryBudgetAC needs compile
@@ -377,3 +379,54 @@ def test_only_the_megatron_launch_line_is_read(tmp_path, capsys):
              "--micro-batch-size 1\n")
     got = _pairs(equivalent([p], capsys)["flags"])
     assert got["--seq"] == "128" and got["--world"] == "8"
+
+
+TT_2024 = """[model]
+name = "llama3"
+flavor = "8B"
+[training]
+batch_size = 2
+seq_len = 8192
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 1
+compile = false
+[experimental]
+pipeline_parallel_degree = 1
+context_parallel_degree = 1
+[activation_checkpoint]
+mode = "selective"
+selective_ac_option = "op"
+"""
+
+
+def test_a_torchtitan_file_runs_as_its_era_with_torchtitans_model_code(tmp_path, capsys):
+    """A Dec 2024 TOML (torchtitan's Table 1 run, 8B FSDP8 op SAC: published 82.4 GiB reserved)
+    is read as that era with the hf profile: the same ledger as the published row's spelling,
+    where the Megatron profile's fused loss would say 61.9 GiB (−25 %)."""
+    from memledger.validation.published_titan import load, predict
+    p = tmp_path / "t1.toml"
+    p.write_text(TT_2024)
+    pairs = _pairs(equivalent([p, "--world", 8], capsys)["flags"])
+    assert pairs["--torchtitan-version"] == "2024-12" and pairs["--profile"] == "hf"
+    rc, out, err = run(["ledger", "--config", p, "--world", 8, "--gpu", "h100", "--json"], capsys)
+    assert rc == 0, err
+    reserved = json.loads(out)["ranks"][0]["peak_reserved_bytes"] / 2**30
+    row = next(r for r in load() if r["id"] == "T1 8b fsdp8 sac fsdp")
+    assert reserved == pytest.approx(predict(row)["reserved_gib"], rel=1e-9)
+
+
+def test_a_torchtitan_03_dump_runs_its_chunked_loss(capsys):
+    pairs = _pairs(equivalent([FIX / "torchtitan03_llama3_8b_dump.json", "--world", 16],
+                              capsys)["flags"])
+    assert pairs["--torchtitan-version"] == "0.3" and pairs["--loss"] == "chunked"
+
+
+def test_a_named_loop_runs_its_model_codes_profile(capsys):
+    base = ["--model", "llama3-8b", "--tp", 1, "--pp", 1, "--world", 8]
+    for loop, profile in (("torchtitan", "hf"), ("deepspeed", "hf"), ("megatron", "megatron"),
+                          ("auto", "megatron")):
+        d = json.loads(run(["ledger", *base, "--loop", loop, "--json"], capsys)[1])
+        assert d["config"]["train"]["profile"] == profile, loop
+    d = json.loads(run(["ledger", *base, "--loop", "torchtitan", "--profile", "megatron",
+                        "--json"], capsys)[1])
+    assert d["config"]["train"]["profile"] == "megatron"  # an explicit profile is kept

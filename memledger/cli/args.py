@@ -12,7 +12,7 @@ from memledger.presets.defaults import DEFAULTS as D
 from memledger.presets.policies import POLICY_PRESETS, apply_policy
 from memledger.specs import ParallelSpec, TrainSpec
 from memledger.specs.finetune import BASE_WEIGHTS, LORA_DTYPES, MODES, FinetuneSpec
-from memledger.specs.loop import add_loop_args, loop_kwargs
+from memledger.specs.loop import add_loop_args, default_profile, loop_kwargs
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
 from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
@@ -90,8 +90,10 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="(default: %(default)s)")
     g.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=D["optimizer"],
                    help="(default: %(default)s)")
-    g.add_argument("--profile", default=D["profile"],
-                   help="megatron, paper, hf or traced:PATH (default: %(default)s)")
+    g.add_argument("--profile", default="auto",
+                   help="megatron, paper, hf or traced:PATH; auto (default): the model code the "
+                        f"--loop trains (hf under torchtitan, pytorch, hf-trainer, deepspeed), "
+                        f"{D['profile']} under --loop auto")
     g.add_argument("--attention", choices=ATTENTION_IMPLS, default=D["attention"],
                    help="(default: %(default)s)")
     g.add_argument("--recompute", choices=RECOMPUTE, default=D["recompute"],
@@ -330,9 +332,16 @@ def runtime_from_args(args) -> RuntimeSpec:
                        float8_force_recompute_weight=args.float8_force_recompute_weight)
 
 
+def resolve_profile(args) -> None:
+    """--profile auto → the profile of the model code --loop trains (specs.loop.LOOP_PROFILES)."""
+    if args.profile == "auto":
+        args.profile = default_profile(args.loop, D["profile"])
+
+
 def specs_from_args(args):
     """(model, parallel, train, runtime, hardware) from parsed flags; raises SpecError."""
     m = load_model(args)
+    resolve_profile(args)
     if args.profile.startswith("traced:"):
         from memledger.trace.profile import register_traced  # lands with the tracing work
         args.profile = register_traced(args.profile[len("traced:"):])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from memledger.cli.args import (add_model_args, add_train_args, finetune_from_args, load_model,
-                               runtime_from_args)
+                               resolve_profile, runtime_from_args)
 from memledger.errors import SpecError
 from memledger.presets import GPUS, gpu
 from memledger.units import gib
@@ -70,6 +70,7 @@ def spec_from_args(args):
             raise SpecError(dest, f"give {flag} (or a --config that says it)")
     if args.top < 0:
         raise SpecError("top", f"must be >= 0, got {args.top}")
+    resolve_profile(args)
     if args.profile.startswith("traced:"):
         from memledger.trace.profile import register_traced  # lands with the tracing work
         args.profile = register_traced(args.profile[len("traced:"):])

@@ -123,8 +123,10 @@ def _tt_model(a: dict, m) -> dict:
             "hf_assets_path": f"./assets/hf/{a['hf_id'].split('/', 1)[1]}"}
 
 
-def _toml(d: dict) -> str:
+def _toml(d: dict, era: str) -> str:
     out = ["# written by memledger config --to torchtitan (torchtitan 0.2 job config)"]
+    if era != "0.2":  # the importer reads this spelling as 0.2 (configs/torchtitan_era.py)
+        out.append(f"# asked for torchtitan {era}: written in 0.2's spelling, read back as 0.2")
     for section, body in d.items():
         out.append(f"\n[{section}]")
         for k, v in body.items():
@@ -189,7 +191,7 @@ def to_torchtitan(a: dict, m) -> str:
                        "enable_fsdp_float8_all_gather": bool(a["float8_fsdp_all_gather"]),
                        "precompute_float8_dynamic_scale_for_fsdp": bool(a["float8_precompute_scale"]),
                        "force_recompute_fp8_weight_in_bwd": bool(a["float8_force_recompute_weight"])}
-    return _toml(d)
+    return _toml(d, a.get("torchtitan_version", "0.2"))
 
 
 def to_deepspeed(a: dict, m=None) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choice
 from memledger.configs.source import Source, flatten
+from memledger.configs.torchtitan_era import era_and_loss
 from memledger.configs.torchtitan_options import OPTION_RULES, compile_flags, converters
 
 JC = "torchtitan/config/job_config.py"
@@ -194,7 +195,8 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
         flat["activation_checkpoint.mode"] = "none"  # 0.3 dump: no AC config
     _dumped_ac(data, flat)
     imp = Imported(format=fmt, files=(src.name,))
-    apply(src, flat, RULES, unmodelled=UNMODELLED, ignored=IGNORED, imp=imp)
+    apply(src, flat, RULES, unmodelled=UNMODELLED, ignored=IGNORED, imp=imp,
+          skip=frozenset({"loss.num_chunks"}))
     _model(flat, src, imp)
     f = imp.flags()
     _ac(f, src, imp)
@@ -230,8 +232,9 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
         imp.set("micro_batch", f["_local_batch"], src, "training.local_batch_size")
         imp.set("layout", "even", src, "", default=True)
     imp.set("sp", f.get("tp", 1) > 1 and f["_tt_sp"], src, "parallelism.enable_sequence_parallel")
-    for dest, value in (("loop", "torchtitan"), ("tp_engine", "dtensor"), ("profile", "megatron")):
+    for dest, value in (("loop", "torchtitan"), ("tp_engine", "dtensor")):
         imp.set(dest, value, src, "", default=True)
+    era_and_loss(data, flat, src, imp)
     return imp
 
 

@@ -41,9 +41,10 @@ from memledger.ledger.activations.inventory import tokens_on_rank
 from memledger.ledger.fsdp2 import fsdp2, torchtitan_runs
 from memledger.ledger.items import Item
 from memledger.model.params import padded_vocab
+from memledger.specs.loop import CHUNKED_LOSS_CHUNKS
 from memledger.units import ceil_div, format_bytes
 
-NUM_CHUNKS = 8  # ChunkedLossWrapper.Config.num_chunks (torchtitan 0.3 components/loss.py)
+NUM_CHUNKS = CHUNKED_LOSS_CHUNKS
 NAME = "chunked loss: head gradient reduce-scatter (last chunk)"
 SRC = ("torchtitan 0.3 components/loss.py (ChunkedLossWrapper, GradAccumulator); torch 2.13 "
        "fsdp/_fully_shard/_fsdp_param.py (to_accumulated_grad_if_needed), "

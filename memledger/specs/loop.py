@@ -42,6 +42,7 @@ from memledger.errors import SpecError, require_choice
 GRAD_LIFETIMES = ("persistent", "on-demand")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 LOSSES = ("materialized", "chunked")
+CHUNKED_LOSS_CHUNKS = 8  # ChunkedLossWrapper.Config.num_chunks (torchtitan 0.3 components/loss.py)
 MTP = ("built", "skipped")
 MASTER_GRADS = ("in-place", "cast-per-tensor")
 MUON_EXPERTS = ("split", "adamw")
@@ -96,9 +97,23 @@ LOOPS: dict[str, LoopSpec] = {x.name: x for x in (
 HF_PROFILES = ("hf", "hf-cpu")
 
 
+# the activation profile of the model code each loop trains (the CLI's --profile auto): torchtitan
+# builds plain-PyTorch modules (models/llama3/model.py: nn.Linear, F.scaled_dot_product_attention
+# or FlexAttention, a Python or fused RMSNorm, cross_entropy on pred.float()), the others train
+# transformers models; Megatron-Core runs Transformer Engine's fused layers. The torchtitan
+# engine cases and published runs are measured against `hf` (docs/torchtitan.md).
+LOOP_PROFILES = {"torchtitan": "hf", "pytorch": "hf", "hf-trainer": "hf", "deepspeed": "hf",
+                 "megatron": "megatron"}
+
+
 def default_loop_name(profile: str) -> str:
     """The loop a profile's measurements come from: traced / hf profiles run plain PyTorch."""
     return "pytorch" if profile in HF_PROFILES or profile.startswith("traced") else "megatron"
+
+
+def default_profile(loop: str, fallback: str) -> str:
+    """`--profile auto`: the profile of the loop's model code; `fallback` under loop auto."""
+    return LOOP_PROFILES.get(loop, fallback)
 
 
 def loop_preset(name: str) -> LoopSpec:
