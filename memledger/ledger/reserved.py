@@ -17,6 +17,8 @@ The timeline has aggregates, not tensors, so the allocation list is derived (app
               optimizer step; FSDP's all-gather and reduce-scatter buffers on their own streams
               (FSDP2 runs them on separate streams, torch/distributed/fsdp/_fully_shard/
               _fsdp_param_group.py: all_gather_copy_in / reduce_scatter streams)
+  layer fwd   a compiled torchtitan 2024-12 block's forward under full AC: its tensors in op
+              order, each freed after its last reader (activations.titan_block_forward)
   transient   allocated at its event and freed before the next; the loss forward's and
               backward's as the separate tensors they stand for (ActTensor.pieces: hf's fp32 log-prob and logit
               gradients are two blocks, torch's loss-parallel backward three)
@@ -84,7 +86,9 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
         level["g"] = ev.gradients
         _move_acts(a, acts, (ev.stage, ev.micro_batch), ev.activations - level["a"])
         level["a"] = ev.activations
-        if ev.transient > 0:
+        if ev.transient > 0 and _layer_forward(rank.shape, ev):
+            _run_ops(a, rank.shape.fwd_layer_ops)
+        elif ev.transient > 0:
             _transient(a, ev, comm, loss_side_free=fsdp and not rank.shape.on_demand,
                        blocks=_blocks(rank.shape, ev))
     return a
@@ -106,6 +110,23 @@ def _grad_stream(fsdp_sharded: bool, rising: bool, pp_unsharded: bool) -> str:
 
 
 LOSS_SIDE = ("forward", "loss-forward", "loss-backward")
+
+
+def _layer_forward(shape, ev) -> bool:
+    """A layer forward's working set (timeline.events: the event before the layer's output)."""
+    return (ev.phase == "forward" and ev.layer >= 0 and bool(shape.fwd_layer_ops)
+            and ev.transient == shape.t_fwd_layer)
+
+
+def _run_ops(a: CachingAllocator, ops: tuple[int, ...]) -> None:
+    """The working set's tensors in op order: n > 0 allocates n bytes, ~k frees the k-th
+    (activations.titan_block_forward); all are freed by the end."""
+    blocks = []
+    for n in ops:
+        if n > 0:
+            blocks.append(a.malloc(n))
+        else:
+            a.free(blocks[~n])
 
 
 def _blocks(shape, ev) -> tuple[int, ...]:
@@ -161,7 +182,8 @@ def events(rank) -> int:
     sh = rank.shape
     if sh is None:
         return 0
-    return sh.micro_batches * sum(2 * len(s.layers) + 2 for s in sh.stages) + 2
+    per_layer = 3 if sh.t_fwd_layer else 2  # + the layer forward's working-set event
+    return sh.micro_batches * sum(per_layer * len(s.layers) + 2 for s in sh.stages) + 2
 
 
 def reserved_peak(ledger, rank: int | None = None, spec: AllocatorSpec = AllocatorSpec()) -> int:

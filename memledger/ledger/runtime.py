@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from memledger.ledger.activations import titan_block_forward as block_forward
+from memledger.ledger.activations.titan_block_forward import live_peak
 from memledger.ledger.activations.transients import BACKWARD_SET
 from memledger.ledger.fsdp2 import torchtitan_runs
 from memledger.ledger.items import Item, RankLedger, sum_rows
@@ -105,14 +107,16 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     static, fwd_bwd, _ = parts.sums()
     step = parts.step
     m, p, t, loop = parts.ctx
+    ops = block_forward_ops(m, p, t, loop, rt)
     if loop.on_demand:  # walk the events (torchtitan's chunked loss: net of the layer units)
-        shape = rank_shape(m, p, t, loop, parts, step.bytes)
+        shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops)
         if torchtitan_runs(t, loop) and loop.loss == "chunked":
             shape = walk_discounted(shape, fsdp_unit_bytes(parts.items, rt))
         peak_event = walked_peak(shape)
     else:  # closed form; the events only when asked for (RankLedger.timeline)
-        shape = LazyShape(m, p, t, loop, parts, step.bytes)
+        shape = LazyShape(m, p, t, loop, parts, step.bytes, None, ops)
         tr = fsdp_discounted(transient_classes(m, p, t, parts), fsdp_unit_bytes(parts.items, rt))
+        tr = tr._replace(layer_fwd=live_peak(ops))
         peak_event = closed_peak(static, fwd_bwd, tr, step.bytes, parts.place.flights)
     peak_alloc = peak_event.bytes
     added = peak_alloc - static - fwd_bwd
@@ -139,6 +143,14 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
                       moves=parts.moves, transfers=tuple(transfers), host=parts.host,
                       peak_event=peak_event, lazy_shape=Timeline(shape),
                       fsdp_streams=rt.zero3_impl == "fsdp")
+
+
+def block_forward_ops(m, p, t, loop, rt: RuntimeSpec) -> tuple[int, ...]:
+    """A layer forward's allocations where the ledger models them: torchtitan's compiled
+    2024-12 blocks under full AC (activations.titan_block_forward), else ()."""
+    if not (torchtitan_runs(t, loop) and block_forward.applies(m, t, rt)):
+        return ()
+    return block_forward.forward_ops(m, t, p, float8=rt.float8 != "off")
 
 
 LAYER_PHASE = ("recompute working set", BACKWARD_SET)  # inside a layer's backward

@@ -114,6 +114,8 @@ def events(sh: RankShape) -> list[Event]:
         if kind == "F":
             acts += st.first_acts
             for i, a, _ in st.layers:
+                if sh.t_fwd_layer:  # the layer's forward working set, before its output exists
+                    out.append(Event("forward", s, k, i, grads, acts, comm, sh.t_fwd_layer))
                 acts += a
                 out.append(Event("forward", s, k, i, grads, acts, comm, 0))
             if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):

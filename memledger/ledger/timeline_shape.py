@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.torchtitan_ac import interval_checkpointed
+from memledger.ledger.activations.titan_block_forward import live_peak
 from memledger.ledger.activations.transients import BACKWARD_SET, autocast_cache
 from memledger.ledger.fsdp2 import UNITS_KEPT, pp_walk_grads
 from memledger.ledger.static.sharding import shard_divisor
@@ -66,6 +67,10 @@ class RankShape:
     step_name: str
     t_loss_blocks: tuple[int, ...] = ()  # t_loss as its separate tensors (reserved replay)
     t_fwd_last_blocks: tuple[int, ...] = ()  # t_fwd_last as its separate tensors
+    # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
+    # under full AC), its peak and its allocations / frees in op order (reserved replay)
+    t_fwd_layer: int = 0
+    fwd_layer_ops: tuple[int, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -124,12 +129,14 @@ class Transients(NamedTuple):
     last_acts: int = 0  # last-stage tensors of one micro-batch, freed before the layers' backward
     loss_blocks: tuple[int, ...] = ()  # the loss transient's separate tensors (reserved replay)
     fwd_last_blocks: tuple[int, ...] = ()  # fwd_last's separate tensors (reserved replay)
+    layer_fwd: int = 0  # a layer forward's working set (titan_block_forward), on the staircase
 
     @property
     def largest(self) -> int:
         """The most a transient adds to the staircase (the recompute set meets it less the
         last stage's tensors)."""
-        return max(self.fwd, self.fwd_last, self.loss, self.layer - self.last_acts, 0)
+        return max(self.fwd, self.fwd_last, self.loss, self.layer - self.last_acts,
+                   self.layer_fwd, 0)
 
 
 def transient_classes(m, p, t, parts) -> Transients:
@@ -197,8 +204,10 @@ class LazyShape:
         return self.value
 
 
-def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
-    """The timeline inputs of one rank (parts: ledger.RankParts)."""
+def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None,
+               fwd_ops: tuple[int, ...] = ()) -> RankShape:
+    """The timeline inputs of one rank (parts: ledger.RankParts); `fwd_ops`: a layer forward's
+    allocations where the ledger models them (activations.titan_block_forward)."""
     place = parts.place
     flights = dict(place.flights)
     skip = graphless_layers(m, t)  # fine-tuning: leading layers keep nothing
@@ -254,4 +263,5 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None) -> RankShape:
         other_grads=(pp_held or rows["gradients"]) - placed_g,
         comm=rows["communication"] - pp_held,
         t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
-        step_name="", t_loss_blocks=tr.loss_blocks, t_fwd_last_blocks=tr.fwd_last_blocks)
+        step_name="", t_loss_blocks=tr.loss_blocks, t_fwd_last_blocks=tr.fwd_last_blocks,
+        t_fwd_layer=live_peak(fwd_ops), fwd_layer_ops=fwd_ops)
