@@ -430,3 +430,4 @@ def test_a_named_loop_runs_its_model_codes_profile(capsys):
     d = json.loads(run(["ledger", *base, "--loop", "torchtitan", "--profile", "megatron",
                         "--json"], capsys)[1])
     assert d["config"]["train"]["profile"] == "megatron"  # an explicit profile is kept
+    assert any("profile megatron under loop torchtitan" in w for w in d["warnings"])

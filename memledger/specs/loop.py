@@ -111,6 +111,18 @@ def default_loop_name(profile: str) -> str:
     return "pytorch" if profile in HF_PROFILES or profile.startswith("traced") else "megatron"
 
 
+def profile_warnings(rt, profile: str) -> tuple[str, ...]:
+    """A named loop whose model code is not the chosen profile's (torchtitan and the HF Trainer
+    train plain-PyTorch / transformers modules; the megatron and paper profiles are Megatron's)."""
+    want = LOOP_PROFILES.get(rt.loop)
+    if rt.loop not in ("torchtitan", "hf-trainer") or profile in HF_PROFILES \
+            or profile.startswith("traced") or want == profile:
+        return ()
+    return (f"profile {profile} under loop {rt.loop}: {rt.loop} trains plain-PyTorch modules "
+            f"(their saved tensors and fp32 loss are the {want} profile's, against which its "
+            f"runs are measured); {profile} counts Megatron's fused kernels and loss",)
+
+
 def default_profile(loop: str, fallback: str) -> str:
     """`--profile auto`: the profile of the loop's model code; `fallback` under loop auto."""
     return LOOP_PROFILES.get(loop, fallback)
