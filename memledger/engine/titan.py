@@ -211,9 +211,10 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
         opt.step()
         opt.zero_grad()
 
-    # step 1: optimizer states come to life, and the loss leaves the head's FSDP unit as every
-    # later step finds it (ChunkedLossWrapper ends with set_reshard_after_forward(True))
-    step()
+    # what the first step leaves: FSDP2 initialised, the head unit as ChunkedLossWrapper leaves
+    # it, the optimizer states (titan_warm.py)
+    from memledger.engine.titan_warm import warm_state
+    warm_state(model, opt, getattr(loss_fn, "lm_head", None))
     live = probe.LiveBytes()
     live.track(*model.parameters(), *model.buffers())
     for st in states():
