@@ -259,7 +259,12 @@ def _measure(case, sched, parts, opt, first, last, probe, torch) -> dict:
         opt.step()
         opt.zero_grad()
 
-    step()  # step 1: metadata inference, receive buffers, optimizer states
+    # what the first step leaves: metadata inference, receive buffers, FSDP2 initialised, the
+    # optimizer states (titan_warm.py)
+    from memledger.engine.titan_warm import warm_pipeline
+    warm_pipeline(sched, _stages(sched), opt, (tokens,) if first else (),
+                  labels if last else None, [] if last else None,
+                  {"global_valid_tokens": gvt})
     live = probe.LiveBytes()
     for m in parts:
         live.track(*m.parameters(), *m.buffers())

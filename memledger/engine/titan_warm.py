@@ -53,3 +53,35 @@ def warm_state(model, opt, head=None) -> None:
         head.set_requires_gradient_sync(True, recurse=False)
     for o in getattr(opt, "optimizers", [opt]):
         init_optim_state(o)
+
+
+def warm_pipeline(sched, stages, opt, args: tuple, target, losses, loss_kwargs) -> None:
+    """The first `schedule.step`'s lasting state under PP, by torch.distributed.pipelining's own
+    functions (torch 2.13 pipelining/schedules.py, stage.py): the step's preamble (each stage's
+    has_backward, `clear_runtime_states`, the micro-batch split, `_check_inputs`), the stage
+    initialisation every step's `_step_microbatches` starts with (`_initialize_stage(s)`: the
+    metadata inference — one forward and backward per stage, which lazily initialises FSDP2
+    and unshards its units — the receive buffers, `_post_metadata_inference_cleanup`: units
+    resharded, gradients dropped), the `perform_reduce_grad` each stage ends a step with (the
+    FSDP flags set_is_last_backward / reshard_after_backward / requires_gradient_sync(True),
+    every param group's post_backward, the root's final callback), then the optimizer states
+    as `warm_state`. The other micro-batches' forwards and backwards leave nothing else behind
+    (the next step's `clear_runtime_states` drops the receive buffers' gradients)."""
+    from torch.distributed.pipelining.microbatch import _split_tensor
+    from torch.distributed.pipelining.schedules import _TARGET_CHUNK_SPEC, PipelineScheduleMulti
+    from torchtitan.components.optimizer.utils import init_optim_state
+    for s in stages:
+        s.has_backward = sched._has_backward
+        s.clear_runtime_states()
+    args_split, kwargs_split = sched._split_inputs(args, {})
+    targets = (list(_split_tensor(target, _TARGET_CHUNK_SPEC, sched._n_microbatches))
+               if target is not None else None)
+    arg_mbs, kwarg_mbs = sched._check_inputs(args_split, kwargs_split, targets, losses)
+    init = (sched._initialize_stages if isinstance(sched, PipelineScheduleMulti)
+            else sched._initialize_stage)
+    init(arg_mbs[0], kwarg_mbs[0], targets[0] if targets is not None else None, loss_kwargs)
+    for s in stages:
+        s.perform_reduce_grad(1)  # torchtitan's schedules run scale_grads=False
+    opt.zero_grad()
+    for o in getattr(opt, "optimizers", [opt]):
+        init_optim_state(o)
