@@ -6,8 +6,10 @@ the config registry's Trainer.Config, `model_config.update_from_config`, the mod
 the meta device in fp32 (`training.dtype`), the model spec's `parallelize_fn` (TP with loss
 parallel, SelectiveAC / FullAC, FSDP2 `apply_fsdp_to_decoder` with
 MixedPrecisionPolicy(bf16, fp32)), `to_empty` + `init_weights`, the optimizer container
-(`config.optimizer.build`), the loss (`ChunkedLossWrapper` with `set_lm_head`) and
-forward / loss / backward / `optimizers.step()` / `zero_grad()`.
+(`config.optimizer.build`), the loss (`ChunkedLossWrapper` with `set_lm_head`), the state a
+first step leaves (titan_warm.py: FSDP2's lazy init and unsharded parameters, the head unit
+as the loss wrapper leaves it, the optimizer states) and the measured step: forward / loss /
+backward / `optimizers.step()` / `zero_grad()`.
 Four stand-ins, each because fake tensors or the CPU cannot run the original, each holding
 what the CUDA run holds:
   - the attention kernel: torchtitan's language models use compiled FlexAttention
