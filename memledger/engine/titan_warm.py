@@ -39,15 +39,17 @@ def fsdp_states(model):
 
 def warm_state(model, opt, head=None) -> None:
     """The first step's lasting state on `model` (a root FSDP module) and `opt` (torchtitan's
-    OptimizersContainer); `head`: the unit ChunkedLossWrapper drives, or None."""
+    OptimizersContainer); `head`: the lm_head ChunkedLossWrapper drives, or None."""
     import torch
+    from torch.distributed.fsdp import FSDPModule
     from torchtitan.components.optimizer.utils import init_optim_state
-    model._get_fsdp_state()._lazy_init()
-    with torch.no_grad():
-        for m in fsdp_states(model):
-            m.unshard()
-            m.reshard()
-    if head is not None:
+    if isinstance(model, FSDPModule):  # torchtitan applies no FSDP when dp_shard = 1
+        model._get_fsdp_state()._lazy_init()
+        with torch.no_grad():
+            for m in fsdp_states(model):
+                m.unshard()
+                m.reshard()
+    if isinstance(head, FSDPModule):  # the loss wrapper's `fsdp_enabled`
         head.set_reshard_after_forward(True)
         head.set_reshard_after_backward(True)
         head.set_requires_gradient_sync(True, recurse=False)
