@@ -6,8 +6,10 @@ the config registry's Trainer.Config, `model_config.update_from_config`, the mod
 the meta device in fp32 (`training.dtype`), the model spec's `parallelize_fn` (TP with loss
 parallel, SelectiveAC / FullAC, FSDP2 `apply_fsdp_to_decoder` with
 MixedPrecisionPolicy(bf16, fp32)), `to_empty` + `init_weights`, the optimizer container
-(`config.optimizer.build`), the loss (`ChunkedLossWrapper` with `set_lm_head`) and
-forward / loss / backward / `optimizers.step()` / `zero_grad()`.
+(`config.optimizer.build`), the loss (`ChunkedLossWrapper` with `set_lm_head`), the state a
+first step leaves (titan_warm.py: FSDP2's lazy init and unsharded parameters, the head unit
+as the loss wrapper leaves it, the optimizer states) and the measured step: forward / loss /
+backward / `optimizers.step()` / `zero_grad()`.
 Four stand-ins, each because fake tensors or the CPU cannot run the original, each holding
 what the CUDA run holds:
   - the attention kernel: torchtitan's language models use compiled FlexAttention
@@ -211,9 +213,10 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
         opt.step()
         opt.zero_grad()
 
-    # step 1: optimizer states come to life, and the loss leaves the head's FSDP unit as every
-    # later step finds it (ChunkedLossWrapper ends with set_reshard_after_forward(True))
-    step()
+    # what the first step leaves: FSDP2 initialised, the head unit as ChunkedLossWrapper leaves
+    # it, the optimizer states (titan_warm.py)
+    from memledger.engine.titan_warm import warm_state
+    warm_state(model, opt, getattr(loss_fn, "lm_head", None))
     live = probe.LiveBytes()
     live.track(*model.parameters(), *model.buffers())
     for st in states():

@@ -8,9 +8,10 @@ first / last stage counted one layer lighter for tok_embeddings and [norm, lm_he
 this pp rank owns — rank r holds stages r, r + pp, ... — `_split_module`, one `PipelineStage`
 each, `parallelize_fn` per model part: TP, AC, FSDP2 with reshard_after_forward = not pp_enabled,
 and `_build_pipeline_schedule`: local_batch / pipeline_parallel_microbatch_size micro-batches,
-scale_grads=False), `to_empty` + `init_weights` per part, the optimizer over the parts, then
-`schedule.step` twice (the first initialises the stages: metadata inference, receive buffers,
-optimizer states) with `optimizers.step()` / `zero_grad()` after each; the second is measured.
+scale_grads=False), `to_empty` + `init_weights` per part, the optimizer over the parts, the
+state a first `schedule.step` leaves (titan_warm.warm_pipeline: the stages' metadata inference
+and receive buffers, FSDP2 initialised, the optimizer states), then the measured
+`schedule.step` with `optimizers.step()` / `zero_grad()` after it.
 The rank measured is the first of pp rank `case.pp_rank` (torchtitan's meshes are pp-major):
 pp rank 0 holds the most micro-batches in flight under 1F1B, a middle rank the most layers.
 Stand-ins, each because the fake process group moves no data, none changing what is held:
@@ -259,7 +260,10 @@ def _measure(case, sched, parts, opt, first, last, probe, torch) -> dict:
         opt.step()
         opt.zero_grad()
 
-    step()  # step 1: metadata inference, receive buffers, optimizer states
+    from memledger.engine.titan_warm import warm_pipeline  # what a first step leaves
+    warm_pipeline(sched, _stages(sched), opt, (tokens,) if first else (),
+                  labels if last else None, [] if last else None,
+                  {"global_valid_tokens": gvt})
     live = probe.LiveBytes()
     for m in parts:
         live.track(*m.parameters(), *m.buffers())
