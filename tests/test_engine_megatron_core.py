@@ -81,6 +81,13 @@ DPA = ("Megatron's DotProductAttention (local core attention) keeps the b·a·s�
        "probabilities and GQA-expanded k, v; the megatron profile assumes flash attention")
 
 
+def moe_constant_bytes(spec) -> int:
+    """Per MoE layer, not per token: the switch loss keeps its tokens-per-expert count (int64 E)
+    and MoEAuxLossAutoScaler the fp32 loss (router.py _apply_aux_loss, moe_utils.py
+    switch_load_balancing_loss_func); the ledger's inventory is per token."""
+    return spec.experts * 8 + 4 if spec.experts else 0
+
+
 def known_miss(case: str, row: str) -> str | None:
     if row not in ("activations", "activations_per_layer"):
         return None
@@ -131,7 +138,24 @@ def test_the_per_layer_miss_is_exactly_its_two_causes(name):
     spec = case_from_dict(ENTRIES[name]["spec"])
     for r in ENTRIES[name]["ranks"]:
         rec = RECORDS[name, r["rank"], "activations_per_layer"]
-        assert rec["measured_bytes"] - rec["predicted_bytes"] == local_spec_extra_bytes(spec)
+        assert rec["measured_bytes"] - rec["predicted_bytes"] == (
+            local_spec_extra_bytes(spec) + moe_constant_bytes(spec)), name
+
+
+MOE = sorted(n for n in ENTRIES if case_from_dict(ENTRIES[n]["spec"]).experts)
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_the_router_drops_no_token(name):
+    """Dropless routing (no capacity factor): in every MoE layer the expert-parallel group's
+    experts get every token K times, T·K·ep rows over the ep ranks; ETP ranks see the same rows
+    (the ledger's routed_rows = b·s/(cp·tp_sp)·K·etp per rank on average)."""
+    spec = case_from_dict(ENTRIES[name]["spec"])
+    ranks = ENTRIES[name]["ranks"]
+    tokens = spec.seq * spec.micro_batch // (spec.tp if spec.sp else 1)
+    for layer in range(spec.layers):
+        rows = sum(r["routed_rows_per_layer"][layer] for r in ranks)
+        assert rows == len(ranks) * tokens * spec.top_k * spec.etp, (name, layer, rows)
 
 
 def test_the_selective_miss_is_the_swiglu_output_and_the_local_spec_items():

@@ -71,6 +71,21 @@ def stand_ins(torch, case: MegatronCase) -> None:
     from megatron.core.tensor_parallel import random as mrandom
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.synchronize = lambda *a, **k: None  # CPU ops are done when they return
+    if case.experts:
+        _one_stream(torch)
+        from megatron.core.transformer.moe import moe_utils
+        # moe_utils.py:1192 tests `te_general_gemm is not None`, a name bound only when TE imports
+        # (:34): without TE it is unbound, and the router's gate takes torch.mm (:1196) if None
+        moe_utils.te_general_gemm = getattr(moe_utils, "te_general_gemm", None)
+        from megatron.core.transformer.moe import token_dispatcher
+
+        def to_host(tensor, as_numpy=False, record_stream=False):
+            # moe_utils.py:1093 copies only CUDA tensors; the dispatcher's split sizes arrive on
+            # the host as numpy (what all_to_all_single's split lists take), so CPU ones too
+            if as_numpy and torch.is_tensor(tensor):
+                return tensor.numpy()
+            return tensor
+        token_dispatcher.maybe_move_tensor_to_cpu = to_host
     mrandom.CudaRNGStatesTracker.fork = lambda self, name="model-parallel-rng": \
         contextlib.nullcontext()
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
@@ -94,6 +109,27 @@ def stand_ins(torch, case: MegatronCase) -> None:
             setattr(n.weight, "sequence_parallel", config.sequence_parallel)
             return n
         WrappedTorchNorm.__new__ = norm
+
+
+def _one_stream(torch):
+    """One stream that is every stream: the alltoall dispatcher's device-to-host copy stream
+    (transformer/moe/token_dispatcher.py:445, :871-899) orders nothing on the CPU."""
+    class Stream:
+        def __new__(cls, *a, **k):
+            return ONE
+
+        def wait_stream(self, other):
+            return None
+
+        def record_event(self, *a):
+            return self
+
+        def synchronize(self):
+            return None
+    ONE = object.__new__(Stream)
+    torch.cuda.Stream = Stream
+    torch.cuda.current_stream = lambda *a, **k: ONE
+    torch.cuda.stream = lambda s=None: contextlib.nullcontext()
 
 
 def sdpa_attention(torch):
