@@ -7,8 +7,9 @@ megatron, precision megatron, loop megatron, zero=1). Bars (issue 27): static ro
 activations within 3 %, peak allocated within 5 %. The predicted peak is the ledger's
 peak_allocated_bytes of the rank plus the token, label and position ids the step keeps alive
 (measured), the peak outside gloo's reduce-scatter copy (megatron_core.py). Per-layer
-activations (the largest layer's saved tensors) are compared to the ledger's dense-layer items
-÷ layers.
+activations (the largest layer's saved tensors) are compared to the ledger's dense- or moe-layer
+items ÷ layers. MoE cases compare the mean over their ranks (`routing_mean`): the router's
+choice is not balanced rank by rank, the ledger's routing is.
 """
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ row's probability (1), fc1 output 2fe/etp and activation output fe/etp. The expe
 kept: the probabilities scale the activation before fc2 (experts.py TEGroupedMLP.forward,
 weighted_bias_swiglu_impl), so the combine only scatters. MLA keeps the compressed q/kv and their
 normed copies.
-Ignores: RoPE cos/sin caches (shared, tiny), TE fp8 amax histories.
+Ignores: RoPE cos/sin caches (shared, tiny), TE fp8 amax histories, the switch loss's E int64
+token counts and fp32 loss per MoE layer (not per token), the sigmoid router (DeepSeek-V3's
+score function keeps its own set), TE's fused permute (moe_permute_fusion, off by default).
 """
 from __future__ import annotations
 
