@@ -203,6 +203,9 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
                    *optimizer_tensors(opt))
         for buf in ddp_buffers(ddp):
             live.track(buf.param_data, buf.grad_data)
+        # the buffers SP's all-gathers and the allgather dispatcher fill (tensor_parallel/
+        # mappings.py use_global_buffer), made in step 1 and reused: not an activation
+        live.track(*ps.get_global_memory_buffer().buffer.values())
         base = live.current
         live.samples.clear()
         live_ref[0] = live
