@@ -1,10 +1,11 @@
 """Megatron-Core engine cases as data, and their ledger translation (pure: no torch imported).
 
-A case is one small Llama-like GPTModel built by Megatron-Core from its local layer spec
-(`get_gpt_layer_local_spec(normalization="RMSNorm")`, megatron/core/models/gpt/
-gpt_layer_specs.py: no Transformer Engine) and the layout it runs with on gloo CPU processes:
-tensor parallel degree, data parallel degree (Megatron's
-DistributedOptimizer over it), recompute granularity. How memledger spells the same run:
+A case is one small Llama-like (or, with experts, Mixtral-like) GPTModel built by Megatron-Core
+from its local layer spec (`get_gpt_layer_local_spec(num_experts, normalization="RMSNorm")`,
+megatron/core/models/gpt/gpt_layer_specs.py: no Transformer Engine) and the layout it runs with
+on gloo CPU processes: tensor parallel degree, data parallel degree (Megatron's
+DistributedOptimizer over it), expert parallel degree, recompute granularity. How memledger
+spells the same run:
 
 | Megatron-Core                                              | memledger                         |
 |------------------------------------------------------------|-----------------------------------|
@@ -19,6 +20,9 @@ DistributedOptimizer over it), recompute granularity. How memledger spells the s
 | flash attention (TEDotProductAttention; here SDPA)         | profile="megatron"                |
 | vocab not padded (the case's vocab is a multiple of 128·tp) | vocab_pad=1                      |
 | gloo, no GPU                                               | nccl_channels=0, no CUDA context  |
+| MoELayer: num_moe_experts, topk, moe_ffn_hidden_size       | a Mixtral config (E, K, fe)       |
+| moe_shared_expert_intermediate_size, no gate               | n_shared=1, shared_ffn            |
+| expert_model_parallel_size / expert_tensor_parallel_size   | ep / etp                          |
 """
 from __future__ import annotations
 
