@@ -7,7 +7,8 @@ spec in Float16Module, DistributedDataParallel, DistributedOptimizer over torch'
 `get_forward_backward_func`, one gloo process per rank). The ledger re-predicts every stored
 rank on every run: static rows within 0.5 %, activations within 3 %, peak allocated within 5 %
 (MoE cases: TopKRouter top-2 of 8 with the switch loss, alltoall / allgather dispatch, EP 2, one
-with a shared expert, one TP 2 x EP 2; their activations and peaks as the mean over the ranks).
+with a shared expert, TP 2 x EP 2 with and without ETP 2; their activations and peaks as the mean
+over the ranks).
 One case also runs live when megatron-core is installed (it is not part of `make test`'s extras).
 """
 from __future__ import annotations

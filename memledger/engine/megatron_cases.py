@@ -139,6 +139,8 @@ CASES: tuple[MegatronCase, ...] = (
                  dispatcher="allgather"),
     MegatronCase(name="gpt-local moe e8 top2 tp2 sp ep2 dp2 alltoall", experts=8, tp=2, sp=True,
                  dp=2, ep=2),
+    MegatronCase(name="gpt-local moe e8 top2 tp2 sp ep2 etp2 dp2 alltoall", experts=8, tp=2,
+                 sp=True, dp=2, ep=2, etp=2),
 )
 BY_NAME = {c.name: c for c in CASES}
 

@@ -86,6 +86,8 @@ def stand_ins(torch, case: MegatronCase) -> None:
                 return tensor.numpy()
             return tensor
         token_dispatcher.maybe_move_tensor_to_cpu = to_host
+        if case.etp > 1:
+            _uneven_collectives(torch)
     mrandom.CudaRNGStatesTracker.fork = lambda self, name="model-parallel-rng": \
         contextlib.nullcontext()
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
@@ -130,6 +132,36 @@ def _one_stream(torch):
     torch.cuda.Stream = Stream
     torch.cuda.current_stream = lambda *a, **k: ONE
     torch.cuda.stream = lambda s=None: contextlib.nullcontext()
+
+
+def _uneven_collectives(torch):
+    """The alltoall dispatcher's gather and reduce-scatter over the expert TP group carry each
+    rank's own token count (tensor_parallel/mappings.py:114, :155 with split sizes); NCCL takes
+    unequal tensors, gloo refuses them: here each is padded to the largest, moved equal-sized and
+    cut back (same values; the padded copies live only inside the collective)."""
+    import torch.distributed as dist
+    gather, scatter = dist.all_gather, dist.reduce_scatter
+
+    def all_gather(outputs, tensor, group=None, async_op=False):
+        rows = max(o.shape[0] for o in outputs)
+        if all(o.shape[0] == rows for o in outputs):
+            return gather(outputs, tensor, group=group, async_op=async_op)
+        pad = lambda t: torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])  # noqa: E731
+        full = [torch.empty((rows, *o.shape[1:]), dtype=o.dtype) for o in outputs]
+        gather(full, pad(tensor), group=group)
+        for o, f in zip(outputs, full):
+            o.copy_(f[:o.shape[0]])
+
+    def reduce_scatter(output, inputs, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        rows = max(i.shape[0] for i in inputs)
+        if all(i.shape[0] == rows for i in inputs):
+            return scatter(output, inputs, op=op, group=group, async_op=async_op)
+        pad = lambda t: torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])  # noqa: E731
+        full = torch.empty((rows, *output.shape[1:]), dtype=output.dtype)
+        scatter(full, [pad(i) for i in inputs], op=op, group=group)
+        output.copy_(full[:output.shape[0]])
+    dist.all_gather, dist.reduce_scatter = all_gather, reduce_scatter
+    torch.distributed.all_gather, torch.distributed.reduce_scatter = all_gather, reduce_scatter
 
 
 def sdpa_attention(torch):
