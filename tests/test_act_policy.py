@@ -56,7 +56,7 @@ def test_bf16_to_fp8_loses_four_mantissa_bits_and_int4_too():
 def test_integer_tensors_are_never_quantised():
     m = model("mixtral-8x7b")
     r = _rank0(m, TrainSpec(seq=1024, policy=_policy(router="int4")))
-    idx, logits = _move(r, "moe.topk_idx"), _move(r, "moe.router_logits")
+    idx, logits = _move(r, "moe.topk_idx"), _move(r, "moe.aux_scores")
     assert idx.stored_bytes == idx.native_bytes and idx.policy == "keep"
     assert logits.stored_bytes < logits.native_bytes and logits.policy == "int4"
 

@@ -1,10 +1,11 @@
 """Megatron-Core engine cases as data, and their ledger translation (pure: no torch imported).
 
-A case is one small Llama-like GPTModel built by Megatron-Core from its local layer spec
-(`get_gpt_layer_local_spec(normalization="RMSNorm")`, megatron/core/models/gpt/
-gpt_layer_specs.py: no Transformer Engine) and the layout it runs with on gloo CPU processes:
-tensor parallel degree, data parallel degree (Megatron's
-DistributedOptimizer over it), recompute granularity. How memledger spells the same run:
+A case is one small Llama-like (or, with experts, Mixtral-like) GPTModel built by Megatron-Core
+from its local layer spec (`get_gpt_layer_local_spec(num_experts, normalization="RMSNorm")`,
+megatron/core/models/gpt/gpt_layer_specs.py: no Transformer Engine) and the layout it runs with
+on gloo CPU processes: tensor parallel degree, data parallel degree (Megatron's
+DistributedOptimizer over it), expert parallel degree, recompute granularity. How memledger
+spells the same run:
 
 | Megatron-Core                                              | memledger                         |
 |------------------------------------------------------------|-----------------------------------|
@@ -14,11 +15,14 @@ DistributedOptimizer over it), recompute granularity. How memledger spells the s
 | TP; sequence parallel (the local spec's torch norm refuses it: a stand-in) | tp, sp           |
 | PP with 1F1B, deallocate_pipeline_outputs (as Megatron-LM sets it) | pp, schedule="1f1b"  |
 | recompute_granularity full, uniform, 1 layer               | recompute="full"                  |
-| recompute_granularity selective, modules core_attn + layernorm | recompute="selective"         |
+| recompute_granularity selective, recompute_modules' default (core_attn) | recompute="selective" |
 | no recompute                                               | recompute="none"                  |
 | flash attention (TEDotProductAttention; here SDPA)         | profile="megatron"                |
 | vocab not padded (the case's vocab is a multiple of 128·tp) | vocab_pad=1                      |
 | gloo, no GPU                                               | nccl_channels=0, no CUDA context  |
+| MoELayer: num_moe_experts, topk, moe_ffn_hidden_size       | a Mixtral config (E, K, fe)       |
+| moe_shared_expert_intermediate_size, no gate               | n_shared=1, shared_ffn            |
+| expert_model_parallel_size / expert_tensor_parallel_size   | ep / etp                          |
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from memledger.errors import SpecError
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("sdpa", "local")
 NORMS = ("fused", "torch-cpu")
+DISPATCHERS = ("alltoall", "allgather")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +60,15 @@ class MegatronCase:
     # _fused_rms_norm on CUDA, TENorm, Apex FusedRMSNorm); torch-cpu: torch's CPU dispatch as it
     # is (a composite that keeps fp32 copies of the input and of the normalised input)
     norm: str = "fused"
+    # MoE (0 experts: dense): every layer's MLP is Megatron's MoELayer (TopKRouter with the
+    # switch aux loss, the token dispatcher, SequentialMLP experts: the local spec's)
+    experts: int = 0
+    top_k: int = 2
+    moe_ffn: int = 704
+    shared_ffn: int = 0  # moe_shared_expert_intermediate_size (0: none), no gate
+    ep: int = 1
+    etp: int = 1
+    dispatcher: str = "alltoall"
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:
@@ -70,6 +84,17 @@ class MegatronCase:
                      "micro_batch", "tp", "pp", "micro_batches", "dp"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.dispatcher not in DISPATCHERS:
+            raise SpecError("dispatcher", f"{self.dispatcher!r}; valid: {', '.join(DISPATCHERS)}")
+        if self.experts:
+            if not 1 <= self.top_k <= self.experts or self.experts % self.ep:
+                raise SpecError("experts", f"{self.experts} experts need 1 <= top_k "
+                                           f"({self.top_k}) <= experts and ep ({self.ep}) dividing it")
+            if (self.tp * self.dp) % (self.ep * self.etp) or self.moe_ffn % self.etp:
+                raise SpecError("ep", f"ep*etp = {self.ep}*{self.etp} must divide tp*dp = "
+                                      f"{self.tp * self.dp} and etp the moe_ffn {self.moe_ffn}")
+        elif self.ep != 1 or self.etp != 1:
+            raise SpecError("ep", f"ep {self.ep} / etp {self.etp} need experts > 0")
         if self.heads % self.kv_heads or self.kv_heads % self.tp:
             raise SpecError("kv_heads", f"heads {self.heads} / kv_heads {self.kv_heads} / tp "
                                         f"{self.tp} must divide: heads % kv_heads == kv_heads % tp == 0")
@@ -84,12 +109,16 @@ class MegatronCase:
         return self.tp * self.pp * self.dp
 
     def hf_config(self) -> dict:
-        """The same model as a Llama config.json (memledger.model.hf_config reads it)."""
+        """The same model as a Llama (MoE: Mixtral) config.json (memledger.model.hf_config reads
+        it); the shared expert, which Mixtral has not, is added by `shared_expert`."""
+        moe = {"model_type": "mixtral", "num_local_experts": self.experts,
+               "num_experts_per_tok": self.top_k} if self.experts else {}
         return {"model_type": "llama", "hidden_size": self.hidden,
                 "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
                 "num_key_value_heads": self.kv_heads, "intermediate_size": self.ffn,
                 "vocab_size": self.vocab, "tie_word_embeddings": False,
-                "max_position_embeddings": self.seq, "hidden_act": "silu"}
+                "max_position_embeddings": self.seq, "hidden_act": "silu",
+                **moe, **({"intermediate_size": self.moe_ffn} if self.experts else {})}
 
 
 CASES: tuple[MegatronCase, ...] = (
@@ -102,6 +131,16 @@ CASES: tuple[MegatronCase, ...] = (
     MegatronCase(name="gpt-local pp2 1f1b m4", pp=2, micro_batches=4),
     MegatronCase(name="gpt-local tp1 dp1 torch-cpu rmsnorm", norm="torch-cpu"),
     MegatronCase(name="gpt-local tp1 dp1 DotProductAttention", attention="local"),
+    # 8 experts, top-2, fe = 704, every layer MoE, the switch aux loss on; ep 2 over dp 2
+    MegatronCase(name="gpt-local moe e8 top2 ep2 dp2 alltoall", experts=8, dp=2, ep=2),
+    MegatronCase(name="gpt-local moe e8 top2 shared ep2 dp2 alltoall", experts=8, dp=2, ep=2,
+                 shared_ffn=1024),
+    MegatronCase(name="gpt-local moe e8 top2 ep2 dp2 allgather", experts=8, dp=2, ep=2,
+                 dispatcher="allgather"),
+    MegatronCase(name="gpt-local moe e8 top2 tp2 sp ep2 dp2 alltoall", experts=8, tp=2, sp=True,
+                 dp=2, ep=2),
+    MegatronCase(name="gpt-local moe e8 top2 tp2 sp ep2 etp2 dp2 alltoall", experts=8, tp=2,
+                 sp=True, dp=2, ep=2, etp=2),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -115,7 +154,8 @@ def case_by_name(name: str) -> MegatronCase:
 def ledger_config(case: MegatronCase) -> dict:
     """The same run in memledger's specs, as plain keyword dicts."""
     return {"model": {"hf_config": case.hf_config()},
-            "parallel": {"tp": case.tp, "pp": case.pp, "dp": case.dp, "zero": 1, "sp": case.sp},
+            "parallel": {"tp": case.tp, "pp": case.pp, "dp": case.dp, "zero": 1, "sp": case.sp,
+                         "ep": case.ep, "etp": case.etp},
             "train": {"seq": case.seq, "micro_batch": case.micro_batch, "micro_batches": case.micro_batches,
                       "precision": "megatron", "recompute": case.recompute,
                       "profile": "megatron", "vocab_pad": 1},

@@ -7,8 +7,9 @@ megatron, precision megatron, loop megatron, zero=1). Bars (issue 27): static ro
 activations within 3 %, peak allocated within 5 %. The predicted peak is the ledger's
 peak_allocated_bytes of the rank plus the token, label and position ids the step keeps alive
 (measured), the peak outside gloo's reduce-scatter copy (megatron_core.py). Per-layer
-activations (the largest layer's saved tensors) are compared to the ledger's dense-layer items
-÷ layers.
+activations (the largest layer's saved tensors) are compared to the ledger's dense- or moe-layer
+items ÷ layers. MoE cases compare the mean over their ranks (`routing_mean`): the router's
+choice is not balanced rank by rank, the ledger's routing is.
 """
 from __future__ import annotations
 
@@ -30,32 +31,53 @@ def case_from_dict(d: dict) -> MegatronCase:
 
 
 def predict(case: MegatronCase):
+    from dataclasses import replace
+
     from memledger.ledger import build_ledger
     from memledger.model.hf_config import from_hf_config
     from memledger.specs import ParallelSpec, TrainSpec
     from memledger.specs.runtime import RuntimeSpec
     cfg = ledger_config(case)
-    return build_ledger(from_hf_config(cfg["model"]["hf_config"]), ParallelSpec(**cfg["parallel"]),
+    model = from_hf_config(cfg["model"]["hf_config"])
+    if case.shared_ffn:  # Megatron's ungated shared expert, which a Mixtral config cannot say
+        model = replace(model, moe=replace(model.moe, n_shared=1, shared_ffn=case.shared_ffn))
+    return build_ledger(model, ParallelSpec(**cfg["parallel"]),
                         TrainSpec(**cfg["train"]), RuntimeSpec(**cfg["runtime"]))
 
 
-def layer_activation_bytes(rank, n_layers: int) -> int:
+def layer_activation_bytes(rank, n_layers: int, kind: str = "dense") -> int:
     """The ledger's activations of one decoder layer and micro-batch on this rank (its
-    dense-layer items are summed over the stage's layers and the micro-batches it holds)."""
+    dense- or moe-layer items are summed over the stage's layers and the micro-batches it
+    holds)."""
     total = sum(it.bytes for it in rank.items
-                if it.row == "activations" and it.name.startswith("dense layers /"))
+                if it.row == "activations" and it.name.startswith(f"{kind} layers /"))
     return total // (n_layers * max(1, sum(n for _s, n in rank.in_flight)))
+
+
+def routing_mean(case: MegatronCase, ranks: list[dict]) -> list[dict]:
+    """MoE cases: each rank's routed rows are what the router chose (8 experts, random weights:
+    not balanced); the ledger predicts balanced routing, which is exactly the mean over the
+    expert-parallel group (no token is dropped: the group's rows are ep·T·K in every layer).
+    Every rank here sits in one symmetric layout (pp = 1), so the rows activations,
+    activations_per_layer and peak_allocated are compared as the mean over the case's ranks."""
+    if not case.experts:
+        return ranks
+    n = len(ranks)
+    layers = [sum(col) // n for col in zip(*(r["activations_per_layer"] for r in ranks))]
+    mean = {k: sum(r[k] for r in ranks) // n for k in ("activations", "peak_live")}
+    return [{**r, **mean, "activations_per_layer": layers} for r in ranks]
 
 
 def compare(case: MegatronCase, ranks: list[dict], led=None) -> list[dict]:
     led = led or predict(case)
     out = []
-    for meas in ranks:
+    kind = "moe" if case.experts else "dense"
+    for meas in routing_mean(case, ranks):
         r = led.ranks[meas.get("pp_rank", 0)]  # the ledger's ranks are pipeline stages
         per_layer = max(meas["activations_per_layer"])
         pred = {"weights": r.rows["weights"], "gradients": r.rows["gradients"],
                 "optimizer": r.rows["optimizer"], "activations": r.rows["activations"],
-                "activations_per_layer": layer_activation_bytes(r, case.layers // case.pp),
+                "activations_per_layer": layer_activation_bytes(r, case.layers // case.pp, kind),
                 "peak_allocated": r.peak_allocated_bytes + meas["inputs"]}
         got = {**{k: meas[k] for k in ("weights", "gradients", "optimizer", "activations")},
                "activations_per_layer": per_layer, "peak_allocated": meas["peak_live"]}

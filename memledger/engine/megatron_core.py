@@ -3,19 +3,21 @@ by op on every rank (torch, megatron-core 0.16.1).
 
 What runs is Megatron-Core's, in the order its training loop runs it (megatron/training/
 training.py `train_step`): `parallel_state.initialize_model_parallel`, `GPTModel` from
-`get_gpt_layer_local_spec(normalization="RMSNorm")` (no Transformer Engine, no Apex: torch's
-RMSNorm, Megatron's Column/RowParallelLinear, bias-SwiGLU fusion) in `Float16Module`, its
-`DistributedDataParallel` (contiguous param and fp32 grad buffers, bucketed reduce-scatter),
-`get_megatron_optimizer` (DistributedOptimizer over torch's AdamW: fp32 main-param shards),
-`zero_grad_buffer` / `zero_grad`, `get_forward_backward_func()` (forward with the vocab-parallel
-cross entropy, backward, `finalize_model_grads`) and `optimizer.step()`.
+`get_gpt_layer_local_spec(num_experts, normalization="RMSNorm")` (no Transformer Engine, no
+Apex: torch's RMSNorm, Megatron's Column/RowParallelLinear, bias-SwiGLU fusion; MoE: TopKRouter,
+the alltoall or allgather dispatcher, SequentialMLP experts; `engine/megatron_parts.py`) in
+`Float16Module`, its `DistributedDataParallel` (contiguous param and fp32 grad buffers, bucketed
+reduce-scatter), `get_megatron_optimizer` (DistributedOptimizer over torch's AdamW: fp32
+main-param shards), `zero_grad_buffer` / `zero_grad`, `get_forward_backward_func()` (forward with
+the vocab-parallel cross entropy, backward, `finalize_model_grads`) and `optimizer.step()`.
 Stand-ins: `engine/megatron_stand_ins.py` (each with why). Measured per rank (bytes): weights /
 gradients from DDP's param and grad buffers (their padding included), optimizer from the
-main-param shards and AdamW's states, activations as the live bytes the model's forward (loss included) leaves behind (in a pipeline: the saved tensors alive
-at the rank's first backward, and the micro-batches it holds then), per decoder layer the saved
-tensors its forward packed (first micro-batch), and the peak of live bytes over the measured
-(second) step, by phase: forward+backward, gradient sync (gloo's copy, not compared), step.
-Ignores interleaved pipelines, overlapped communication (CUDA streams), Transformer Engine.
+main-param shards and AdamW's states, activations as the live bytes the model's forward (loss
+included) leaves behind (in a pipeline: the saved tensors alive at the rank's first backward,
+and the micro-batches it holds then), per decoder layer the saved tensors its forward packed
+(first micro-batch), the rows each MoE layer's experts got, and the peak of live bytes over the
+measured (second) step, by phase: forward+backward, gradient sync (gloo's copy, not compared),
+step. Ignores interleaved pipelines, overlapped communication (CUDA streams), Transformer Engine.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import time
 
 from memledger.engine.extras import require_module
 from memledger.engine.megatron_cases import MegatronCase
+from memledger.engine.megatron_parts import (count_routed_rows, ddp_buffers, distinct_bytes,
+                                             moe_config, optimizer_tensors)
 from memledger.engine.megatron_stand_ins import cpu_mode, sdpa_attention, stand_ins
 
 INSTALL = "pip install --no-deps 'megatron-core==0.16.1'   (or: pip install -e '.[megatron]')"
@@ -57,7 +61,11 @@ class _SavedByLayer:
     def _pack(self, t):
         if not self._is_param(t):
             st = t.untyped_storage()
-            self.saved.setdefault(st.data_ptr(), (self._ref(st), self.where, self.forwards))
+            known = self.saved.get(st.data_ptr())
+            # a storage freed in this forward (a saved tensor whose node was dropped: the aux
+            # loss's top-k) leaves its address to the next one, which is another tensor
+            if known is None or known[0]() is None:
+                self.saved[st.data_ptr()] = (self._ref(st), self.where, self.forwards)
         return t
 
     def _unpack(self, t):
@@ -88,9 +96,9 @@ def _config(case: MegatronCase, torch):
         pipeline_model_parallel_size=case.pp, deallocate_pipeline_outputs=True,
         use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16,
         pipeline_dtype=torch.bfloat16, recompute_granularity=None if case.recompute == "none"
-        else case.recompute,  # selective: the dense modules 0.16 has (config:1197), mlp aside
-        recompute_modules=["core_attn", "layernorm"] if case.recompute == "selective" else None,
-        recompute_method="uniform" if full else None, recompute_num_layers=1 if full else None)
+        else case.recompute,  # selective: recompute_modules' default, ["core_attn"]
+        recompute_method="uniform" if full else None, recompute_num_layers=1 if full else None,
+        **moe_config(case))
 
 
 def _build(case: MegatronCase, torch):
@@ -101,7 +109,7 @@ def _build(case: MegatronCase, torch):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.transformer.module import Float16Module
     cfg = _config(case, torch)
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec = get_gpt_layer_local_spec(num_experts=case.experts or None, normalization="RMSNorm")
     if case.attention == "sdpa":
         spec.submodules.self_attention.submodules.core_attention = sdpa_attention(torch)
     gpt = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=case.vocab,
@@ -119,21 +127,6 @@ def _build(case: MegatronCase, torch):
     return gpt, ddp, opt, cfg
 
 
-def _optimizer_tensors(opt) -> list:
-    out = []
-    for o in getattr(opt, "chained_optimizers", [opt]):
-        for group in getattr(o, "shard_fp32_from_float16_groups", []):
-            out += [t for t in group if t is not None]
-        for st in o.optimizer.state.values():
-            out += [v for v in st.values() if hasattr(v, "untyped_storage")]
-    return out
-
-
-def _distinct_bytes(tensors) -> int:
-    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                for t in tensors}.values())
-
-
 def measure_rank(case: MegatronCase, rank: int) -> dict:
     import torch
     from megatron.core import parallel_state as ps
@@ -146,7 +139,9 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
     mode.__enter__()
     try:
         ps.initialize_model_parallel(tensor_model_parallel_size=case.tp,
-                                     pipeline_model_parallel_size=case.pp)
+                                     pipeline_model_parallel_size=case.pp,
+                                     expert_model_parallel_size=case.ep,
+                                     expert_tensor_parallel_size=case.etp)
         torch.manual_seed(0)
         gpt, ddp, opt, cfg = _build(case, torch)
         gen = torch.Generator().manual_seed(1)  # the same batch on every tp rank
@@ -173,6 +168,7 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
         gpt.register_forward_pre_hook(hook("before_forward"))
         gpt.register_forward_hook(hook("forward_end"))
         by_layer = _SavedByLayer(torch, gpt, gpt.decoder.layers)
+        routed = count_routed_rows(gpt.decoder.layers, live_ref)
 
         def forward_end(*_):
             if live_ref[0] is not None and "saved" not in marks:  # the first micro-batch's
@@ -204,9 +200,12 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
         ok1 = step()[0]  # step 1: AdamW's states come to life
         live = probe.LiveBytes()
         live.track(*gpt.parameters(), *gpt.buffers(), tokens, labels, pos,
-                   *_optimizer_tensors(opt))
-        for buf in ddp.buffers:
+                   *optimizer_tensors(opt))
+        for buf in ddp_buffers(ddp):
             live.track(buf.param_data, buf.grad_data)
+        # the buffers SP's all-gathers and the allgather dispatcher fill (tensor_parallel/
+        # mappings.py use_global_buffer), made in step 1 and reused: not an activation
+        live.track(*ps.get_global_memory_buffer().buffer.values())
         base = live.current
         live.samples.clear()
         live_ref[0] = live
@@ -223,13 +222,14 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
         return {
             "rank": rank, "pp_rank": ps.get_pipeline_model_parallel_rank(),
             "steps_ok": [bool(ok1), bool(ok2)],
-            "weights": sum(b.param_data.untyped_storage().nbytes() for b in ddp.buffers),
+            "weights": sum(b.param_data.untyped_storage().nbytes() for b in ddp_buffers(ddp)),
             "weights_unpadded": sum(probe.nbytes(p) for p in gpt.parameters()),
-            "gradients": sum(b.grad_data.untyped_storage().nbytes() for b in ddp.buffers),
-            "optimizer": _distinct_bytes(_optimizer_tensors(opt)),
+            "gradients": sum(b.grad_data.untyped_storage().nbytes() for b in ddp_buffers(ddp)),
+            "optimizer": distinct_bytes(optimizer_tensors(opt)),
             "activations": one if case.pp == 1 else first_bwd["activations"],
             "saved_at_first_backward": first_bwd["activations"], "held": first_bwd["held"],
             "activations_per_layer": per_layer, "inputs": inputs,
+            "routed_rows_per_layer": [routed[i] for i in sorted(routed)],
             "saved_outside_layers": {k: saved.get(k, 0) for k in ("pre", "post")},
             "base_live": base, "phases": phases,
             # gloo's coalesced reduce-scatter flattens the bucket into a copy of its own
@@ -257,7 +257,7 @@ def _worker(case_dict: dict, rank: int, world: int, port: int, out_q) -> None:
         dist.init_process_group("gloo", rank=rank, world_size=world)
         out_q.put(measure_rank(case_from_dict(case_dict), rank))
     except BaseException:  # noqa: BLE001 - the parent reports the rank that failed
-        out_q.put({"rank": rank, "error": traceback.format_exc(limit=8)})
+        out_q.put({"rank": rank, "error": traceback.format_exc(limit=-8)})
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -71,6 +71,23 @@ def stand_ins(torch, case: MegatronCase) -> None:
     from megatron.core.tensor_parallel import random as mrandom
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.synchronize = lambda *a, **k: None  # CPU ops are done when they return
+    if case.experts:
+        _one_stream(torch)
+        from megatron.core.transformer.moe import moe_utils
+        # moe_utils.py:1192 tests `te_general_gemm is not None`, a name bound only when TE imports
+        # (:34): without TE it is unbound, and the router's gate takes torch.mm (:1196) if None
+        moe_utils.te_general_gemm = getattr(moe_utils, "te_general_gemm", None)
+        from megatron.core.transformer.moe import token_dispatcher
+
+        def to_host(tensor, as_numpy=False, record_stream=False):
+            # moe_utils.py:1093 copies only CUDA tensors; the dispatcher's split sizes arrive on
+            # the host as numpy (what all_to_all_single's split lists take), so CPU ones too
+            if as_numpy and torch.is_tensor(tensor):
+                return tensor.numpy()
+            return tensor
+        token_dispatcher.maybe_move_tensor_to_cpu = to_host
+        if case.etp > 1:
+            _uneven_collectives(torch)
     mrandom.CudaRNGStatesTracker.fork = lambda self, name="model-parallel-rng": \
         contextlib.nullcontext()
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
@@ -94,6 +111,57 @@ def stand_ins(torch, case: MegatronCase) -> None:
             setattr(n.weight, "sequence_parallel", config.sequence_parallel)
             return n
         WrappedTorchNorm.__new__ = norm
+
+
+def _one_stream(torch):
+    """One stream that is every stream: the alltoall dispatcher's device-to-host copy stream
+    (transformer/moe/token_dispatcher.py:445, :871-899) orders nothing on the CPU."""
+    class Stream:
+        def __new__(cls, *a, **k):
+            return ONE
+
+        def wait_stream(self, other):
+            return None
+
+        def record_event(self, *a):
+            return self
+
+        def synchronize(self):
+            return None
+    ONE = object.__new__(Stream)
+    torch.cuda.Stream = Stream
+    torch.cuda.current_stream = lambda *a, **k: ONE
+    torch.cuda.stream = lambda s=None: contextlib.nullcontext()
+
+
+def _uneven_collectives(torch):
+    """The alltoall dispatcher's gather and reduce-scatter over the expert TP group carry each
+    rank's own token count (tensor_parallel/mappings.py:114, :155 with split sizes); NCCL takes
+    unequal tensors, gloo refuses them: here each is padded to the largest, moved equal-sized and
+    cut back (same values; the padded copies live only inside the collective)."""
+    import torch.distributed as dist
+    gather, scatter = dist.all_gather, dist.reduce_scatter
+
+    def all_gather(outputs, tensor, group=None, async_op=False):
+        rows = max(o.shape[0] for o in outputs)
+        if all(o.shape[0] == rows for o in outputs):
+            return gather(outputs, tensor, group=group, async_op=async_op)
+        pad = lambda t: torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])  # noqa: E731
+        full = [torch.empty((rows, *o.shape[1:]), dtype=o.dtype) for o in outputs]
+        gather(full, pad(tensor), group=group)
+        for o, f in zip(outputs, full):
+            o.copy_(f[:o.shape[0]])
+
+    def reduce_scatter(output, inputs, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        rows = max(i.shape[0] for i in inputs)
+        if all(i.shape[0] == rows for i in inputs):
+            return scatter(output, inputs, op=op, group=group, async_op=async_op)
+        pad = lambda t: torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])  # noqa: E731
+        full = torch.empty((rows, *output.shape[1:]), dtype=output.dtype)
+        scatter(full, [pad(i) for i in inputs], op=op, group=group)
+        output.copy_(full[:output.shape[0]])
+    dist.all_gather, dist.reduce_scatter = all_gather, reduce_scatter
+    torch.distributed.all_gather, torch.distributed.reduce_scatter = all_gather, reduce_scatter
 
 
 def sdpa_attention(torch):

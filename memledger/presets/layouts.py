@@ -35,10 +35,11 @@ START: dict[str, StartLayout] = {
                "on H800; world size and full recompute are memledger's choice",
         gpu="h800"),
     "llama3.1-405b": StartLayout(
-        settings=dict(world=16384, tp=8, pp=16, zero=1, m=16, seq=8192, recompute="selective"),
+        settings=dict(world=16384, tp=8, pp=16, zero=1, m=16, seq=8192, recompute="full"),
         published=True,
         source="The Llama 3 Herd of Models (arXiv 2407.21783) Table 4: 16,384 H100, TP 8, CP 1, "
-               "PP 16, DP 128 at 8K tokens; selective recompute is memledger's choice",
+               "PP 16, DP 128 at 8K tokens; full recompute is memledger's choice (Megatron's "
+               "default selective, core_attn only, needs 82.4 GiB here)",
         gpu="h100"),
     "llama3-70b": StartLayout(),  # the dashboard's own defaults
     "llama3-8b": StartLayout(settings=dict(world=8, tp=2, pp=1, m=8)),

@@ -29,7 +29,7 @@ CLASSES: dict[str, str] = {
     "attn_out": "attention output = input of the output projection",
     "mlp_fc1": "dense MLP fc1 (gate‖up) output = SwiGLU input",
     "mlp_act": "dense MLP activation (SwiGLU/GeLU) output = fc2 input",
-    "router": "router logits, probabilities, top-k indices and weights",
+    "router": "router scores, top-k indices and weights, the dispatcher's routing map and order",
     "expert_in": "permuted routed-token inputs of the experts",
     "expert_fc1": "expert fc1 output = expert SwiGLU input",
     "expert_act": "expert activation output = expert fc2 input",

@@ -2,10 +2,18 @@
 dropout (docs/design.md §5). Per token per layer: norm-1 input h, QKV input h, Q a·dh, K and V g·dh,
 attention output a·dh (+ fp32 log-sum-exp a), norm-2 input h, MLP input h, fc1 output 2f
 (SwiGLU) or f, activation output f; norms keep fp32 rstd (and mean for LayerNorm).
-MoE: fp32 router logits and probs (E each), top-k indices/weights, and per routed row the
-permuted input h, fc1 output 2fe/etp, activation output fe/etp, expert output h (for the
-probability-weighted combine). MLA keeps the compressed q/kv and their normed copies.
-Ignores: RoPE cos/sin caches (shared, tiny), TE fp8 amax histories.
+MoE (megatron-core 0.16.1, softmax top-k router with a load-balancing loss, unfused permute;
+measured by `memledger validate --engine megatron-core`, docs/engine-validation.md): per token
+the router's input h, the top-k indices (int64 K) and fp32 top-k probabilities (K), the
+load-balancing loss's fp32 scores (E), the dispatcher's expert-major routing map (bool E) and
+probabilities (E) and its token order (int64 K); per routed row the permuted input h, the
+row's probability (1), fc1 output 2fe/etp and activation output fe/etp. The expert output is not
+kept: the probabilities scale the activation before fc2 (experts.py TEGroupedMLP.forward,
+weighted_bias_swiglu_impl), so the combine only scatters. MLA keeps the compressed q/kv and their
+normed copies.
+Ignores: RoPE cos/sin caches (shared, tiny), TE fp8 amax histories, the switch loss's E int64
+token counts and fp32 loss per MoE layer (not per token), the sigmoid router (DeepSeek-V3's
+score function keeps its own set), TE's fused permute (moe_permute_fusion, off by default).
 """
 from __future__ import annotations
 
@@ -14,7 +22,13 @@ from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import TrainSpec
 
-SELECTIVE = frozenset({"attn_core", "norm_out", "mlp_act", "expert_act"})
+# `--recompute-granularity selective` recomputes `recompute_modules`, by default ["core_attn"]
+# (megatron-core 0.16.1 transformer_config.py:1193-1194; Megatron-LM arguments.py passes
+# --recompute-modules default None): under TE's flash attention the checkpoint keeps q, k, v and
+# the output projection keeps its input, so the logsumexp is what is dropped. The norm outputs,
+# the activation outputs and the expert activations go only with non-default modules
+# ("layernorm", "mlp", "moe_act"), which memledger spells as policy rules.
+SELECTIVE = frozenset({"attn_core"})
 
 
 def norm(m: ModelSpec, name: str) -> list[A]:
@@ -68,18 +82,30 @@ def mlp(m: ModelSpec, f: int, prefix: str, split: str = "tp", per: str = "token"
 
 
 def moe(m: ModelSpec) -> list[A]:
-    x, h = m.moe, m.hidden
+    x, h, e, k = m.moe, m.hidden, m.moe.n_experts, m.moe.top_k
     out = [
+        # RouterGatingLinearFunction keeps its input (moe_utils.py:1186), the pre-MLP norm's
+        # output, which the shared experts' fc1 reads too
         A("moe.in", "norm_out", h, flops=4 * h),
-        A("moe.router_logits", "router", x.n_experts, "fp32", flops=2 * h * x.n_experts),
-        A("moe.router_probs", "router", x.n_experts, "fp32", flops=4 * x.n_experts),
-        A("moe.topk_idx", "router", x.top_k, "int64"),
-        A("moe.topk_weights", "router", x.top_k, "fp32"),
+        # topk_routing_with_score_function (moe_utils.py:713-714, 741): torch.topk keeps the
+        # indices (the scatter building routing_probs keeps the same tensor), softmax over the
+        # top-k in fp32 keeps its output
+        A("moe.topk_idx", "router", k, "int64", flops=2 * h * e),
+        A("moe.topk_probs", "router", k, "fp32", flops=4 * k),
+        # compute_routing_scores_for_aux_loss (moe_utils.py:781): softmax(logits, fp32) over all
+        # E for the switch loss (router.py _apply_aux_loss); its own top-k's indices die with
+        # their unused values
+        A("moe.aux_scores", "router", e, "fp32", flops=2 * h * e + 4 * e),
+        # permute (moe_utils.py:363-370): masked_select keeps the expert-major routing map and
+        # its input probs.T.contiguous(); index_select keeps the token order (T·K indices)
+        A("moe.routing_map", "router", e, "bool"),
+        A("moe.dispatch_probs", "router", e, flops=4 * k),
+        A("moe.sorted_idx", "router", k, "int64"),
         A("experts.in", "expert_in", h, split="none", per="routed"),
+        # WeightedSwiGLUFunction (fusions/fused_bias_swiglu.py:196) keeps the row's probability
+        A("experts.probs", "router", 1, split="none", per="routed"),
     ]
     out += mlp(m, x.expert_ffn, "experts", split="etp", per="routed")
-    out.append(A("experts.out", "expert_out", h, split="none", per="routed",
-                 flops=2 * x.expert_ffn * h))
     if x.n_shared:
         out += mlp(m, x.n_shared * x.shared_ffn_size, "shared")
     return out
