@@ -134,17 +134,11 @@ def _trainer_config(case: TitanCase):
     return cfg
 
 
-def run_titan(case: TitanCase) -> dict:
+def prepare(case: TitanCase):
+    """The stand-ins installed and the Trainer.Config of `case` (shared with titan_gloo)."""
     import torch
-    import torch.distributed as dist
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torchtitan.components.loss import ChunkedLossWrapper
-    from torchtitan.distributed import ParallelDims
 
-    from memledger.engine import probe
     from memledger.engine.fake import _real_mesh_concatenate
-    t0 = time.perf_counter()
     _real_mesh_concatenate()
     _stand_ins(torch)
     if case.ep > 1:
@@ -152,10 +146,38 @@ def run_titan(case: TitanCase) -> dict:
     cfg = _trainer_config(case)
     from torchtitan.distributed import utils as dist_utils
     dist_utils.set_spmd_backend(cfg.parallelism.spmd_backend)  # as Trainer.__init__ does
+    return cfg
+
+
+def run_titan(case: TitanCase) -> dict:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    t0 = time.perf_counter()
+    cfg = prepare(case)
     if case.pp > 1:
         from memledger.engine.titan_pp import run_titan_pp
         return run_titan_pp(case, cfg)
     dist.init_process_group("fake", rank=0, world_size=case.world, store=FakeStore())
+    try:
+        res = build_and_measure(case, cfg, fake=True)
+    finally:
+        dist.destroy_process_group()
+    return {**res, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def build_and_measure(case: TitanCase, cfg, fake: bool, on_model=None) -> dict:
+    """One rank of an initialised process group: torchtitan's mesh, model, parallelize_fn,
+    optimizer and loss, then the measured step. `fake`: under FakeTensorMode (weight init values
+    skipped); otherwise real tensors on the CPU (a gloo world: titan_gloo, whose `on_model`
+    adjusts the parallelized model for gloo)."""
+    import contextlib
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torchtitan.components.loss import ChunkedLossWrapper
+    from torchtitan.distributed import ParallelDims
+
+    from memledger.engine import probe
     init = torch.nn.init._no_grad_trunc_normal_
     try:
         dims = ParallelDims.from_config(cfg.parallelism, case.world)
@@ -167,8 +189,11 @@ def run_titan(case: TitanCase) -> dict:
         model = spec.parallelize_fn(model, parallel_dims=dims, training=cfg.training,
                                     parallelism=cfg.parallelism, compile_config=cfg.compile,
                                     ac_config=cfg.activation_checkpoint, dump_folder="")
-        torch.nn.init._no_grad_trunc_normal_ = lambda t, *a, **k: t
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        if on_model is not None:
+            on_model(model)
+        if fake:
+            torch.nn.init._no_grad_trunc_normal_ = lambda t, *a, **k: t
+        with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext():
             model.to_empty(device="cpu")
             with torch.no_grad():
                 model.init_weights(buffer_device=None)
@@ -183,8 +208,7 @@ def run_titan(case: TitanCase) -> dict:
             res = _measure(case, model, opt, loss_fn, inputs, probe, torch)
     finally:
         torch.nn.init._no_grad_trunc_normal_ = init
-        dist.destroy_process_group()
-    return {**res, "chunked_loss": chunked, "seconds": round(time.perf_counter() - t0, 2)}
+    return {**res, "chunked_loss": chunked}
 
 
 def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:

@@ -1,0 +1,80 @@
+"""torchtitan's own code at small sizes for real: one gloo CPU process per rank, real tensors,
+every rank measured with the same storage-following probe as the fake-mode runs (torch).
+
+Each rank runs titan.py's path unchanged — `prepare` (the stand-ins and the Trainer.Config) and
+`build_and_measure` (torchtitan's ParallelDims mesh on "cpu", model, `parallelize_fn`, optimizer
+container, chunked loss, two Trainer-order steps, the second measured) — over a gloo process
+group instead of the fake one, with real tensors instead of fake ones and torchtitan's own
+weight init. One stand-in more than under fake mode, because real tensors run kernels:
+  - `aten::_fused_rms_norm_backward` has no CPU kernel in torch 2.13 (CUDA and MPS only; the
+    forward `_fused_rms_norm` has one). `cpu_rms_norm_backward` registers torch's own
+    decomposition of it (torch/_decomp/decompositions.py `_fused_rms_norm_backward`) as the CPU
+    kernel: the op returns the same two gradients, and its fp32 temporaries stay inside the
+    kernel, as in the fused CUDA kernel and as under fake mode (where FakeTensorMode runs the
+    same decomposition below the probe).
+  - FSDP2's reduce-scatter: torchtitan sets every unit's gradient divide factor to 1.0
+    (distributed/fsdp.py `disable_fsdp_gradient_division`; the Trainer scales by the global
+    token count), so torch 2.13's `_get_gradient_divide_factors` (fsdp/_fully_shard/
+    _fsdp_collectives.py) picks `ReduceOp.PREMUL_SUM(1.0)`, which gloo refuses
+    ("RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo"). `sum_reduction` sets
+    `set_force_sum_reduction_for_comms(True)` on every FSDP unit: the same function then returns
+    `ReduceOp.SUM` with a post-divide factor of 1.0, which `_div_if_needed` skips — the same
+    sum, the same buffers, no extra kernel.
+Inputs: every rank draws its token and label ids from the same seed (identical across tp ranks,
+as torchtitan's data loader feeds them; values do not change memory).
+The parent spawns the ranks with `workers.spawn_ranks` (timeout, no processes left behind).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from memledger.engine.titan_cases import TitanCase
+
+_LIB = None
+
+
+def cpu_rms_norm_backward(torch) -> None:
+    global _LIB
+    if _LIB is not None:
+        return
+    from torch._decomp import decomposition_table
+    op = torch.ops.aten._fused_rms_norm_backward.default
+    _LIB = torch.library.Library("aten", "IMPL")
+    _LIB.impl("_fused_rms_norm_backward", decomposition_table[op], "CPU")
+
+
+def sum_reduction(model) -> None:
+    from torch.distributed.fsdp import FSDPModule
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_force_sum_reduction_for_comms(True)
+
+
+def run_rank(rank: int, case: TitanCase, port: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from memledger.engine.titan import build_and_measure, prepare
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo", rank=rank, world_size=case.world)
+    try:
+        t0 = time.perf_counter()
+        cfg = prepare(case)
+        cpu_rms_norm_backward(torch)
+        res = build_and_measure(case, cfg, fake=False, on_model=sum_reduction)
+        res.pop("timeline", None)
+        res = {"rank": rank, **res, "seconds": round(time.perf_counter() - t0, 2)}
+        Path(out, f"rank{rank}.json").write_text(json.dumps(res))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_gloo(case: TitanCase, timeout_s: float = 300.0) -> list[dict]:
+    """Every rank's measurement of `case`, ordered by rank."""
+    from memledger.engine.workers import spawn_ranks
+    return spawn_ranks(run_rank, case, case.world, case.name, timeout_s)
