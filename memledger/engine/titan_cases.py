@@ -225,5 +225,6 @@ def ledger_config(case: TitanCase, n_layers: int = 0) -> dict:
                       "vocab_pad": 1},
             "runtime": {"loop": "torchtitan", "loss": "chunked", "zero3_impl": "fsdp",
                         "tp_engine": "dtensor", "cuda_context_bytes": 0,
+                        "nccl_channels": 0,  # fake process group and gloo: no NCCL buffers
                         **({"pp_engine": "pytorch"} if pp else {}),  # torch.distributed.pipelining
                         "allocator_slack_pct": 0}}
