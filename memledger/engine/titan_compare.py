@@ -52,6 +52,18 @@ def compare(case: TitanCase, meas: dict, led=None) -> list[dict]:
             for row, tol in TOLERANCE.items()]
 
 
+FAKE_VS_REAL = ("weights", "gradients", "optimizer", "activations", "base_live", "peak_live")
+
+
+def fake_vs_real(entry: dict) -> list[dict]:
+    """A gloo entry's every rank against the same case under fake mode (rank 0 standing for
+    all): real − fake bytes per row; the harness's claim is 0 everywhere."""
+    fake = entry["fake"]
+    return [{"case": entry["case"], "rank": r["rank"], "row": row, "fake_bytes": fake[row],
+             "real_bytes": r[row], "diff_bytes": r[row] - fake[row]}
+            for r in entry["ranks"] for row in FAKE_VS_REAL]
+
+
 def rescore(doc: dict) -> list[dict]:
     out = []
     for entry in doc["measurements"]:

@@ -20,6 +20,14 @@ weight init. One stand-in more than under fake mode, because real tensors run ke
     `set_force_sum_reduction_for_comms(True)` on every FSDP unit: the same function then returns
     `ReduceOp.SUM` with a post-divide factor of 1.0, which `_div_if_needed` skips — the same
     sum, the same buffers, no extra kernel.
+  - a gloo collective's `Work.wait()`: gloo's reduce-scatter (`dist.reduce_scatter_single`,
+    which FSDP2's `foreach_reduce` calls synchronously) finishes inside the wait on the calling
+    thread, and the ops it dispatches there allocate a temporary of the reduce-scatter input's
+    size and copy the rank's chunk out of it (`split`, `copy_`; 2,097,152 B for the debug
+    model's largest unit, 817,156 B above the fake peak of the no-AC case). NCCL reduces in its
+    own channel buffers (the ledger's NCCL row, zero for these runs). `quiet_waits` runs every
+    `Work.wait` with the probe paused; what a collective writes into its output is the
+    caller's tensor, already followed.
 Inputs: every rank draws its token and label ids from the same seed (identical across tp ranks,
 as torchtitan's data loader feeds them; values do not change memory).
 The parent spawns the ranks with `workers.spawn_ranks` (timeout, no processes left behind).
@@ -53,6 +61,20 @@ def sum_reduction(model) -> None:
             m.set_force_sum_reduction_for_comms(True)
 
 
+def quiet_waits() -> None:
+    from torch.distributed.distributed_c10d import Work
+    from torch.utils._python_dispatch import _disable_current_modes
+    orig = Work.wait
+    if getattr(orig, "_memledger", False):
+        return
+
+    def wait(self, *args, **kwargs):
+        with _disable_current_modes():
+            return orig(self, *args, **kwargs)
+    wait._memledger = True
+    Work.wait = wait
+
+
 def run_rank(rank: int, case: TitanCase, port: int, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -66,6 +88,7 @@ def run_rank(rank: int, case: TitanCase, port: int, out: str) -> None:
         t0 = time.perf_counter()
         cfg = prepare(case)
         cpu_rms_norm_backward(torch)
+        quiet_waits()
         res = build_and_measure(case, cfg, fake=False, on_model=sum_reduction)
         res.pop("timeline", None)
         res = {"rank": rank, **res, "seconds": round(time.perf_counter() - t0, 2)}
@@ -78,3 +101,21 @@ def run_gloo(case: TitanCase, timeout_s: float = 300.0) -> list[dict]:
     """Every rank's measurement of `case`, ordered by rank."""
     from memledger.engine.workers import spawn_ranks
     return spawn_ranks(run_rank, case, case.world, case.name, timeout_s)
+
+
+RANK_KEYS = ("weights", "gradients", "optimizer", "activations", "base_live", "peak_live",
+             "unsharded_at_forward_end")
+
+
+def measure_case(case: TitanCase, timeout_s: float = 300.0) -> dict:
+    """One stored entry: rank 0 of the gloo run as `measured` (what the ledger is compared
+    with), every rank's rows, and the same case under fake mode at the same world size."""
+    from memledger.engine.titan import run_titan
+    from memledger.engine.titan_compare import case_to_dict
+    ranks = run_gloo(case, timeout_s)
+    fake = run_titan(case)
+    fake.pop("timeline", None)
+    first = {k: v for k, v in ranks[0].items() if k != "rank"}
+    return {"case": case.name, "spec": case_to_dict(case), "measured": first,
+            "ranks": [{"rank": r["rank"], **{k: r[k] for k in RANK_KEYS}} for r in ranks],
+            "fake": fake}
