@@ -70,7 +70,19 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
 
 # Misses, with their cause (docs/torchtitan.md, Limits). Strict: a fix turns them into failures
 # to be removed from this table.
-KNOWN_MISSES: dict[tuple[str, str], str] = {}
+# The two were inside the bar only while the ledger added NCCL channel buffers (67 MB per
+# communicator) that the fake process group does not hold (titan_cases.ledger_config).
+KNOWN_MISSES: dict[tuple[str, str], str] = {
+    ("llama3-8b fsdp4 tp2 cp2 full-ac seq65536", "peak_allocated"):
+        "ledger −5.68 %: the peak is the chunked loss's backward under TP × CP; measured there "
+        "5.35 GB of add outputs (the fp32 GradAccumulator and the head's accumulated gradient), "
+        "1.59 GB zeros_like and three 1.05 GB fp32 loss-parallel tensors; the ledger's "
+        "loss-backward transient is 1.06 GB short (not itemised further)",
+    ("qwen3-30b-a3b fsdp64 ep8 full-ac", "peak_allocated"):
+        "ledger −6.03 %: MoE under full AC — the block's recompute and backward are the hf "
+        "profile's MoE inventory, not torchtitan's (fp32 combine of the T·K routed rows; "
+        "docs/torchtitan.md Limits)",
+}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))

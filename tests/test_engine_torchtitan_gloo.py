@@ -55,7 +55,15 @@ def test_ranks_of_a_world_hold_the_same():
             assert len({r[row] for r in e["ranks"]}) == 1, (e["case"], row)
 
 
-KNOWN_MISSES: dict[tuple[str, str], str] = {}
+KNOWN_MISSES: dict[tuple[str, str], str] = {
+    ("llama3-debug fsdp2 no-ac seq256", "peak_allocated"):
+        "ledger +6.54 %: its FSDP communication items (two gathered units 3,409,920 B, a unit's "
+        "bf16 gradient + fp32 reduce-scatter input 5,114,880 B, the root unit 1,049,088 B) are "
+        "held at every event; measured, the reduce-scatter input lives from one unit's "
+        "post-backward to the next and the root unit is resharded after the loss. At 256 tokens "
+        "these buffers are 40 % of the step's dynamic bytes: ledger 65,167,872 B in layer 5's "
+        "backward where the run holds at most 58,694,844 B (its peak: 61,168,828 B in layer 4's)",
+}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -73,11 +81,13 @@ def test_ledger_row_within_its_bar(name, row, request):
 
 @pytest.mark.torch
 def test_a_live_two_process_run_measures_what_is_stored():
-    """Two gloo processes, FSDP2, seq 256 (about 25 s on two shared cores)."""
+    """Two gloo processes, FSDP2, seq 256, forked from this process's torch and torchtitan
+    imports (the import is most of a spawned rank's time)."""
     pytest.importorskip("torchtitan.models.llama3")
+    import torchtitan.models.llama3.config_registry  # noqa: F401 - imported once, before fork
     from memledger.engine.titan_gloo import run_gloo
     name = "llama3-debug fsdp2 no-ac seq256"
-    ranks = run_gloo(case_from_dict(ENTRIES[name]["spec"]), timeout_s=120)
+    ranks = run_gloo(case_from_dict(ENTRIES[name]["spec"]), timeout_s=120, start_method="fork")
     for live, stored in zip(ranks, ENTRIES[name]["ranks"], strict=True):
         for key in ("weights", "gradients", "optimizer", "activations", "peak_live"):
             assert live[key] == stored[key], (live["rank"], key)

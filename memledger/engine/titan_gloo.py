@@ -97,10 +97,10 @@ def run_rank(rank: int, case: TitanCase, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def run_gloo(case: TitanCase, timeout_s: float = 300.0) -> list[dict]:
-    """Every rank's measurement of `case`, ordered by rank."""
+def run_gloo(case: TitanCase, timeout_s: float = 300.0, start_method: str = "spawn") -> list[dict]:
+    """Every rank's measurement of `case`, ordered by rank (start_method: workers.spawn_ranks)."""
     from memledger.engine.workers import spawn_ranks
-    return spawn_ranks(run_rank, case, case.world, case.name, timeout_s)
+    return spawn_ranks(run_rank, case, case.world, case.name, timeout_s, start_method)
 
 
 RANK_KEYS = ("weights", "gradients", "optimizer", "activations", "base_live", "peak_live",

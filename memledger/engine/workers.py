@@ -54,13 +54,16 @@ def run_case(case: EngineCase, timeout_s: float = 120.0, target=None) -> list[di
     return spawn_ranks(target or run_rank, case, case.world, case.name, timeout_s)
 
 
-def spawn_ranks(target, case, world: int, name: str, timeout_s: float) -> list[dict]:
-    """`target(rank, case, port, out)` in `world` spawned processes; each writes
-    `<out>/rank<r>.json`, returned ordered by rank (shared by the torch and torchtitan engines)."""
+def spawn_ranks(target, case, world: int, name: str, timeout_s: float,
+                start_method: str = "spawn") -> list[dict]:
+    """`target(rank, case, port, out)` in `world` new processes; each writes `<out>/rank<r>.json`,
+    returned ordered by rank (shared by the torch and torchtitan engines). "fork" starts them
+    from the caller's imports (a test that has torch and torchtitan loaded saves their import
+    in every rank, as torch's DataLoader workers do); "spawn" from a fresh interpreter."""
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory(prefix="memledger-engine-") as out:
         ctx = mp.start_processes(target, args=(case, free_port(), out),
-                                 nprocs=world, join=False, start_method="spawn")
+                                 nprocs=world, join=False, start_method=start_method)
         deadline = time.monotonic() + timeout_s
         try:
             while not ctx.join(timeout=0.5):
