@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memledger.engine.titan_compare import TOLERANCE, case_from_dict, compare, fake_vs_real
+from memledger.engine.titan_compare import TOLERANCE, case_from_dict, fake_vs_real, row_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = json.loads((ROOT / "validation" / "engine-torchtitan-gloo.json").read_text())
@@ -71,12 +71,8 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
 def test_ledger_row_within_its_bar(name, row, request):
     if (name, row) in KNOWN_MISSES:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[name, row]))
-    entry = ENTRIES[name]
-    rec = next(r for r in compare(case_from_dict(entry["spec"]), entry["measured"])
-               if r["row"] == row)
-    assert rec["ok"], (f"{name} {row}: measured {rec['measured_bytes']:,} predicted "
-                       f"{rec['predicted_bytes']:,} ({100 * rec['rel_error']:+.2f}%, bar "
-                       f"{100 * rec['tolerance']:g}%)")
+    ok, line = row_verdict(ENTRIES[name], row)
+    assert ok, line
 
 
 @pytest.mark.torch

@@ -34,6 +34,8 @@ parallelism torchtitan's token dispatcher with balanced split lists, the one dat
 value (memledger/engine/titan_parallel.py). The MoE configs' compiled loss
 (`compile.components=["loss"]`) runs eager: inductor cannot run on fake tensors.
 Pipeline parallel cases (pp > 1) run torchtitan's `pipeline_llm` and schedule: titan_pp.py.
+`prepare` + `build_and_measure` also run with real tensors on gloo CPU processes at small
+sizes (titan_gloo.py), the check that fake mode measures what real execution holds.
 `parallelism.spmd_backend = "partial_dtensor"` (FSDP2 + DTensor TP, the path of torchtitan 0.2
 and of its published runs); 0.3's default `spmd_types` path is not run.
 Measured (bytes, rank 0): weights / gradients / optimizer from the local shards; activations as

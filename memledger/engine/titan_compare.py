@@ -52,6 +52,15 @@ def compare(case: TitanCase, meas: dict, led=None) -> list[dict]:
             for row, tol in TOLERANCE.items()]
 
 
+def row_verdict(entry: dict, row: str) -> tuple[bool, str]:
+    """One stored entry's row re-predicted: within its bar, and the line that says so."""
+    rec = next(r for r in compare(case_from_dict(entry["spec"]), entry["measured"])
+               if r["row"] == row)
+    return rec["ok"], (f"{entry['case']} {row}: measured {rec['measured_bytes']:,} predicted "
+                       f"{rec['predicted_bytes']:,} ({100 * rec['rel_error']:+.2f}%, bar "
+                       f"{100 * rec['tolerance']:g}%)")
+
+
 FAKE_VS_REAL = ("weights", "gradients", "optimizer", "activations", "base_live", "peak_live")
 
 
