@@ -21,14 +21,15 @@ STORED = json.loads((ROOT / "validation" / "engine-torchtitan-gloo.json").read_t
 ENTRIES = {e["case"]: e for e in STORED["measurements"]}
 
 
-def test_the_stored_runs_are_real_gloo_worlds_of_fsdp_tp_and_both():
+def test_the_stored_runs_are_real_gloo_worlds_of_fsdp_tp_cp_and_fsdp_x_tp():
     from memledger.engine.titan_cases import GLOO_CASES
     assert STORED["engine"] == "torchtitan" and STORED["scale"] == "gloo"
     assert STORED["environment"]["torchtitan"].startswith("0.3")
     assert set(ENTRIES) == {c.name for c in GLOO_CASES}
-    layouts = {(e["spec"]["world"], e["spec"]["tp"], e["spec"]["ac"]) for e in ENTRIES.values()}
-    assert {(2, 1, "selective"), (2, 1, "full"), (2, 2, "selective"), (4, 2, "selective"),
-            (4, 2, "full")} <= layouts
+    layouts = {(e["spec"]["world"], e["spec"]["tp"], e["spec"]["cp"], e["spec"]["ac"])
+               for e in ENTRIES.values()}
+    assert {(2, 1, 1, "selective"), (2, 1, 1, "full"), (2, 2, 1, "selective"),
+            (2, 1, 2, "selective"), (4, 2, 1, "selective"), (4, 2, 1, "full")} <= layouts
     for e in ENTRIES.values():  # every rank of the world measured
         assert [r["rank"] for r in e["ranks"]] == list(range(e["spec"]["world"]))
 
@@ -49,7 +50,8 @@ def test_fake_mode_measures_what_the_real_run_holds(name, request):
 
 
 def test_ranks_of_a_world_hold_the_same():
-    """FSDP2 shards these models evenly and TP splits them evenly: every rank alike."""
+    """FSDP2 shards these models evenly, TP splits them evenly and CP's head-tail balancer gives
+    every rank as many tokens: every rank alike."""
     for e in ENTRIES.values():
         for row in ("weights", "gradients", "optimizer", "activations", "peak_live"):
             assert len({r[row] for r in e["ranks"]}) == 1, (e["case"], row)
