@@ -5,7 +5,7 @@ Each rank runs titan.py's path unchanged — `prepare` (the stand-ins and the Tr
 `build_and_measure` (torchtitan's ParallelDims mesh on "cpu", model, `parallelize_fn`, optimizer
 container, chunked loss, two Trainer-order steps, the second measured) — over a gloo process
 group instead of the fake one, with real tensors instead of fake ones and torchtitan's own
-weight init. One stand-in more than under fake mode, because real tensors run kernels:
+weight init. Three stand-ins more than under fake mode, for the CPU's kernels and gloo:
   - `aten::_fused_rms_norm_backward` has no CPU kernel in torch 2.13 (CUDA and MPS only; the
     forward `_fused_rms_norm` has one). `cpu_rms_norm_backward` registers torch's own
     decomposition of it (torch/_decomp/decompositions.py `_fused_rms_norm_backward`) as the CPU
@@ -23,8 +23,9 @@ weight init. One stand-in more than under fake mode, because real tensors run ke
   - a gloo collective's `Work.wait()`: gloo's reduce-scatter (`dist.reduce_scatter_single`,
     which FSDP2's `foreach_reduce` calls synchronously) finishes inside the wait on the calling
     thread, and the ops it dispatches there allocate a temporary of the reduce-scatter input's
-    size and copy the rank's chunk out of it (`split`, `copy_`; 2,097,152 B for the debug
-    model's largest unit, 817,156 B above the fake peak of the no-AC case). NCCL reduces in its
+    size and copy the rank's chunk out of it (`split`, `copy_`; fp32, 2,097,152 B for the debug
+    model's head unit, 3,409,920 B for a block; 817,156 B above the fake peak of the no-AC
+    case). NCCL reduces in its
     own channel buffers (the ledger's NCCL row, zero for these runs). `quiet_waits` runs every
     `Work.wait` with the probe paused; what a collective writes into its output is the
     caller's tensor, already followed.
