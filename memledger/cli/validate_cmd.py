@@ -50,7 +50,7 @@ def run(args) -> int:
     if args.rescore:
         return rescore_file(Path(args.rescore))
     if getattr(args, "backend", None) and args.engine != "torchtitan":
-        raise SpecError("backend", f"--backend {args.backend} goes with --engine torchtitan only "
+        raise SpecError("backend", f"{args.backend} goes with --engine torchtitan only "
                                    "(--engine torch: --scale cpu|fake)")
     if args.engine == "torchtitan":
         from memledger.cli import titan_cmd
