@@ -28,7 +28,11 @@ weight init. Three stand-ins more than under fake mode, for the CPU's kernels an
     case). NCCL reduces in its
     own channel buffers (the ledger's NCCL row, zero for these runs). `quiet_waits` runs every
     `Work.wait` with the probe paused; what a collective writes into its output is the
-    caller's tensor, already followed.
+    caller's tensor, already followed. gloo's worker thread still holds the finished work (and
+    its tensors) after the wait returns and frees them once it gets the GIL: the wait ends
+    with a 0.5 ms sleep so that those frees land before the next ops, not a switch interval
+    later (seen without it: a block's all-gather output alive at the forward's end, 1 in ~10
+    runs).
 Inputs: every rank draws its token and label ids from the same seed (identical across tp ranks,
 as torchtitan's data loader feeds them; values do not change memory).
 The parent spawns the ranks with `workers.spawn_ranks` (timeout, no processes left behind).
@@ -71,7 +75,9 @@ def quiet_waits() -> None:
 
     def wait(self, *args, **kwargs):
         with _disable_current_modes():
-            return orig(self, *args, **kwargs)
+            done = orig(self, *args, **kwargs)
+        time.sleep(0.0005)  # the GIL to gloo's worker: it drops the finished work's tensors
+        return done
     wait._memledger = True
     Work.wait = wait
 
