@@ -74,15 +74,8 @@ def _fake_vs_real(doc: dict) -> bool:
 
 
 def _measure(case) -> dict:
-    """A pipeline case runs in a fresh process: after a pp rank > 0 under TP, a later case in
-    the same process finds a DTensor buffer's mesh on a destroyed process group (torchtitan's
-    init_states re-distributes it); cause not found, isolation sidesteps it."""
-    from memledger.engine.titan import run_titan
-    if case.pp == 1:
-        return run_titan(case)
-    import multiprocessing
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(run_titan, (case,))
+    from memledger.engine.titan import run_titan_fresh
+    return run_titan_fresh(case)
 
 
 def run(args) -> int:

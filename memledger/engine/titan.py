@@ -167,6 +167,17 @@ def run_titan(case: TitanCase) -> dict:
     return {**res, "seconds": round(time.perf_counter() - t0, 2)}
 
 
+def run_titan_fresh(case: TitanCase) -> dict:
+    """`run_titan`, a pipeline case in a fresh process: after a pp rank > 0 under TP, a later
+    case in the same process finds a DTensor buffer's mesh on a destroyed process group
+    (torchtitan's init_states re-distributes it); cause not found, isolation sidesteps it."""
+    if case.pp == 1:
+        return run_titan(case)
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(run_titan, (case,))
+
+
 def build_and_measure(case: TitanCase, cfg, fake: bool, on_model=None) -> dict:
     """One rank of an initialised process group: torchtitan's mesh, model, parallelize_fn,
     optimizer and loss, then the measured step. `fake`: under FakeTensorMode (weight init values

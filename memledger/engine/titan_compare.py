@@ -67,9 +67,11 @@ FAKE_VS_REAL = ("weights", "gradients", "optimizer", "activations", "base_live",
 def fake_vs_real(entry: dict) -> list[dict]:
     """A gloo entry's every rank against the same case under fake mode (rank 0 standing for
     all): real − fake bytes per row; the harness's claim is 0 everywhere."""
-    fake = entry["fake"]
-    return [{"case": entry["case"], "rank": r["rank"], "row": row, "fake_bytes": fake[row],
-             "real_bytes": r[row], "diff_bytes": r[row] - fake[row]}
+    fakes = entry.get("fakes") or [entry["fake"]]  # one per pp rank (meshes are pp-major)
+    per_pp = len(entry["ranks"]) // len(fakes)
+    return [{"case": entry["case"], "rank": r["rank"], "row": row,
+             "fake_bytes": fakes[r["rank"] // per_pp][row], "real_bytes": r[row],
+             "diff_bytes": r[row] - fakes[r["rank"] // per_pp][row]}
             for r in entry["ranks"] for row in FAKE_VS_REAL]
 
 

@@ -96,7 +96,11 @@ def run_rank(rank: int, case: TitanCase, port: int, out: str) -> None:
         cfg = prepare(case)
         cpu_rms_norm_backward(torch)
         quiet_waits()
-        res = build_and_measure(case, cfg, fake=False, on_model=sum_reduction)
+        if case.pp > 1:  # every rank its own pp rank; torch's P2P runs for real
+            from memledger.engine.titan_pp_step import build_and_measure_pp
+            res = build_and_measure_pp(case, cfg, fake=False, on_model=sum_reduction)
+        else:
+            res = build_and_measure(case, cfg, fake=False, on_model=sum_reduction)
         res.pop("timeline", None)
         res = {"rank": rank, **res, "seconds": round(time.perf_counter() - t0, 2)}
         Path(out, f"rank{rank}.json").write_text(json.dumps(res))
@@ -116,13 +120,18 @@ RANK_KEYS = ("weights", "gradients", "optimizer", "activations", "base_live", "p
 
 def measure_case(case: TitanCase, timeout_s: float = 300.0) -> dict:
     """One stored entry: rank 0 of the gloo run as `measured` (what the ledger is compared
-    with), every rank's rows, and the same case under fake mode at the same world size."""
-    from memledger.engine.titan import run_titan
+    with), every rank's rows, and the same case under fake mode at the same world size (under
+    PP one fake run per pp rank, `fakes`)."""
+    import dataclasses
+
+    from memledger.engine.titan import run_titan_fresh
     from memledger.engine.titan_compare import case_to_dict
     ranks = run_gloo(case, timeout_s)
-    fake = run_titan(case)
-    fake.pop("timeline", None)
+    # fake mode measures one pp rank per run (titan_pp): each in turn
+    fakes = [run_titan_fresh(dataclasses.replace(case, pp_rank=k)) for k in range(case.pp)]
+    for f in fakes:
+        f.pop("timeline", None)
     first = {k: v for k, v in ranks[0].items() if k != "rank"}
     return {"case": case.name, "spec": case_to_dict(case), "measured": first,
-            "ranks": [{"rank": r["rank"], **{k: r[k] for k in RANK_KEYS}} for r in ranks],
-            "fake": fake}
+            "ranks": [{"rank": r["rank"], **{k: r[k] for k in RANK_KEYS if k in r}} for r in ranks],
+            "fake": fakes[0], **({"fakes": fakes} if case.pp > 1 else {})}
