@@ -64,10 +64,11 @@ def test_the_pipeline_ran_for_real_and_checks_the_fake_p2p_stand_ins():
     """torchtitan's pipeline_llm + Schedule1F1B over gloo's real P2P: each pp rank equals fake
     mode's run of that pp rank, whose metadata exchange and warm-up vote are stand-ins
     (titan_pp.py): the stand-ins hand over what the real exchange does."""
-    e = ENTRIES["llama3-debug pp2 1f1b full-ac"]
-    assert [f["stages"] for f in e["fakes"]] == [[0], [1]]
-    assert e["measured"]["n_microbatches"] == 2
-    assert not [d for d in fake_vs_real(e) if d["diff_bytes"]]
+    for name in ("llama3-debug pp2 1f1b full-ac", "llama3-debug fsdp2 pp2 1f1b full-ac"):
+        e = ENTRIES[name]
+        assert [f["stages"] for f in e["fakes"]] == [[0], [1]]
+        assert e["measured"]["n_microbatches"] == 2
+        assert not [d for d in fake_vs_real(e) if d["diff_bytes"]]
 
 
 KNOWN_MISSES: dict[tuple[str, str], str] = {
@@ -76,6 +77,10 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
         "(3,145,728 B); the ledger adds the hf profile's RoPE cos and sin per micro-batch in "
         "flight (2 × 65,536 B; torchtitan's ComplexRoPE multiplies by slices of its freqs_cis "
         "buffer and keeps neither) and the embedding's ids (16,384 B, the step's input tensor)",
+    ("llama3-debug fsdp2 pp2 1f1b full-ac", "activations"):
+        "ledger +4.69 % (+147,456 B): as the pp2 case — RoPE cos and sin per micro-batch and the "
+        "embedding's ids, which torchtitan's stage 0 does not keep; the checkpointed layer "
+        "inputs (3,145,728 B) to the byte",
     ("llama3-debug fsdp2 no-ac seq256", "peak_allocated"):
         "ledger +6.54 %: its FSDP communication items (two gathered units 3,409,920 B, a unit's "
         "bf16 gradient + fp32 reduce-scatter input 5,114,880 B, the root unit 1,049,088 B) are "
