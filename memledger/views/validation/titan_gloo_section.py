@@ -21,8 +21,9 @@ HOW = """
 **Measured.** `memledger validate --engine torchtitan --backend gloo` runs the same harness as
 the real-scale section — torchtitan's config registry (`llama3_debugmodel`: dim 256, 6 layers,
 vocab 2048), `parallelize_fn` (FSDP2 over fp32 parameters with `MixedPrecisionPolicy(bf16,
-fp32)`, DTensor TP with sequence and loss parallel, SelectiveAC / FullAC), optimizer container
-and chunked loss — with real tensors, one gloo CPU process per rank, every rank measured by the
+fp32)`, DTensor TP with sequence and loss parallel, CP's k, v all-gather, SelectiveAC /
+FullAC; `pipeline_llm` with torch's 1F1B over gloo's real P2P), optimizer container and
+chunked loss — with real tensors, one gloo CPU process per rank, every rank measured by the
 same storage-following probe; then the same case under FakeTensorMode and the fake process group
 at the same world size. Two stand-ins more than under fake mode, both for gloo: the CPU has no
 `_fused_rms_norm_backward` kernel (torch's own decomposition is registered as one) and gloo
@@ -30,7 +31,8 @@ refuses FSDP2's `PREMUL_SUM(1.0)` reduce-scatter (the same sum as `SUM`); the op
 inside `Work.wait` (a reduce-scatter's temporary copy of its input) are not counted, as NCCL
 keeps those in its own buffers (docs/engine-validation.md).
 
-**Fake vs real.** Real − fake bytes per rank and row; the harness's claim is 0 everywhere.
+**Fake vs real.** Real − fake bytes per rank and row (under PP against fake mode's run of
+the same pp rank); the harness's claim is 0 everywhere.
 
 **Bars.** Static rows ±0.5 %, activations ±3 %, peak allocated ±5 % (issue 27).
 """
