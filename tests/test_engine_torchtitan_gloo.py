@@ -35,18 +35,28 @@ def test_the_stored_runs_are_real_gloo_worlds_of_fsdp_tp_cp_and_fsdp_x_tp():
 
 
 # (case, rank, row) where fake and real differ, with the cause; strict: a fix fails the test
-FAKE_REAL_DIFFS: dict[tuple[str, int, str], str] = {}
+_TP_PP = ("TP 2 × PP 2, pp rank 1: the real run's activations are 262,144 B above fake "
+          "mode's, one micro-batch's received hidden-state shard (1 × 512 × 256 bf16): the "
+          "live bytes after the warm-up's forward are that much higher while the unsharded "
+          "units, stage outputs, in-flight receive buffers and the peak agree; not found "
+          "whether fake mode's DTensor metadata stand-in (titan_pp.hidden_state_meta) or "
+          "gloo's P2P (a received copy kept) is the cause")
+FAKE_REAL_DIFFS: dict[tuple[str, int, str], str] = {
+    ("llama3-debug tp2 pp2 1f1b full-ac", 2, "activations"): _TP_PP,
+    ("llama3-debug tp2 pp2 1f1b full-ac", 3, "activations"): _TP_PP,
+}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_fake_mode_measures_what_the_real_run_holds(name, request):
     diffs = [d for d in fake_vs_real(ENTRIES[name]) if d["diff_bytes"]]
-    known = [d for d in diffs if (name, d["rank"], d["row"]) in FAKE_REAL_DIFFS]
+    lines = [f"rank {d['rank']} {d['row']}: real − fake {d['diff_bytes']:+,} B" for d in diffs]
+    assert not [ln for d, ln in zip(diffs, lines)
+                if (name, d["rank"], d["row"]) not in FAKE_REAL_DIFFS], lines  # none unknown
+    known = {FAKE_REAL_DIFFS[k] for k in FAKE_REAL_DIFFS if k[0] == name}
     if known:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(
-            FAKE_REAL_DIFFS[name, d["rank"], d["row"]] for d in known)))
-    assert not diffs, [f"rank {d['rank']} {d['row']}: real − fake {d['diff_bytes']:+,} B"
-                       for d in diffs]
+        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(sorted(known))))
+    assert not diffs, lines
 
 
 def test_ranks_of_a_pp_rank_hold_the_same():
@@ -72,6 +82,10 @@ def test_the_pipeline_ran_for_real_and_checks_the_fake_p2p_stand_ins():
 
 
 KNOWN_MISSES: dict[tuple[str, str], str] = {
+    ("llama3-debug tp2 pp2 1f1b full-ac", "activations"):
+        "ledger +7.97 % (+126,976 B): the RoPE cos / sin and ids items as in the pp2 case "
+        "(+147,456 B) less 20,480 B the run keeps beyond the checkpointed layer inputs under TP "
+        "(not itemised)",
     ("llama3-debug pp2 1f1b full-ac", "activations"):
         "ledger +4.69 % (+147,456 B): measured are exactly the checkpointed layer inputs "
         "(3,145,728 B); the ledger adds the hf profile's RoPE cos and sin per micro-batch in "

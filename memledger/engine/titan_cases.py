@@ -218,6 +218,7 @@ GLOO_CASES: tuple[TitanCase, ...] = (
     _debug("llama3-debug tp2 cp2 full-ac", world=4, tp=2, cp=2, ac="full"),
     _debug("llama3-debug pp2 1f1b full-ac", world=2, pp=2, ac="full"),
     _debug("llama3-debug fsdp2 pp2 1f1b full-ac", world=4, pp=2, ac="full"),
+    _debug("llama3-debug tp2 pp2 1f1b full-ac", world=4, tp=2, pp=2, ac="full"),
 )
 BY_NAME = {c.name: c for c in CASES}
 

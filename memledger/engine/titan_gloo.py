@@ -115,7 +115,9 @@ def run_gloo(case: TitanCase, timeout_s: float = 300.0, start_method: str = "spa
 
 
 RANK_KEYS = ("weights", "gradients", "optimizer", "activations", "base_live", "peak_live",
-             "unsharded_at_forward_end")
+             "unsharded_at_forward_end",  # and under PP the activations' parts (titan_pp_step):
+             "unsharded_at_warmup_end", "outputs_at_warmup_end", "received_inputs_at_warmup_end",
+             "warmup_forwards", "stages")
 
 
 def measure_case(case: TitanCase, timeout_s: float = 300.0) -> dict:
