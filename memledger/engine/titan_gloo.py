@@ -3,7 +3,9 @@ every rank measured with the same storage-following probe as the fake-mode runs 
 
 Each rank runs titan.py's path unchanged — `prepare` (the stand-ins and the Trainer.Config) and
 `build_and_measure` (torchtitan's ParallelDims mesh on "cpu", model, `parallelize_fn`, optimizer
-container, chunked loss, two Trainer-order steps, the second measured) — over a gloo process
+container, chunked loss, two Trainer-order steps, the second measured; under PP
+`titan_pp_step.build_and_measure_pp`, every rank its own pp rank, torch's P2P for real, none
+of titan_pp's fake-P2P stand-ins) — over a gloo process
 group instead of the fake one, with real tensors instead of fake ones and torchtitan's own
 weight init. Three stand-ins more than under fake mode, for the CPU's kernels and gloo:
   - `aten::_fused_rms_norm_backward` has no CPU kernel in torch 2.13 (CUDA and MPS only; the
