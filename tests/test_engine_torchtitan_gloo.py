@@ -36,11 +36,12 @@ def test_the_stored_runs_are_real_gloo_worlds_of_fsdp_tp_cp_and_fsdp_x_tp():
 
 # (case, rank, row) where fake and real differ, with the cause; strict: a fix fails the test
 _TP_PP = ("TP 2 × PP 2, pp rank 1: the real run's activations are 262,144 B above fake "
-          "mode's, one micro-batch's received hidden-state shard (1 × 512 × 256 bf16): the "
-          "live bytes after the warm-up's forward are that much higher while the unsharded "
-          "units, stage outputs, in-flight receive buffers and the peak agree; not found "
-          "whether fake mode's DTensor metadata stand-in (titan_pp.hidden_state_meta) or "
-          "gloo's P2P (a received copy kept) is the cause")
+          "mode's: after the warm-up's forward one more bf16 (1, 512, 256) storage is alive, "
+          "made by the `_to_copy` that ends the CPU kernel of aten::_fused_rms_norm (a "
+          "composite: fp32 upcast, pow, mean, rsqrt, mul, cast back), a norm's output shard; "
+          "fake mode runs the op as one Meta kernel. Unsharded units, stage outputs, receive "
+          "buffers and the peak agree; what keeps that output alive only in the real run is "
+          "not found")
 FAKE_REAL_DIFFS: dict[tuple[str, int, str], str] = {
     ("llama3-debug tp2 pp2 1f1b full-ac", 2, "activations"): _TP_PP,
     ("llama3-debug tp2 pp2 1f1b full-ac", 3, "activations"): _TP_PP,
