@@ -14,7 +14,8 @@ from memledger.views.frame import page_frame
 from memledger.views.state import BadValue, PageParam
 from memledger.views.sync import resolve
 from memledger.views.validation import (charts, data, engine_section, finetune_section,
-                                        megatron_section, snapshot_section, titan_section)
+                                        megatron_section, snapshot_section, titan_gloo_section,
+                                        titan_section)
 from memledger.views.validation import timeline as timeline_validation
 
 page_frame("validation")
@@ -159,6 +160,7 @@ with st.expander("How it was measured", icon=":material/science:"):
 engine_section.render(folder)
 finetune_section.render(folder)
 titan_section.render(folder)
+titan_gloo_section.render(folder)
 megatron_section.render(folder)
 
 if snapshot_section.render(res, stem):  # the snapshot is compared with the sidebar's configuration

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memledger.engine.titan_compare import TOLERANCE, case_from_dict, compare
+from memledger.engine.titan_compare import TOLERANCE, case_from_dict, row_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = json.loads((ROOT / "validation" / "engine-torchtitan.json").read_text())
@@ -70,7 +70,19 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
 
 # Misses, with their cause (docs/torchtitan.md, Limits). Strict: a fix turns them into failures
 # to be removed from this table.
-KNOWN_MISSES: dict[tuple[str, str], str] = {}
+# The two were inside the bar only while the ledger added NCCL channel buffers (67 MB per
+# communicator) that the fake process group does not hold (titan_cases.ledger_config).
+KNOWN_MISSES: dict[tuple[str, str], str] = {
+    ("llama3-8b fsdp4 tp2 cp2 full-ac seq65536", "peak_allocated"):
+        "ledger −5.68 %: the peak is the chunked loss's backward under TP × CP; measured there "
+        "5.35 GB of add outputs (the fp32 GradAccumulator and the head's accumulated gradient), "
+        "1.59 GB zeros_like and three 1.05 GB fp32 loss-parallel tensors; the ledger's "
+        "loss-backward transient is 1.06 GB short (not itemised further)",
+    ("qwen3-30b-a3b fsdp64 ep8 full-ac", "peak_allocated"):
+        "ledger −6.03 %: MoE under full AC — the block's recompute and backward are the hf "
+        "profile's MoE inventory, not torchtitan's (fp32 combine of the T·K routed rows; "
+        "docs/torchtitan.md Limits)",
+}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -78,12 +90,8 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {}
 def test_ledger_row_within_its_bar(name, row, request):
     if (name, row) in KNOWN_MISSES:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[name, row]))
-    entry = ENTRIES[name]
-    rec = next(r for r in compare(case_from_dict(entry["spec"]), entry["measured"])
-               if r["row"] == row)
-    assert rec["ok"], (f"{name} {row}: measured {rec['measured_bytes']:,} predicted "
-                       f"{rec['predicted_bytes']:,} ({100 * rec['rel_error']:+.2f}%, bar "
-                       f"{100 * rec['tolerance']:g}%)")
+    ok, line = row_verdict(ENTRIES[name], row)
+    assert ok, line
 
 
 @pytest.mark.torch

@@ -41,3 +41,22 @@ def test_a_damaged_file_is_an_error_line(tmp_path, monkeypatch, app_test):
     (folder / "engine-torchtitan.json").write_text("{not json")
     at = _run(app_test, folder, monkeypatch)
     assert any("cannot be read as a torchtitan run" in e.value for e in at.error)
+
+
+def test_the_gloo_section_shows_the_real_runs_and_their_fake_twins(app_test):
+    """validation/engine-torchtitan-gloo.json: the ledger rows of rank 0 and, per rank, the real
+    − fake bytes; the two rank rows that differ (TP × PP, pp rank 1's activations) are named."""
+    at = _run(app_test)
+    assert "torchtitan's own code at small sizes for real (gloo)" in [h.value for h in at.subheader]
+    box = next(s for s in at.selectbox if s.key == "titan_gloo_case")
+    assert "llama3-debug fsdp2 tp2 op-ac" in box.options
+    assert any("Fake mode vs the real gloo run" in w.value and "differing: 2" in w.value
+               for w in at.warning)
+
+
+def test_without_a_gloo_run_it_says_how_to_make_one(tmp_path, monkeypatch, app_test):
+    folder = tmp_path / "v"
+    shutil.copytree(ROOT / "validation", folder)
+    (folder / "engine-torchtitan-gloo.json").unlink()
+    at = _run(app_test, folder, monkeypatch)
+    assert any("--backend gloo" in i.value for i in at.info)

@@ -26,6 +26,10 @@ def add_flags(p) -> None:
                         "pip install --no-deps 'megatron-core==0.16.1')")
     p.add_argument("--scale", choices=("cpu", "fake", "all"), default="cpu",
                    help="with --engine: real tensors on gloo CPU processes, fake mode at scale, or both")
+    p.add_argument("--backend", choices=("fake", "gloo"), default=None,
+                   help="with --engine torchtitan: fake (default: real sizes under fake tensors) "
+                        "or gloo (small sizes for real, one CPU process per rank, each case also "
+                        "run under fake mode; writes <out>/engine-torchtitan-gloo.json)")
     p.add_argument("--timeout", type=float, default=180.0, help="with --engine: seconds per case")
     p.add_argument("--engine-config", default=None, metavar="K=V,...",
                    help="with --engine: one ad-hoc case, e.g. tp=2,pp=2,m=4,schedule=1f1b "

@@ -3,8 +3,12 @@
 Runs each case of `memledger.engine.titan_cases` (or the ones named by --cases) under
 FakeTensorMode with the fake process group, prints measured vs predicted per row, and with
 --out writes <out>/engine-torchtitan.json (measurements + environment; predictions are
-re-derived whenever the file is read: `memledger validate --rescore FILE`). torchtitan not
-installed → exit 2 with the line that installs it. Exit 1 when a row misses its bar.
+re-derived whenever the file is read: `memledger validate --rescore FILE`). `--backend gloo`
+runs the small cases (`GLOO_CASES`) for real, one gloo CPU process per rank, and each again
+under fake mode at the same world size: <out>/engine-torchtitan-gloo.json, with the fake − real
+bytes per rank and row. torchtitan not installed → exit 2 with the line that installs it; an
+unknown case → exit 2 naming the valid ones. Exit 1 when a row misses its bar, when fake and
+real differ, or when a rank fails (one line naming it).
 """
 from __future__ import annotations
 
@@ -13,14 +17,27 @@ import sys
 from pathlib import Path
 
 
-def environment() -> dict:
+FILES = {"fake": "engine-torchtitan.json", "gloo": "engine-torchtitan-gloo.json"}
+GLOO_STAND_INS = ("; gloo: _fused_rms_norm_backward's CPU kernel = torch's decomposition, FSDP "
+                  "units set_force_sum_reduction_for_comms (gloo refuses PREMUL_SUM; the divide "
+                  "factor is torchtitan's 1.0)")
+
+
+def pool(args):
+    from memledger.engine.titan_cases import CASES, GLOO_CASES
+    return GLOO_CASES if getattr(args, "backend", None) == "gloo" else CASES
+
+
+def environment(backend: str = "fake") -> dict:
     import platform
 
     import torch
     import torchtitan
     return {"torch": torch.__version__, "torchtitan": getattr(torchtitan, "__version__", "0.3.0"),
             "python": platform.python_version(), "device": "cpu",
-            "backend": "fake process group + FakeTensorMode",
+            "backend": ("gloo, one CPU process per rank, real tensors; each case also under the "
+                        "fake process group + FakeTensorMode" if backend == "gloo"
+                        else "fake process group + FakeTensorMode"),
             "spmd_backend": "partial_dtensor",
             "stand_ins": "FlexAttention -> scaled_dot_product_attention(is_causal) (same saved "
                          "tensors; MLA's unequal q/v head sizes: an op saving flex's q, k, v, "
@@ -28,7 +45,8 @@ def environment() -> dict:
                          "(saves input, weight, rstd); trunc_normal_ init skipped; meshes on cpu; "
                          "compiled loss run eager; CP: no BlockMask built; EP: balanced "
                          "all-to-all splits (T*K/ep per peer); PP: stage metadata as pp rank 0 "
-                         "sends it, the warm-up vote answered, compile and Float8 off"}
+                         "sends it, the warm-up vote answered, compile and Float8 off"
+                         + (GLOO_STAND_INS if backend == "gloo" else "")}
 
 
 def report(doc: dict) -> int:
@@ -39,41 +57,60 @@ def report(doc: dict) -> int:
         print(f"{mark} {r['case']:<34} {r['row']:<15} measured {r['measured_bytes']:>15,} "
               f"predicted {r['predicted_bytes']:>15,}  {100 * r['rel_error']:+7.2f}% "
               f"(bar {100 * r['tolerance']:g}%)")
-    return 0 if all(r["ok"] for r in records) else 1
+    same = _fake_vs_real(doc)
+    return 0 if all(r["ok"] for r in records) and same else 1
+
+
+def _fake_vs_real(doc: dict) -> bool:
+    from memledger.engine.titan_compare import fake_vs_real
+    same = True
+    for entry in (e for e in doc["measurements"] if "fake" in e):
+        diffs = [d for d in fake_vs_real(entry) if d["diff_bytes"]]
+        same &= not diffs
+        print(f"{'ok  ' if not diffs else 'DIFF'} {entry['case']:<34} fake vs real, "
+              f"{len(entry['ranks'])} ranks: " + ("equal to the byte" if not diffs else ", ".join(
+                  f"rank {d['rank']} {d['row']} {d['diff_bytes']:+,} B" for d in diffs)))
+    return same
 
 
 def _measure(case) -> dict:
-    """A pipeline case runs in a fresh process: after a pp rank > 0 under TP, a later case in
-    the same process finds a DTensor buffer's mesh on a destroyed process group (torchtitan's
-    init_states re-distributes it); cause not found, isolation sidesteps it."""
-    from memledger.engine.titan import run_titan
-    if case.pp == 1:
-        return run_titan(case)
-    import multiprocessing
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(run_titan, (case,))
+    from memledger.engine.titan import run_titan_fresh
+    return run_titan_fresh(case)
 
 
 def run(args) -> int:
     from memledger.engine.titan import require_torchtitan
-    from memledger.engine.titan_cases import CASES, case_by_name
+    from memledger.engine.titan_cases import case_by_name
     from memledger.engine.titan_compare import case_to_dict
+    from memledger.engine.workers import EngineError
     require_torchtitan()
-    cases = [case_by_name(n) for n in args.cases.split(",")] if args.cases else list(CASES)
+    backend = getattr(args, "backend", None) or "fake"
+    cases = [case_by_name(n, pool(args)) for n in args.cases.split(",")] if args.cases \
+        else list(pool(args))
+    name = FILES[backend]
     if args.out:
         from memledger.cli.outfiles import keep_existing
-        keep_existing([Path(args.out) / "engine-torchtitan.json"], args.force)
-    doc = {"engine": "torchtitan", "scale": "fake", "environment": environment(),
+        keep_existing([Path(args.out) / name], args.force)
+    doc = {"engine": "torchtitan", "scale": backend, "environment": environment(backend),
            "measurements": []}
     for case in cases:
-        meas = _measure(case)
-        meas.pop("timeline", None)
-        doc["measurements"].append({"case": case.name, "spec": case_to_dict(case),
-                                    "measured": meas})
-        print(f"measured {case.name} in {meas['seconds']:.1f} s", file=sys.stderr, flush=True)
+        if backend == "gloo":
+            from memledger.engine.titan_gloo import measure_case
+            try:
+                entry = measure_case(case, timeout_s=max(args.timeout, 300.0))
+            except EngineError as e:
+                print(f"memledger validate: {e}", file=sys.stderr)
+                return 1
+        else:
+            meas = _measure(case)
+            meas.pop("timeline", None)
+            entry = {"case": case.name, "spec": case_to_dict(case), "measured": meas}
+        doc["measurements"].append(entry)
+        print(f"measured {case.name} in {entry['measured']['seconds']:.1f} s", file=sys.stderr,
+              flush=True)
     if args.out:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "engine-torchtitan.json").write_text(json.dumps(doc, indent=1))
-        print(f"wrote {folder}/engine-torchtitan.json", file=sys.stderr)
+        (folder / name).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {folder}/{name}", file=sys.stderr)
     return report(doc)

@@ -49,11 +49,13 @@ def run(args) -> int:
     from memledger.cli.trace_cmd import framework_errors
     if args.rescore:
         return rescore_file(Path(args.rescore))
+    if getattr(args, "backend", None) and args.engine != "torchtitan":
+        raise SpecError("backend", f"{args.backend} goes with --engine torchtitan only "
+                                   "(--engine torch: --scale cpu|fake)")
     if args.engine == "torchtitan":
         from memledger.cli import titan_cmd
         if args.list:
-            from memledger.engine.titan_cases import CASES as TITAN
-            print("\n".join(c.name for c in TITAN))
+            print("\n".join(c.name for c in titan_cmd.pool(args)))
             return 0
         return titan_cmd.run(args)
     if args.engine == "megatron-core":

@@ -12,7 +12,8 @@
   packed as saved tensors (torch.utils.checkpoint, non-reentrant): the probe adds the tensor
   inputs of every `CheckpointWrapper` call (RoPE's cos/sin, which the layers share).
 - Peak and timeline: `LiveBytes`, a TorchDispatchMode following storages (torch's MemTracker
-  idea, without its one-call-per-module limit). FSDP2 cases with one micro-batch also run
+  idea, without its one-call-per-module limit); a functional collective's `wait_tensor` output
+  counts as its input's storage, as the real op returns it, also under FakeTensorMode. FSDP2 cases with one micro-batch also run
   PyTorch's FSDPMemTracker, which itemises all-gather and reduce-scatter buffers.
 Source: torch 2.13 torch/autograd/graph.py (saved_tensors_hooks), torch/distributed/_tools.
 """
@@ -192,6 +193,20 @@ class LiveBytes:
             self.sizes[key] = st.nbytes()
         self._sample()
 
+    def _waited(self, t, out) -> None:
+        """`_c10d_functional.wait_tensor` returns its input (Functional.cpp); its Meta kernel,
+        which FakeTensorMode runs, returns `empty_like(input)` (_functional_collectives.py
+        `_wait_tensor_meta`), a second storage. Counted as the real op: the input's storage,
+        alive while either tensor is."""
+        st, new = t.untyped_storage(), out.untyped_storage()
+        if new is not st and id(new) not in self.sizes:
+            self.track(t)
+            key = id(new)  # known, 0 bytes: views of the output count nothing more
+            self.sizes[key] = 0
+            weakref.finalize(new, lambda kept=st: self.sizes.pop(key, None))  # holds the input
+        else:
+            self.track(out)
+
     def timeline(self) -> list[int]:
         n = len(self.samples)
         step = max(1, -(-n // self.points))
@@ -203,10 +218,15 @@ class LiveBytes:
         probe = self
         orig = torch.UntypedStorage.resize_
 
+        wait = torch.ops._c10d_functional.wait_tensor.default
+
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 probe._op = str(func.__name__)
+                if func is wait:
+                    probe._waited(args[0], out)
+                    return out
                 probe.track(*tree_flatten(out)[0])
                 return out
 

@@ -36,6 +36,8 @@ parallelism torchtitan's token dispatcher with balanced split lists, the one dat
 value (memledger/engine/titan_parallel.py). The MoE configs' compiled loss
 (`compile.components=["loss"]`) runs eager: inductor cannot run on fake tensors.
 Pipeline parallel cases (pp > 1) run torchtitan's `pipeline_llm` and schedule: titan_pp.py.
+`prepare` + `build_and_measure` also run with real tensors on gloo CPU processes at small
+sizes (titan_gloo.py), the check that fake mode measures what real execution holds.
 `parallelism.spmd_backend = "partial_dtensor"` (FSDP2 + DTensor TP, the path of torchtitan 0.2
 and of its published runs); 0.3's default `spmd_types` path is not run.
 Measured (bytes, rank 0): weights / gradients / optimizer from the local shards; activations as
@@ -136,17 +138,11 @@ def _trainer_config(case: TitanCase):
     return cfg
 
 
-def run_titan(case: TitanCase) -> dict:
+def prepare(case: TitanCase):
+    """The stand-ins installed and the Trainer.Config of `case` (shared with titan_gloo)."""
     import torch
-    import torch.distributed as dist
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torchtitan.components.loss import ChunkedLossWrapper
-    from torchtitan.distributed import ParallelDims
 
-    from memledger.engine import probe
     from memledger.engine.fake import _real_mesh_concatenate
-    t0 = time.perf_counter()
     _real_mesh_concatenate()
     _stand_ins(torch)
     if case.ep > 1:
@@ -154,10 +150,49 @@ def run_titan(case: TitanCase) -> dict:
     cfg = _trainer_config(case)
     from torchtitan.distributed import utils as dist_utils
     dist_utils.set_spmd_backend(cfg.parallelism.spmd_backend)  # as Trainer.__init__ does
+    return cfg
+
+
+def run_titan(case: TitanCase) -> dict:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    t0 = time.perf_counter()
+    cfg = prepare(case)
     if case.pp > 1:
         from memledger.engine.titan_pp import run_titan_pp
         return run_titan_pp(case, cfg)
     dist.init_process_group("fake", rank=0, world_size=case.world, store=FakeStore())
+    try:
+        res = build_and_measure(case, cfg, fake=True)
+    finally:
+        dist.destroy_process_group()
+    return {**res, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def run_titan_fresh(case: TitanCase) -> dict:
+    """`run_titan`, a pipeline case in a fresh process: after a pp rank > 0 under TP, a later
+    case in the same process finds a DTensor buffer's mesh on a destroyed process group
+    (torchtitan's init_states re-distributes it); cause not found, isolation sidesteps it."""
+    if case.pp == 1:
+        return run_titan(case)
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(run_titan, (case,))
+
+
+def build_and_measure(case: TitanCase, cfg, fake: bool, on_model=None) -> dict:
+    """One rank of an initialised process group: torchtitan's mesh, model, parallelize_fn,
+    optimizer and loss, then the measured step. `fake`: under FakeTensorMode (weight init values
+    skipped); otherwise real tensors on the CPU (a gloo world: titan_gloo, whose `on_model`
+    adjusts the parallelized model for gloo)."""
+    import contextlib
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torchtitan.components.loss import ChunkedLossWrapper
+    from torchtitan.distributed import ParallelDims
+
+    from memledger.engine import probe
     init = torch.nn.init._no_grad_trunc_normal_
     try:
         dims = ParallelDims.from_config(cfg.parallelism, case.world)
@@ -169,8 +204,11 @@ def run_titan(case: TitanCase) -> dict:
         model = spec.parallelize_fn(model, parallel_dims=dims, training=cfg.training,
                                     parallelism=cfg.parallelism, compile_config=cfg.compile,
                                     ac_config=cfg.activation_checkpoint, dump_folder="")
-        torch.nn.init._no_grad_trunc_normal_ = lambda t, *a, **k: t
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        if on_model is not None:
+            on_model(model)
+        if fake:
+            torch.nn.init._no_grad_trunc_normal_ = lambda t, *a, **k: t
+        with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext():
             model.to_empty(device="cpu")
             with torch.no_grad():
                 model.init_weights(buffer_device=None)
@@ -185,8 +223,7 @@ def run_titan(case: TitanCase) -> dict:
             res = _measure(case, model, opt, loss_fn, inputs, probe, torch)
     finally:
         torch.nn.init._no_grad_trunc_normal_ = init
-        dist.destroy_process_group()
-    return {**res, "chunked_loss": chunked, "seconds": round(time.perf_counter() - t0, 2)}
+    return {**res, "chunked_loss": chunked}
 
 
 def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:

@@ -190,14 +190,44 @@ CASES: tuple[TitanCase, ...] = (
               pp=8, schedule="Interleaved1F1B", ac="full", local_batch=32, microbatch_size=4,
               pp_rank=6),
 )
+# torchtitan's llama3 "debugmodel" flavor (models/llama3/__init__.py `_debugmodel`: dim 256,
+# 16 heads, 6 layers, ffn compute_ffn_hidden_dim(256, multiple_of=256) = 768, vocab 2048, fused
+# wqkv, untied head) spelled as a config.json; RoPE theta and scaling change no bytes
+LLAMA3_DEBUG = (("model_type", "llama"), ("hidden_size", 256), ("num_hidden_layers", 6),
+                ("num_attention_heads", 16), ("num_key_value_heads", 16), ("head_dim", 16),
+                ("intermediate_size", 768), ("vocab_size", 2048),
+                ("tie_word_embeddings", False), ("rms_norm_eps", 1e-5),
+                ("max_position_embeddings", 131072), ("hidden_act", "silu"))
+
+
+def _debug(name: str, **kw) -> TitanCase:
+    return TitanCase(name=name, family="llama3", config_fn="llama3_debugmodel", preset="",
+                     hf_config=LLAMA3_DEBUG, **{"seq": 1024, "local_batch": 2, **kw})
+
+
+# small sizes for real: one gloo CPU process per rank (engine/titan_gloo.py), each case also
+# run under fake mode at the same world size
+GLOO_CASES: tuple[TitanCase, ...] = (
+    _debug("llama3-debug fsdp2 op-ac", world=2, ac="selective"),
+    _debug("llama3-debug fsdp2 full-ac", world=2, ac="full"),
+    _debug("llama3-debug fsdp2 no-ac seq256", world=2, ac="none", seq=256, local_batch=1),
+    _debug("llama3-debug tp2 op-ac", world=2, tp=2, ac="selective"),
+    _debug("llama3-debug cp2 op-ac", world=2, cp=2, ac="selective"),
+    _debug("llama3-debug fsdp2 tp2 op-ac", world=4, tp=2, ac="selective"),
+    _debug("llama3-debug fsdp2 tp2 full-ac", world=4, tp=2, ac="full"),
+    _debug("llama3-debug tp2 cp2 full-ac", world=4, tp=2, cp=2, ac="full"),
+    _debug("llama3-debug pp2 1f1b full-ac", world=2, pp=2, ac="full"),
+    _debug("llama3-debug fsdp2 pp2 1f1b full-ac", world=4, pp=2, ac="full"),
+    _debug("llama3-debug tp2 pp2 1f1b full-ac", world=4, tp=2, pp=2, ac="full"),
+)
 BY_NAME = {c.name: c for c in CASES}
 
 
-def case_by_name(name: str) -> TitanCase:
-    if name not in BY_NAME:
-        raise SpecError("case", f"unknown torchtitan case {name!r}; valid: "
-                                + "; ".join(BY_NAME))
-    return BY_NAME[name]
+def case_by_name(name: str, pool: tuple[TitanCase, ...] = CASES) -> TitanCase:
+    by = {c.name: c for c in pool}
+    if name not in by:
+        raise SpecError("case", f"unknown torchtitan case {name!r}; valid: " + "; ".join(by))
+    return by[name]
 
 
 def _pipeline(case: TitanCase, n_layers: int) -> dict:
@@ -225,5 +255,6 @@ def ledger_config(case: TitanCase, n_layers: int = 0) -> dict:
                       "vocab_pad": 1},
             "runtime": {"loop": "torchtitan", "loss": "chunked", "zero3_impl": "fsdp",
                         "tp_engine": "dtensor", "cuda_context_bytes": 0,
+                        "nccl_channels": 0,  # fake process group and gloo: no NCCL buffers
                         **({"pp_engine": "pytorch"} if pp else {}),  # torch.distributed.pipelining
                         "allocator_slack_pct": 0}}

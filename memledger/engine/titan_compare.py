@@ -52,6 +52,29 @@ def compare(case: TitanCase, meas: dict, led=None) -> list[dict]:
             for row, tol in TOLERANCE.items()]
 
 
+def row_verdict(entry: dict, row: str) -> tuple[bool, str]:
+    """One stored entry's row re-predicted: within its bar, and the line that says so."""
+    rec = next(r for r in compare(case_from_dict(entry["spec"]), entry["measured"])
+               if r["row"] == row)
+    return rec["ok"], (f"{entry['case']} {row}: measured {rec['measured_bytes']:,} predicted "
+                       f"{rec['predicted_bytes']:,} ({100 * rec['rel_error']:+.2f}%, bar "
+                       f"{100 * rec['tolerance']:g}%)")
+
+
+FAKE_VS_REAL = ("weights", "gradients", "optimizer", "activations", "base_live", "peak_live")
+
+
+def fake_vs_real(entry: dict) -> list[dict]:
+    """A gloo entry's every rank against the same case under fake mode (rank 0 standing for
+    all): real − fake bytes per row; the harness's claim is 0 everywhere."""
+    fakes = entry.get("fakes") or [entry["fake"]]  # one per pp rank (meshes are pp-major)
+    per_pp = len(entry["ranks"]) // len(fakes)
+    return [{"case": entry["case"], "rank": r["rank"], "row": row,
+             "fake_bytes": fakes[r["rank"] // per_pp][row], "real_bytes": r[row],
+             "diff_bytes": r[row] - fakes[r["rank"] // per_pp][row]}
+            for r in entry["ranks"] for row in FAKE_VS_REAL]
+
+
 def rescore(doc: dict) -> list[dict]:
     out = []
     for entry in doc["measurements"]:

@@ -68,8 +68,11 @@ def balanced_token_counts(torch) -> None:
 
 def step_inputs(case, dims, cfg, torch):
     """tokens, labels and the forward's keyword arguments, as post_dataloading_process makes."""
-    tokens = torch.randint(0, 1000, (case.local_batch, case.seq))
-    labels = torch.randint(0, 1000, (case.local_batch, case.seq))
+    # ids over the whole vocabulary: in a real run (titan_gloo) every vocab-parallel shard
+    # of the embedding and the loss then sees some of them, as in training
+    vocab = cfg.model_spec.model.vocab_size
+    tokens = torch.randint(0, vocab, (case.local_batch, case.seq))
+    labels = torch.randint(0, vocab, (case.local_batch, case.seq))
     if case.cp == 1:
         return tokens, labels, {}  # the cases without CP run without positions or masks
     from torchtitan.distributed.context_parallel import prepare_context_parallel_input

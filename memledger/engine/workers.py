@@ -46,32 +46,39 @@ def _last_line(msg: str) -> str:
 
 def run_case(case: EngineCase, timeout_s: float = 120.0, target=None) -> list[dict]:
     """Every rank's measurement of one case, ordered by rank."""
-    import torch.multiprocessing as mp
-
     from memledger.engine.worker import run_rank
     check_runnable(case)
     if not 1 <= case.world <= 8:
         raise SpecError("world", f"real-tensor runs use 1..8 CPU processes; tp·pp·dp = {case.world} "
                                  "(larger worlds run under fake mode: --scale fake)")
+    return spawn_ranks(target or run_rank, case, case.world, case.name, timeout_s)
+
+
+def spawn_ranks(target, case, world: int, name: str, timeout_s: float,
+                start_method: str = "spawn") -> list[dict]:
+    """`target(rank, case, port, out)` in `world` new processes; each writes `<out>/rank<r>.json`,
+    returned ordered by rank (shared by the torch and torchtitan engines). "fork" starts them
+    from the caller's imports (a test that has torch and torchtitan loaded saves their import
+    in every rank, as torch's DataLoader workers do); "spawn" from a fresh interpreter."""
+    import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory(prefix="memledger-engine-") as out:
-        ctx = mp.start_processes(target or run_rank, args=(case, free_port(), out),
-                                 nprocs=case.world, join=False, start_method="spawn")
+        ctx = mp.start_processes(target, args=(case, free_port(), out),
+                                 nprocs=world, join=False, start_method=start_method)
         deadline = time.monotonic() + timeout_s
         try:
             while not ctx.join(timeout=0.5):
                 if time.monotonic() > deadline:
-                    raise EngineError(f"case {case.name!r}: timed out after {timeout_s:.0f} s; "
-                                      f"all {case.world} ranks were stopped")
+                    raise EngineError(f"case {name!r}: timed out after {timeout_s:.0f} s; "
+                                      f"all {world} ranks were stopped")
         except mp.ProcessRaisedException as e:
-            raise EngineError(f"case {case.name!r}: rank {e.error_index} failed: "
+            raise EngineError(f"case {name!r}: rank {e.error_index} failed: "
                               f"{_last_line(e.msg)}") from None
         except mp.ProcessExitedException as e:
-            raise EngineError(f"case {case.name!r}: rank {e.error_index} exited with code "
+            raise EngineError(f"case {name!r}: rank {e.error_index} exited with code "
                               f"{e.exit_code}") from None
         finally:
             _kill(ctx)
-        ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(case.world)]
-    return ranks
+        return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(world)]
 
 
-__all__ = ["EngineError", "SpecError", "run_case", "free_port"]
+__all__ = ["EngineError", "SpecError", "run_case", "spawn_ranks", "free_port"]
