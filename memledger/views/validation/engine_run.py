@@ -31,12 +31,28 @@ class EngineRun:
     how: str  # the "How … measured" markdown
     caption: Callable[[dict], str]  # the stored environment, in words
     rank_column: bool  # the table lists ranks (all ranks stored) or cases (rank 0 only)
+    rescore: Callable[[dict], list[dict]]  # the engine's compare module: stored doc → records
     chart_title: str = ""  # "{case}" is filled in; "" = the chart's default
+
+
+_RESCORE: dict[str, Callable[[dict], list[dict]]] = {}  # engine → rescore, set by load_run
 
 
 def read(path: Path, rescore) -> tuple[dict, list[dict]]:
     doc = json.loads(path.read_text())
     return doc, rescore(doc)
+
+
+@st.cache_data(show_spinner="Re-predicting the stored runs…", max_entries=12)
+def _load(engine: str, path: str, signature: tuple):
+    del signature  # the file's size and mtime: a new run is read again
+    return read(Path(path), _RESCORE[engine])
+
+
+def load_run(run: EngineRun, path: Path) -> tuple[dict, list[dict]]:
+    """(doc, records) of a stored run, cached per file version."""
+    _RESCORE[run.engine] = run.rescore
+    return _load(run.engine, str(path), (path.stat().st_size, path.stat().st_mtime_ns))
 
 
 def table(records: list[dict], rank_column: bool) -> pd.DataFrame:
@@ -46,15 +62,14 @@ def table(records: list[dict], rank_column: bool) -> pd.DataFrame:
                           "error %": 100 * r["rel_error"], "within": r["ok"]} for r in records])
 
 
-def render(run: EngineRun, folder: Path, load) -> None:
-    """`load(path_str, signature)`: the section's cached (doc, records) reader."""
+def render(run: EngineRun, folder: Path) -> None:
     st.subheader(run.subheader)
     path = folder / run.file
     if not path.exists():
         st.info(run.install)
         return
     try:
-        doc, records = load(str(path), (path.stat().st_size, path.stat().st_mtime_ns))
+        doc, records = load_run(run, path)
     except (OSError, ValueError, KeyError, TypeError) as e:
         st.error(ui.md_escape(f"{run.file}: cannot be read as a {run.engine} run ({e})"),
                  icon=":material/error:")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import streamlit as st
-
 from memledger.engine.megatron_compare import rescore
 from memledger.views.validation import engine_run
 from memledger.views.validation.engine_run import EngineRun
@@ -39,6 +37,7 @@ RUN = EngineRun(
     engine="Megatron-Core", file=FILE, subheader="Megatron-Core's own code on CPU processes",
     install=("No Megatron-Core run stored: run `memledger validate --engine megatron-core --out "
              "validation` (needs `pip install -e '.[megatron]'`)."),
+    rescore=rescore,
     scope="per-rank", key="megatron", chart="megatron-rows", how=HOW, rank_column=True,
     chart_title="Megatron-Core on the CPU: {case}",
     caption=lambda doc: (f"{len(doc['measurements'])} cases: megatron-core "
@@ -47,11 +46,5 @@ RUN = EngineRun(
                          "process per rank"))
 
 
-@st.cache_data(show_spinner="Re-predicting the Megatron-Core runs…", max_entries=4)
-def _load(path: str, signature: tuple):
-    del signature
-    return engine_run.read(Path(path), rescore)
-
-
 def render(folder: Path) -> None:
-    engine_run.render(RUN, folder, _load)
+    engine_run.render(RUN, folder)

@@ -42,6 +42,7 @@ RUN = EngineRun(
     subheader="torchtitan's own code at small sizes for real (gloo)",
     install=("No gloo run of torchtitan stored: run `memledger validate --engine torchtitan "
              "--backend gloo --out validation` (needs `pip install -e '.[validation]'`)."),
+    rescore=rescore,
     scope="rank-0", key="titan_gloo", chart="torchtitan-gloo-rows", how=HOW, rank_column=False,
     caption=lambda doc: (f"{len(doc['measurements'])} cases on "
                          f"{sorted({len(e['ranks']) for e in doc['measurements']})} gloo "
@@ -56,19 +57,13 @@ def fake_real_table(doc: dict) -> pd.DataFrame:
                          for e in doc["measurements"] for d in fake_vs_real(e)])
 
 
-@st.cache_data(show_spinner="Re-predicting the torchtitan gloo runs…", max_entries=4)
-def _load(path: str, signature: tuple):
-    del signature
-    return engine_run.read(Path(path), rescore)
-
-
 def render(folder: Path) -> None:
-    engine_run.render(RUN, folder, _load)
+    engine_run.render(RUN, folder)
     path = folder / FILE
     if not path.exists():
         return
     try:
-        doc, _ = _load(str(path), (path.stat().st_size, path.stat().st_mtime_ns))
+        doc, _ = engine_run.load_run(RUN, path)
         frame = fake_real_table(doc)
     except (OSError, ValueError, KeyError, TypeError):
         return  # engine_run.render has shown the error line

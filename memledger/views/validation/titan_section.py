@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import streamlit as st
-
 from memledger.engine.titan_compare import rescore
 from memledger.views.validation import engine_run
 from memledger.views.validation.engine_run import EngineRun
@@ -39,6 +37,7 @@ RUN = EngineRun(
     engine="torchtitan", file=FILE, subheader="torchtitan's own code at real scale",
     install=("No torchtitan run stored: run `memledger validate --engine torchtitan --out "
              "validation` (needs `pip install -e '.[validation]'`)."),
+    rescore=rescore,
     scope="rank-0", key="titan", chart="torchtitan-rows", how=HOW, rank_column=False,
     caption=lambda doc: (f"{len(doc['measurements'])} cases: torchtitan "
                          f"{doc['environment']['torchtitan']}, torch {doc['environment']['torch']}, "
@@ -46,11 +45,5 @@ RUN = EngineRun(
                          f"{doc['environment']['spmd_backend']}"))
 
 
-@st.cache_data(show_spinner="Re-predicting the torchtitan runs…", max_entries=4)
-def _load(path: str, signature: tuple):
-    del signature
-    return engine_run.read(Path(path), rescore)
-
-
 def render(folder: Path) -> None:
-    engine_run.render(RUN, folder, _load)
+    engine_run.render(RUN, folder)
