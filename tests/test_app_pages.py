@@ -440,3 +440,14 @@ def test_ab_pins_a_layout_and_shows_both_ledgers_row_by_row_through_the_link(app
     assert list(again.dataframe[-1].value["B − A (bytes)"]) == list(table["B − A (bytes)"])
     bad = ok(app_test(LEDGER, "pin=model%3Dllama3-70b%26tp%3Dbanana").run())
     assert any("`pin=" in e.value and "tp" in e.value for e in bad.error)
+
+
+def test_a_named_loop_brings_its_model_codes_profile(app_test):
+    """As the CLI's --profile auto: picking torchtitan sets the hf profile (its plain-PyTorch
+    modules), carried by the link; the profile can still be changed after."""
+    at = ok(opened(app_test(LEDGER), "more_open").run())
+    at.selectbox(key="sb_loop").set_value("torchtitan").run()
+    assert ok(at).query_params.get("profile") == "hf" and at.query_params.get("loop") == "torchtitan"
+    at.selectbox(key="sb_profile").set_value("megatron").run()
+    assert "profile" not in ok(at).query_params  # megatron is the default, so the link omits it
+    assert any("profile megatron under loop torchtitan" in w.value for w in at.warning)

@@ -12,7 +12,7 @@ import streamlit as st
 from memledger import safe_json
 from memledger.errors import SpecError
 from memledger.presets import MODELS
-from memledger.specs.loop import LOOPS
+from memledger.specs.loop import LOOP_PROFILES, LOOPS
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.train import OPTIMIZERS, RECIPES
 from memledger.views import safe_text
@@ -78,7 +78,8 @@ HELP = {
     "loss_parallel": "torchtitan loss parallel (with tp > 1): the logits stay vocab-sharded; "
                      "off gathers them to full V on every tp rank.",
     "loop": "Which framework runs the step, and so when memory is alive: *auto* follows the "
-            "profile (hf → plain PyTorch, megatron/paper → Megatron). "
+            "profile (hf → plain PyTorch, megatron/paper → Megatron); a named loop sets the "
+            "profile of the model code it trains (torchtitan, pytorch, hf-trainer, deepspeed → hf). "
             + " ".join(f"*{k}*: {v.grad_lifetime} gradients, {v.optimizer_impl} optimizer, MTP "
                        f"{v.mtp}." for k, v in LOOPS.items()),
 }
@@ -96,7 +97,16 @@ def _model_name(key: str) -> str:
 def _choice(key: str, label: str, res: Resolved, fmt=str) -> None:
     opts = valid_values(res.model, res.cfg, key)
     st.selectbox(label, opts, key=W + key, format_func=fmt, help=HELP[key],
-                 disabled=len(opts) < 2)
+                 disabled=len(opts) < 2, on_change=_loop_profile if key == "loop" else None)
+
+
+def _loop_profile() -> None:
+    """Callback of the loop picker: a named loop brings the profile of the model code it trains
+    (specs.loop.LOOP_PROFILES, as the CLI's --profile auto); the profile stays changeable."""
+    ss = st.session_state
+    profile = LOOP_PROFILES.get(ss.get(W + "loop"))
+    if profile is not None:
+        ss[W + "profile"] = profile
 
 
 def _import_config() -> None:
