@@ -79,7 +79,8 @@ HELP = {
                      "off gathers them to full V on every tp rank.",
     "loop": "Which framework runs the step, and so when memory is alive: *auto* follows the "
             "profile (hf → plain PyTorch, megatron/paper → Megatron); a named loop sets the "
-            "profile of the model code it trains (torchtitan, pytorch, hf-trainer, deepspeed → hf). "
+            "profile of the model code it trains (hf for torchtitan, pytorch, hf-trainer, "
+            "deepspeed). "
             + " ".join(f"*{k}*: {v.grad_lifetime} gradients, {v.optimizer_impl} optimizer, MTP "
                        f"{v.mtp}." for k, v in LOOPS.items()),
 }
