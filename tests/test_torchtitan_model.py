@@ -209,7 +209,7 @@ def test_chunked_loss_holds_the_heads_fp32_gradient_and_its_reduce_scatter_input
     item = chunked_loss_transient(m, p, t, rt, resolve_loop(rt, "hf"), 1)
     assert item.bytes == (2 * 2_101_346_304 + 2_101_346_304 // world + 134_217_728
                           + 262_668_288)
-    off = [(p, t, RuntimeSpec(loop="torchtitan", zero3_impl="fsdp", loss="materialized"), 1),
+    off = [(p, t, RuntimeSpec(loop="torchtitan", zero3_impl="fsdp"), 1),  # materialized loss
            (ParallelSpec(dp=world), t, rt, 1),  # no FSDP2: the head gradient is the row's
            (p, replace(t, precision="bf16"), rt, 1),  # not torchtitan as it runs
            (p, t, rt, 0)]  # the rank does not hold the head
@@ -227,19 +227,6 @@ def test_torchtitans_rmsnorm_keeps_what_the_fused_cuda_kernel_keeps():
     assert not any(n.endswith(("x_fp32", "normed")) for n in names)
     # per norm: the bf16 input (2h) in place of its fp32 copy (4h) and the bf16 product (2h)
     assert hf.full_bytes - fused.full_bytes == 2 * 4 * m.hidden * 2048
-    titan = build_ledger(m, p, t, RuntimeSpec(loop="torchtitan", loss="materialized")
-                         ).peak.rows["activations"]
+    titan = build_ledger(m, p, t, RuntimeSpec(loop="torchtitan")).peak.rows["activations"]
     plain = build_ledger(m, p, t, RuntimeSpec(loop="pytorch")).peak.rows["activations"]
     assert plain - titan == 32 * (hf.full_bytes - fused.full_bytes) + 4 * m.hidden * 2048  # final norm
-
-
-def test_torchtitan_03_runs_its_chunked_loss_and_the_toml_eras_materialise_the_logits():
-    """0.3's config registries wrap CrossEntropyLoss in ChunkedLossWrapper for every language
-    model; 0.2, 2025-06 and 2024-12 call cross_entropy_loss on the full logits."""
-    from memledger.specs.loop import resolve_loop
-    assert resolve_loop(RuntimeSpec(loop="torchtitan"), "hf").loss == "chunked"
-    for era in ("0.2", "2025-06", "2024-12"):
-        assert resolve_loop(RuntimeSpec(loop="torchtitan", torchtitan_version=era),
-                            "hf").loss == "materialized"
-    rt = RuntimeSpec(loop="torchtitan", loss="materialized")  # the knob still decides
-    assert resolve_loop(rt, "hf").loss == "materialized"

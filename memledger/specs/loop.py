@@ -15,8 +15,7 @@ The ledger's rows say *what* lives on a GPU; the loop says *when*. Five knobs:
                                 no logits-sized saved tensor or transient (one chunk's and
                                 Liger's in-forward head-gradient buffer are not modelled;
                                 torchtitan as it runs: ChunkedLossWrapper's last-chunk set,
-                                memledger.ledger.chunked_loss; the torchtitan preset's loss
-                                under era 0.3)
+                                memledger.ledger.chunked_loss)
   mtp             built / skipped  DeepSeek's multi-token-prediction modules. transformers
                               5.24 does not build them (num_nextn_predict_layers is read, unused);
                               Megatron-Core does (megatron/core/transformer/multi_token_prediction.py)
@@ -174,11 +173,6 @@ def resolve_loop(rt, profile: str) -> LoopSpec:
 @lru_cache(maxsize=1024)
 def _resolve(rt, profile: str) -> LoopSpec:
     base = loop_preset(default_loop_name(profile) if rt.loop == "auto" else rt.loop)
-    if base.name == "torchtitan" and rt.torchtitan_version == "0.3":
-        # 0.3's config registries wrap CrossEntropyLoss in ChunkedLossWrapper for every language
-        # model (models/{llama3,qwen3,deepseek_v3}/config_registry.py); the TOML eras' loss
-        # materialises the logits
-        base = replace(base, loss="chunked")
     knobs = {k: getattr(rt, k) for k in KNOBS if getattr(rt, k) != "auto"}
     if rt.optimizer_offload and knobs.get("optimizer_impl") in ("fused", "foreach"):
         raise SpecError("optimizer_impl", f"{knobs['optimizer_impl']} is a GPU kernel, but with "
