@@ -230,3 +230,13 @@ def test_torchtitans_rmsnorm_keeps_what_the_fused_cuda_kernel_keeps():
     titan = build_ledger(m, p, t, RuntimeSpec(loop="torchtitan")).peak.rows["activations"]
     plain = build_ledger(m, p, t, RuntimeSpec(loop="pytorch")).peak.rows["activations"]
     assert plain - titan == 32 * (hf.full_bytes - fused.full_bytes) + 4 * m.hidden * 2048  # final norm
+
+
+def test_torchtitan_auto_loss_is_the_materialised_one_and_03s_chunked_loss_is_asked_for():
+    """--loop torchtitan alone models the TOML eras' cross_entropy_loss on full logits (the
+    published runs); 0.3's ChunkedLossWrapper is --loss chunked (its dumped config says so)."""
+    from memledger.specs.loop import resolve_loop
+    for era in ("0.3", "0.2", "2025-06", "2024-12"):
+        assert resolve_loop(RuntimeSpec(loop="torchtitan", torchtitan_version=era),
+                            "hf").loss == "materialized"
+    assert resolve_loop(RuntimeSpec(loop="torchtitan", loss="chunked"), "hf").loss == "chunked"
