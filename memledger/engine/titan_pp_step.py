@@ -113,25 +113,18 @@ def _measure(case, sched, parts, opt, first, last, probe, torch) -> dict:
     events: list[tuple[str, int, int, int, int, int]] = []
     live_box: list = [None]
 
-    def hooked(stage):
-        fwd, bwd = stage.forward_one_chunk, stage.backward_one_chunk
-
-        def forward_one_chunk(*a, **k):
-            out = fwd(*a, **k)
+    def recorded(stage, kind: str, run):
+        def call(*a, **k):
+            out = run(*a, **k)
             if live_box[0] is not None:
-                events.append(("F", stage.stage_index, live_box[0].current, _unsharded(parts),
+                events.append((kind, stage.stage_index, live_box[0].current, _unsharded(parts),
                                _cached(sched, False), _cached(sched, True)))
             return out
+        return call
 
-        def backward_one_chunk(*a, **k):
-            out = bwd(*a, **k)
-            if live_box[0] is not None:
-                events.append(("B", stage.stage_index, live_box[0].current, _unsharded(parts),
-                               _cached(sched, False), _cached(sched, True)))
-            return out
-        stage.forward_one_chunk, stage.backward_one_chunk = forward_one_chunk, backward_one_chunk
     for s in _stages(sched):
-        hooked(s)
+        s.forward_one_chunk = recorded(s, "F", s.forward_one_chunk)
+        s.backward_one_chunk = recorded(s, "B", s.backward_one_chunk)
     marks: dict[str, int] = {}
 
     def step(live=None):

@@ -12,16 +12,16 @@ Megatron (TE / cuBLAS workspaces, fused cross-entropy, MTP activations): named p
 """
 from __future__ import annotations
 
-import json
-import statistics
 from pathlib import Path
 
+from memledger.validation import published_titan
+from memledger.validation.published_titan import BAR, summary  # noqa: F401 - the same bar
+
 DATA = Path(__file__).resolve().parents[2] / "validation" / "published-megatron.json"
-BAR = 0.10  # within 10 % of the published figure
 
 
 def load(path: Path = DATA) -> list[dict]:
-    return json.loads(path.read_text())["rows"]
+    return published_titan.load(path)
 
 
 def _model(spelling: dict):
@@ -65,8 +65,3 @@ def predict(row: dict) -> dict:
             "static_bytes": static, "between_steps_bytes": row["between_steps_bytes"],
             "error": (r.peak_allocated_bytes - pub) / pub}
 
-
-def summary(results: list[dict]) -> dict:
-    errs = [abs(r["error"]) for r in results]
-    return {"rows": len(results), "within_bar": sum(e <= BAR for e in errs),
-            "median_abs_error": statistics.median(errs) if errs else None}
