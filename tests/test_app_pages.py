@@ -448,6 +448,8 @@ def test_a_named_loop_brings_its_model_codes_profile(app_test):
     at = ok(opened(app_test(LEDGER), "more_open").run())
     at.selectbox(key="sb_loop").set_value("torchtitan").run()
     assert ok(at).query_params.get("profile") == "hf" and at.query_params.get("loop") == "torchtitan"
+    # the default 64 GPUs at tp 8 pp 4 leave dp 2: torchtitan shards with FSDP2 (mixed precision)
+    assert at.query_params.get("zero") == "3" and at.query_params.get("precision") == "fsdp2-mixed"
     at.selectbox(key="sb_profile").set_value("megatron").run()
     assert "profile" not in ok(at).query_params  # megatron is the default, so the link omits it
     assert any("profile megatron under loop torchtitan" in w.value for w in at.warning)

@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     from memledger.cli.contract import check_args, flag_names, flag_of
     names = flag_names(parser._subparsers._group_actions[0].choices[args.command])
     try:
-        from memledger.cli.config_flags import apply_configs
-        apply_configs(args, parser, sys.argv[1:] if argv is None else list(argv))
+        from memledger.cli.config_flags import apply_configs, apply_loop_implied
+        words = sys.argv[1:] if argv is None else list(argv)
+        apply_loop_implied(args, parser, words, apply_configs(args, parser, words))
         check_args(args, names)  # every flag in its range before any command runs
         rc = args.run(args) or 0
         sys.stdout.flush()

@@ -103,3 +103,24 @@ def _auto_buckets(args, imp, values: dict, explicit: set) -> None:
         args.reduce_bucket = float(h * h)
     if values.get("_auto_prefetch_bucket") and "zero3_prefetch_bucket" not in explicit:
         args.zero3_prefetch_bucket = float(int(0.9 * h * h))
+
+
+def apply_loop_implied(args, parser, argv: list[str], imp) -> dict[str, object]:
+    """A named --loop's settings (specs.loop_implied) for every flag neither the command line
+    nor a --config file set; returns what it set. The planner searches its own layouts."""
+    from memledger.specs.loop_implied import implied
+    if args.command == "plan" or getattr(args, "loop", "auto") == "auto":
+        return {}
+    given = explicit_dests(parser, argv, args.command) | set(imp.flags() if imp else ())
+    tp, pp, cp = args.tp, args.pp, args.cp
+    if args.dp is not None:
+        dp = args.dp
+    else:
+        world = args.world if args.world is not None else D["world"]
+        dp = max(1, world // max(1, tp * pp * cp))
+    out = {}
+    for dest, (value, _src) in implied(args.loop, dp=dp, cp=cp, tp=tp, pp=pp).items():
+        if dest not in given and hasattr(args, dest):
+            setattr(args, dest, value)
+            out[dest] = value
+    return out

@@ -13,6 +13,7 @@ from memledger import safe_json
 from memledger.errors import SpecError
 from memledger.presets import MODELS
 from memledger.specs.loop import LOOP_PROFILES, LOOPS
+from memledger.specs.loop_implied import implied
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.train import OPTIMIZERS, RECIPES
 from memledger.views import safe_text
@@ -103,11 +104,18 @@ def _choice(key: str, label: str, res: Resolved, fmt=str) -> None:
 
 def _loop_profile() -> None:
     """Callback of the loop picker: a named loop brings the profile of the model code it trains
-    (specs.loop.LOOP_PROFILES, as the CLI's --profile auto); the profile stays changeable."""
+    (specs.loop.LOOP_PROFILES, as the CLI's --profile auto) and, for torchtitan, the ZeRO stage
+    and precision it runs with at these degrees (specs.loop_implied); all stay changeable."""
     ss = st.session_state
-    profile = LOOP_PROFILES.get(ss.get(W + "loop"))
+    loop = ss.get(W + "loop")
+    profile = LOOP_PROFILES.get(loop)
     if profile is not None:
         ss[W + "profile"] = profile
+    tp, pp, cp = (int(ss.get(W + k) or 1) for k in ("tp", "pp", "cp"))
+    dp = max(1, int(ss.get(W + "world") or 1) // (tp * pp * cp))
+    for key, (value, _src) in implied(loop, dp=dp, cp=cp, tp=tp, pp=pp).items():
+        if key in ("zero", "precision"):  # the sidebar's own widgets; the runtime follows the loop
+            ss[W + key] = value
 
 
 def _import_config() -> None:

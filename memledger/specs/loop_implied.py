@@ -1,0 +1,64 @@
+"""What a named training loop sets for the settings a user leaves out.
+
+`--loop torchtitan` alone is torchtitan as it runs: the layout torchtitan builds from the
+parallel degrees, not memledger's dashboard defaults (Megatron's 18-byte recipe, ZeRO-1).
+Each rule names the torchtitan file it comes from; a setting the user gives (a flag, a config
+file, the sidebar) always wins. Ignores HSDP (`data_parallel_replicate_degree`): memledger's
+dp is one shard group, as in `configs/torchtitan.py`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TT = "torchtitan 0.3 "
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImpliedRule:
+    dest: str        # the CLI flag's dest / the sidebar's key
+    when: str        # fsdp | no-fsdp-tp-pp | no-fsdp | pp | always
+    value: object
+    source: str
+
+
+# torchtitan shards with FSDP2 when dp_shard > 1 or cp > 1 (ParallelDims.fsdp_enabled): FSDP2
+# mixed precision over fp32 parameters; without it, autocast only under DDP / one device.
+TORCHTITAN = (
+    ImpliedRule(dest="zero", when="fsdp", value=3,
+                source=TT + "distributed/parallel_dims.py fsdp_enabled = dp_shard_enabled or "
+                            "cp_enabled; models/llama3/parallelize.py apply_fsdp"),
+    ImpliedRule(dest="zero", when="no-fsdp", value=0,
+                source=TT + "models/llama3/parallelize.py: no fully_shard without fsdp_enabled"),
+    ImpliedRule(dest="zero3_impl", when="always", value="fsdp",
+                source=TT + "distributed/fsdp.py fully_shard (FSDP2)"),
+    ImpliedRule(dest="precision", when="fsdp", value="fsdp2-mixed",
+                source=TT + "models/llama3/parallelize.py MixedPrecisionPolicy(param_dtype="
+                            "training.mixed_precision_param, reduce_dtype=fp32)"),
+    ImpliedRule(dest="precision", when="no-fsdp-tp-pp", value="fp32",
+                source=TT + "config/configs.py mixed_precision_param: autocast only under "
+                            "DDP or one device, so TP / PP without FSDP trains fp32"),
+    ImpliedRule(dest="precision", when="no-fsdp", value="amp",
+                source=TT + "config/configs.py mixed_precision_param (torch.autocast bf16)"),
+    ImpliedRule(dest="tp_engine", when="always", value="dtensor",
+                source=TT + "models/llama3/parallelize.py parallelize_module (DTensor)"),
+    ImpliedRule(dest="layout", when="pp", value="torchtitan:1,1",
+                source=TT + "distributed/pipeline_parallel.py: first/last_stage_less_layers "
+                            "default 1 (config/configs.py)"),
+)
+RULES = {"torchtitan": TORCHTITAN}
+IMPLIED_DESTS = ("zero", "zero3_impl", "precision", "tp_engine", "layout")
+
+
+def _holds(when: str, *, fsdp: bool, tp: int, pp: int) -> bool:
+    return {"always": True, "fsdp": fsdp, "no-fsdp": not fsdp, "pp": pp > 1,
+            "no-fsdp-tp-pp": not fsdp and (tp > 1 or pp > 1)}[when]
+
+
+def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int) -> dict[str, tuple[object, str]]:
+    """dest → (value, source) the loop sets for these degrees; the first rule that holds wins."""
+    fsdp = dp > 1 or cp > 1
+    out: dict[str, tuple[object, str]] = {}
+    for r in RULES.get(loop, ()):
+        if r.dest not in out and _holds(r.when, fsdp=fsdp, tp=tp, pp=pp):
+            out[r.dest] = (r.value, r.source)
+    return out

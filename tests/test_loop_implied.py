@@ -1,0 +1,71 @@
+"""`--loop torchtitan` alone is torchtitan as it runs: the flags a user leaves out take the
+layout torchtitan builds from the degrees (specs.loop_implied), never the dashboard's Megatron
+defaults; every flag the user gives, and every key a --config file sets, wins."""
+import json
+
+import pytest
+
+from memledger.cli import main
+from memledger.specs.loop_implied import implied
+from memledger.validation import published_titan
+
+ROWS = {r["id"]: r for r in published_titan.load()}
+
+
+def _json(capsys, *argv):
+    assert main(["ledger", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _flags(ml: dict) -> list[str]:
+    """A published row as a user types it: the degrees, the batch and the row's era only."""
+    model = ["--hf-id", ml["model"][3:]] if ml["model"].startswith("hf:") else ["--model", ml["model"]]
+    out = ["--loop", "torchtitan", *model, "--tp", str(ml["tp"]),
+           "--pp", str(ml["pp"]), "--vpp", str(ml["vpp"]), "--cp", str(ml["cp"]),
+           "--dp", str(ml["dp"]), "--micro-batch", str(ml["micro_batch"]),
+           "--micro-batches", str(ml["micro_batches"]), "--seq", str(ml["seq"]),
+           "--recompute", ml["recompute"], "--torchtitan-version", ml["torchtitan_version"]]
+    if ml["pp"] > 1:
+        out += ["--schedule", ml["schedule"]]
+    if ml.get("torch_compile"):
+        out += ["--torch-compile"]
+    return out
+
+
+@pytest.mark.parametrize("rid", ["T1 8b fsdp8 sac fsdp", "T2 8b fsdp4 cp2 64k",
+                                 "T5 405b pp8 1F1B", "Q2 qwen3-32b fsdp4 tp8 lb16"])
+def test_a_published_run_typed_with_its_degrees_alone_equals_its_full_spelling(capsys, rid):
+    row = ROWS[rid]
+    ml = dict(row["memledger"])
+    ml.pop("float8", None)  # typed without float8: compare with the same row spelled without it
+    for k in [k for k in ml if k.startswith("float8")]:
+        ml.pop(k)
+    from memledger.ledger import build_ledger
+    led = build_ledger(*published_titan.specs(ml))
+    got = _json(capsys, *_flags(ml))
+    cfg = got["config"]
+    assert cfg["parallel"]["zero"] == 3 and cfg["train"]["precision"] == "fsdp2-mixed"
+    assert cfg["runtime"]["tp_engine"] == "dtensor"
+    assert max(r["peak_reserved_bytes"] for r in got["ranks"]) == \
+        max(r.peak_reserved_bytes for r in led.ranks)
+
+
+def test_flags_the_user_gives_win_over_the_loop(capsys):
+    got = _json(capsys, "--loop", "torchtitan", "--model", "llama3-8b", "--tp", "1", "--pp", "1",
+                "--world", "8", "--precision", "megatron", "--zero", "1")
+    assert got["config"]["parallel"]["zero"] == 1
+    assert got["config"]["train"]["precision"] == "megatron"
+
+
+def test_without_fsdp_torchtitan_trains_fp32_under_tp_and_autocast_alone():
+    assert implied("torchtitan", dp=1, cp=1, tp=8, pp=1)["precision"][0] == "fp32"
+    assert implied("torchtitan", dp=1, cp=1, tp=8, pp=1)["zero"][0] == 0
+    assert implied("torchtitan", dp=1, cp=1, tp=1, pp=1)["precision"][0] == "amp"
+    # context parallelism alone shards with FSDP2 over the cp ranks (fsdp_enabled)
+    assert implied("torchtitan", dp=1, cp=8, tp=1, pp=1)["zero"][0] == 3
+    assert implied("megatron", dp=8, cp=1, tp=1, pp=1) == {}
+
+
+def test_every_implied_setting_names_the_torchtitan_file_it_comes_from():
+    for value, source in implied("torchtitan", dp=4, cp=2, tp=2, pp=2).values():
+        assert source.startswith("torchtitan") and ".py" in source, (value, source)
