@@ -104,6 +104,10 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute-budget-pct", type=int, default=50,
                    help="memory-budget: torchtitan memory_budget x 100 (0 = full checkpointing, "
                         "100 = the compiler's default saved set; default: %(default)s)")
+    g.add_argument("--hidden-dropout", type=float, default=0.0,
+                   help="Megatron's --hidden-dropout probability (Megatron-LM's own default is "
+                        "0.1; a --config launch without it takes that): the megatron profile "
+                        "keeps its bool masks when > 0 (default: %(default)s)")
     g.add_argument("--gpu", choices=sorted(GPUS), default=D["gpu"],
                    help="GPU preset: capacity and links (default: %(default)s)")
     g.add_argument("--policy", action="append", default=[], metavar="CLASS=POLICY",
@@ -286,10 +290,17 @@ def train_from_args(args) -> TrainSpec:
                   attention=args.attention, recompute=args.recompute,
                   recompute_every=args.recompute_every,
                   recompute_budget_pct=getattr(args, "recompute_budget_pct", 50),
+                  hidden_dropout_pct=dropout_pct(getattr(args, "hidden_dropout", 0.0)),
                   finetune=finetune_from_args(args))
     preset = getattr(args, "policy_preset", None)
     rules = parse_rules(getattr(args, "policy", None))
     return apply_policy(t, preset, rules) if preset or rules else t
+
+
+def dropout_pct(p: float) -> int:
+    """A dropout probability as TrainSpec's whole percentage: any p > 0 keeps masks, so a
+    probability under 0.5 % still counts as 1 %."""
+    return max(1, round(p * 100)) if p > 0 else 0
 
 
 def _count(field: str, value: float) -> int:

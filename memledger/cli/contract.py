@@ -52,6 +52,7 @@ FLOAT_RANGES: dict[str, tuple[float, float, bool]] = {
     "zero3_max_live": (1.0, 1e13, False),
     "grad_offload_chunk": (0.0, 1e12, False),
     "headroom": (0.0, 0.99, False),
+    "hidden_dropout": (0.0, 0.99, False),
     "target_gib": (0.0, 100_000.0, True),
 }
 PATHS = ("hf_config", "out", "rescore", "cases", "layout", "profile", "module", "policy_preset")

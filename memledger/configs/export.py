@@ -86,6 +86,8 @@ def to_megatron(a: dict, m) -> str:
     out += {"none": [], "selective": ["--recompute-granularity", "selective"],
             "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                      "--recompute-num-layers", "1"]}[a["recompute"]]
+    # always spelled: a launch without it trains at Megatron-LM's default 0.1 (arguments.py)
+    out += ["--hidden-dropout", a.get("hidden_dropout", 0.0)]
     if a["a2a"] == "capacity":
         out += ["--moe-expert-capacity-factor", a["capacity_factor"]]
     words = [str(x) for x in out]

@@ -56,6 +56,7 @@ RULES = (
                                                              "selective": "selective"})),
     Rule(key="recompute_activations", dest="", source=ARGS,
          conv=lambda v: {"recompute": "selective"} if as_bool(v) else {}),
+    Rule(key="hidden_dropout", dest="hidden_dropout", conv=lambda v: probability(v), source=ARGS),
     Rule(key="moe_expert_capacity_factor", dest="", source=TC,
          conv=lambda v: {"a2a": "capacity", "capacity_factor": float(v)}),
 )
@@ -77,11 +78,20 @@ UNMODELLED = {
     "main_grads_dtype": "main-grad dtype", "main_params_dtype": "main-param dtype",
     "moe_token_dispatcher_type": "DeepEP / flex dispatcher buffers (use --a2a deepep-ll)",
 }
-IGNORED = {k: "no effect on per-GPU memory (schedule, I/O or logging)" for k in (
+def probability(v) -> float:
+    p = float(v)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"a dropout probability in [0, 1), got {v!r}")
+    return p
+
+
+IGNORED = {"attention_dropout": "inside the flash / cuDNN attention kernel: no mask kept (the "
+                                "megatron profile assumes flash attention)",
+           **{k: "no effect on per-GPU memory (schedule, I/O or logging)" for k in (
     "lr", "min_lr", "lr_decay_style", "lr_warmup_iters", "lr_decay_iters", "weight_decay",
     "clip_grad", "adam_beta1", "adam_beta2", "adam_eps", "init_method_std", "train_iters",
     "train_samples", "eval_iters", "eval_interval", "save", "load", "save_interval", "data_path",
-    "split", "log_interval", "tensorboard_dir", "seed", "attention_dropout", "hidden_dropout",
+    "split", "log_interval", "tensorboard_dir", "seed",
     "overlap_grad_reduce", "overlap_param_gather", "norm_epsilon", "rotary_base",
     "use_flash_attn", "attention_backend", "transformer_impl", "use_mcore_models", "wandb_project",
     "distributed_backend", "nproc_per_node", "nnodes", "node_rank", "master_addr",
@@ -90,7 +100,7 @@ IGNORED = {k: "no effect on per-GPU memory (schedule, I/O or logging)" for k in 
     "use_megatron_fsdp", "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "log_throughput", "manual_gc", "ckpt_format", "log_params_norm", "log_num_zeros_in_grad",
-    "train_iters", "rotary_percent", "make_vocab_size_divisible_by")}
+    "train_iters", "rotary_percent", "make_vocab_size_divisible_by")}}
 MODEL_FLAGS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                "num_query_groups", "group_query_attention", "kv_channels", "swiglu",
                "untie_embeddings_and_output_weights", "num_experts", "moe_router_topk",
@@ -118,6 +128,7 @@ def read(src: Source, parsed=None, fmt: str = "megatron") -> Imported:
     skip = frozenset(MODEL_FLAGS) | frozenset(_MEGATRON_FSDP_KEYS)
     apply(src, f, RULES, unmodelled=UNMODELLED, ignored=IGNORED, imp=imp, skip=skip)
     _finish(src, f, imp)
+    _dropout_default(src, parsed, f, imp)
     try:
         imp.model = model_from_flags(f, name=f"megatron:{src.name.rsplit('/', 1)[-1][:60]}")
     except ModelFlagError as e:
@@ -164,6 +175,24 @@ def _recompute(src: Source, f: dict, imp: Imported) -> None:
                 "recompute_method": "block recompute of the first N layers per stage",
                 "recompute_num_layers": "recompute groups of more than one layer",
                 "recompute_modules": "selective recompute of modules other than core_attn"}[key])
+
+
+def _dropout_default(src: Source, parsed, f: dict, imp: Imported) -> None:
+    """A Megatron-LM launch without --hidden-dropout trains with arguments.py's 0.1; a Bridge
+    ConfigContainer takes its model provider's (the Llama / Qwen / DeepSeek providers set 0.0),
+    which the file does not name."""
+    if f.get("hidden_dropout") is not None:
+        return
+    bridge = isinstance(parsed, dict) and "MODEL_ARGS" not in parsed \
+        and isinstance(parsed.get("model"), dict)
+    if bridge:
+        imp.row("default", "hidden_dropout", src, value=0.0, source="the Bridge model provider",
+                why="not in the file: the provider's default is taken as 0.0 (Llama, Qwen and "
+                    "DeepSeek providers); pass --hidden-dropout for a GPT provider's 0.1")
+        return
+    imp.set("hidden_dropout", 0.1, src, "hidden_dropout", default=True)
+    imp.row("default", "hidden_dropout", src, value=0.1, flags=(("hidden_dropout", 0.1),),
+            source=ARGS, why="Megatron-LM's default: bool dropout masks kept per layer")
 
 
 def _finish(src: Source, f: dict, imp: Imported) -> None:

@@ -33,6 +33,7 @@ from memledger.ledger.static.moves import move_static, opt_partition_params
 from memledger.model.params import n_active_params, n_mtp_params, n_params
 from memledger.specs.hardware import Hardware
 from memledger.specs.loop import LoopSpec, built_model, profile_warnings, resolve_loop
+from memledger.specs.loop_implied import layout_warnings
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.runtime import RuntimeSpec
@@ -152,4 +153,5 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
                   ranks=ranks, n_params=n_params(model) + n_mtp_params(built),
                   n_active_params=n_active_params(model), loop=loop,
                   warnings=padding_warnings(built, parallel, train, rt, loop)
-                  + float8_warnings(train, rt) + profile_warnings(rt, train.profile))
+                  + float8_warnings(train, rt) + profile_warnings(rt, train.profile)
+                  + layout_warnings(parallel, train, rt))

@@ -62,3 +62,17 @@ def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int) -> dict[str, tuple
         if r.dest not in out and _holds(r.when, fsdp=fsdp, tp=tp, pp=pp):
             out[r.dest] = (r.value, r.source)
     return out
+
+
+def layout_warnings(parallel, train, rt) -> tuple[str, ...]:
+    """A named loop asked with a setting it never runs at these degrees (the Python API and
+    links take specs as given): one line per differing setting, naming what the loop uses."""
+    rules = implied(rt.loop, dp=parallel.dp, cp=parallel.cp, tp=parallel.tp, pp=parallel.pp)
+    have = {"zero": parallel.zero, "precision": train.precision, "tp_engine": rt.tp_engine,
+            "zero3_impl": rt.zero3_impl if parallel.zero == 3 else "fsdp"}
+    if parallel.tp == 1:
+        have["tp_engine"] = rules.get("tp_engine", (rt.tp_engine,))[0]  # no TP: moot
+    return tuple(f"{dest} {have[dest]} under loop {rt.loop}: {rt.loop} runs {value} at these "
+                 f"degrees ({source})"
+                 for dest, (value, source) in rules.items()
+                 if dest in have and have[dest] != value)

@@ -117,6 +117,9 @@ class TrainSpec:
     # interval: every k-th block fully checkpointed (k >= 1 required)
     recompute_budget_pct: int = 50  # memory-budget: torchtitan memory_budget × 100 (0..100)
     vocab_pad: int = 0  # pad vocab to a multiple of vocab_pad*tp; 0 = profile default (128 / 1 for hf)
+    # hidden dropout in percent (Megatron's --hidden-dropout × 100; its default 0.1 is 10): the
+    # megatron profile keeps a bool mask per dropout when > 0; the probability itself moves nothing
+    hidden_dropout_pct: int = 0
     policy: ActivationPolicy = ActivationPolicy()  # per-class storage rules on top of `recompute`
     finetune: FinetuneSpec = FinetuneSpec()  # which parameters train (specs/finetune.py)
 
@@ -139,6 +142,10 @@ class TrainSpec:
             "recompute_budget_pct", f"must be an integer 0..100 (torchtitan memory_budget × 100), "
                                     f"got {self.recompute_budget_pct!r}")
         require_non_negative("vocab_pad", self.vocab_pad)
+        require(isinstance(self.hidden_dropout_pct, int) and not isinstance(
+            self.hidden_dropout_pct, bool) and 0 <= self.hidden_dropout_pct <= 99,
+            "hidden_dropout_pct", f"must be a whole percentage 0..99 (Megatron --hidden-dropout "
+                                  f"× 100), got {self.hidden_dropout_pct!r}")
         check_bounds(self, ("micro_batch", "seq", "micro_batches", "recompute_every", "vocab_pad"))
         check_bound("tokens_per_step", self.micro_batch * self.seq * self.micro_batches,
                     "micro_batches")

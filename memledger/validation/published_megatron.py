@@ -5,7 +5,8 @@ last pipeline rank.
 The published figure is `mem-max-allocated-bytes` (torch's `allocated_bytes.all.peak`), logged
 only by the last rank (Megatron's TensorBoard writer). Every row is spelled as memledger runs
 Megatron-Core: loop megatron, precision megatron (bf16 weights, fp32 main grads, fp32 main params
-and Adam moments in the distributed optimizer, zero=1), profile megatron (flash attention, TE).
+and Adam moments in the distributed optimizer, zero=1), profile megatron (flash attention, TE),
+the run's hidden dropout (Megatron-LM's default 0.1 where the config does not set it).
 NCCL's buffers are left out (`nccl_channels=0`): NCCL allocates them itself, outside the caching
 allocator whose statistics the figure reads. Ignores what the ledger does not itemise for
 Megatron (TE / cuBLAS workspaces, fused cross-entropy, MTP activations): named per row.
@@ -42,11 +43,12 @@ def specs(ml: dict):
     from memledger.specs.runtime import RuntimeSpec
 
     m = _model(ml["model"])
-    p = ParallelSpec(tp=ml["tp"], pp=ml["pp"], cp=ml["cp"], dp=ml["dp"], ep=ml["ep"],
-                     etp=ml["etp"], zero=1, sp=ml["sp"])
+    p = ParallelSpec(tp=ml["tp"], pp=ml["pp"], vpp=ml.get("vpp", 1), cp=ml["cp"], dp=ml["dp"],
+                     ep=ml["ep"], etp=ml["etp"], zero=1, sp=ml["sp"],
+                     schedule=ml.get("schedule", "1f1b"))
     t = TrainSpec(seq=ml["seq"], micro_batch=ml["micro_batch"], micro_batches=ml["micro_batches"],
                   precision="megatron", recompute=ml["recompute"], profile="megatron",
-                  vocab_pad=ml["vocab_pad"])
+                  vocab_pad=ml["vocab_pad"], hidden_dropout_pct=ml["hidden_dropout_pct"])
     rt = RuntimeSpec(loop="megatron", nccl_channels=0, cuda_context_bytes=0,
                      allocator_slack_pct=0, a2a=ml["a2a"],
                      capacity_factor_pct=ml["capacity_factor_pct"])

@@ -24,7 +24,7 @@ APP_KEYS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp"
             "optimizer": "optimizer", "profile": "profile", "recompute": "recompute",
             "loop": "loop", "recompute_every": "recompute_every",
             "recompute_budget_pct": "budget", "fsdp_reshard_after_forward": "reshard",
-            "torch_compile": "compile", "loss_parallel": "loss_parallel"}
+            "torch_compile": "compile", "loss_parallel": "loss_parallel", "hidden_dropout": "dropout"}
 MAX_BYTES = 1_000_000
 COPY_AS = {"Megatron flags": "megatron", "torchtitan config": "torchtitan",
            "DeepSpeed JSON": "deepspeed"}
@@ -50,6 +50,9 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     imp = read_text(data.decode("utf-8", errors="replace"), name)
     flags = imp.flags()
     new = {APP_KEYS[d]: v for d, v in flags.items() if d in APP_KEYS}
+    if "dropout" in new:  # the file's probability as the dashboard's whole percentage
+        from memledger.cli.args import dropout_pct
+        new["dropout"] = dropout_pct(new["dropout"])
     new["model"] = _model_key(imp, flags, cfg)
     m = load_model(new["model"])
     tp, pp, cp = new.get("tp", cfg.tp), new.get("pp", cfg.pp), new.get("cp", cfg.cp)
@@ -90,6 +93,7 @@ def copy_as(cfg: Config, target: str) -> str:
          "optimizer": train.optimizer, "recompute": train.recompute,
          "recompute_every": train.recompute_every,
          "recompute_budget_pct": train.recompute_budget_pct, "optimizer_offload": False,
+         "hidden_dropout": train.hidden_dropout_pct / 100,
          "a2a": rt.a2a, "capacity_factor": rt.capacity_factor_pct / 100,
          "model": cfg.model if not cfg.model.startswith("spec:") else None, "hf_id": None,
          "fsdp_reshard_after_forward": cfg.reshard, "loss_parallel": cfg.loss_parallel,

@@ -30,7 +30,8 @@ FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp
              "micro_batches": "m",  # tokens per step over its bound: fewer micro-batches
              "recompute_every": "recompute_every", "recompute_budget_pct": "budget",
              "finetune": "ft", "lora_rank": "lora_r", "lora_targets": "lora_targets",
-             "base_weights": "base", "freeze": "freeze", "lora_dropout": "lora_dropout"}
+             "base_weights": "base", "freeze": "freeze", "lora_dropout": "lora_dropout",
+             "hidden_dropout_pct": "dropout"}
 # Settings a repair may move, most expendable first (after the one the error names).
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
                 "profile", "seq", "lora_targets", "lora_r", "freeze", "base", "ft")
@@ -39,7 +40,7 @@ SIMPLEST = dict(tp=1, pp=1, vpp=1, ep=1, etp=1, cp=1, sp=False, schedule="1f1b",
                 layout="balanced", attention="flash", profile="megatron")
 DEGREE_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 NUMERIC = frozenset(DEGREE_KEYS) | {"seq", "world", "mb", "m", "zero", "recompute_every",
-                                    "budget"}
+                                    "budget", "dropout"}
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -75,6 +76,7 @@ CANDIDATES = {
     "loop": lambda m, c: LOOP_CHOICES,
     "recompute_every": lambda m, c: tuple(sorted({c.recompute_every, *range(9)})),
     "budget": lambda m, c: tuple(sorted({c.budget, *range(0, 101, 10)})),
+    "dropout": lambda m, c: tuple(sorted({c.dropout, 0, 5, 10, 20})),
     "reshard": lambda m, c: RESHARD_AFTER_FORWARD,
     "compile": lambda m, c: (False, True),
     "loss_parallel": lambda m, c: (True, False),

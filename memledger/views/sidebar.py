@@ -71,6 +71,9 @@ HELP = {
                        "checkpointed, k ≥ 1).",
     "budget": "memory-budget: torchtitan memory_budget × 100 — 0 = the activations of full "
               "checkpointing, 100 = the compiler's default saved set.",
+    "dropout": "Megatron's --hidden-dropout × 100 (Megatron-LM's own default is 10; Llama-style "
+               "recipes set 0): above 0 the megatron profile keeps a bool mask after attention, "
+               "after the MLP and after the embedding — h bytes per token each.",
     "reshard": "FSDP2 reshard_after_forward (ZeRO-3): *default* reshards after forward unless "
                "PP is on (torchtitan); *never* keeps each unit's unsharded copy from forward to "
                "backward, beside its shard.",
@@ -280,13 +283,14 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
 
 
 MORE_KEYS = ("loop", "profile", "attention", "recompute_every", "budget", "reshard", "compile",
-             "loss_parallel")
+             "loss_parallel", "dropout")
 MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
                "attention": "Attention kernel", "recompute_every": "Recompute k",
                "budget": "Memory budget %", "reshard": "FSDP2 reshard after forward",
-               "compile": "torch.compile", "loss_parallel": "Loss parallel"}
+               "compile": "torch.compile", "loss_parallel": "Loss parallel",
+               "dropout": "Hidden dropout %"}
 # not on the planner's workload section: its search varies recompute and runs its own loop
-TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel")
+TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel", "dropout")
 
 
 FT_KEYS = ("ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",

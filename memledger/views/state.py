@@ -33,7 +33,7 @@ KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "ze
         "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile", "attention",
         "recompute", "loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel",
         "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",
-        "freeze")
+        "freeze", "dropout")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -81,6 +81,7 @@ class Config:
     reshard: str = "default"  # RuntimeSpec.fsdp_reshard_after_forward
     compile: bool = False  # RuntimeSpec.torch_compile
     loss_parallel: bool = True  # RuntimeSpec.loss_parallel
+    dropout: int = 0  # TrainSpec.hidden_dropout_pct (Megatron --hidden-dropout × 100)
 
     @property
     def dp(self) -> int:
@@ -97,6 +98,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "etp": (1, 1024), "cp": (1, 1024), "dp": (1, 262_144), "zero": (0, 3), "mb": (1, 1024),
     "seq": (1, 4_194_304), "m": (1, 65_536), "recompute_every": (0, 1024), "budget": (0, 100),
     "lora_r": (1, 204_800), "lora_alpha": (1, 1_000_000), "lora_dropout": (0, 99),
+    "dropout": (0, 99),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
@@ -321,7 +323,7 @@ def to_specs(cfg: Config, m: ModelSpec) -> tuple[ParallelSpec, TrainSpec]:
                       precision=cfg.precision, optimizer=cfg.optimizer, profile=cfg.profile,
                       attention=cfg.attention, recompute=cfg.recompute,
                       recompute_every=cfg.recompute_every, recompute_budget_pct=cfg.budget,
-                      finetune=finetune_spec(cfg))
+                      hidden_dropout_pct=cfg.dropout, finetune=finetune_spec(cfg))
     return par, train
 
 

@@ -1,5 +1,6 @@
-"""The `megatron` profile: tensors Megatron-Core + Transformer Engine save, flash attention, no
-dropout (docs/design.md §5). Per token per layer: norm-1 input h, QKV input h, Q a·dh, K and V g·dh,
+"""The `megatron` profile: tensors Megatron-Core + Transformer Engine save, flash attention (its
+dropout inside the kernel), hidden dropout's bool masks when `hidden_dropout_pct` > 0
+(docs/design.md §5). Per token per layer: norm-1 input h, QKV input h, Q a·dh, K and V g·dh,
 attention output a·dh (+ fp32 log-sum-exp a), norm-2 input h, MLP input h, fc1 output 2f
 (SwiGLU) or f, activation output f; norms keep fp32 rstd (and mean for LayerNorm).
 MoE (megatron-core 0.16.1, softmax top-k router with a load-balancing loss, unfused permute;
@@ -111,6 +112,17 @@ def moe(m: ModelSpec) -> list[A]:
     return out
 
 
+def dropout(m: ModelSpec, t: TrainSpec, name: str) -> list[A]:
+    """--hidden-dropout > 0: the residual branch's bias-dropout-add keeps its bool mask, h per
+    token, split like the hidden state under SP (fusions/fused_bias_dropout.py
+    `_bias_dropout_add_func`, F.dropout → CUDA native_dropout's bool mask; the embedding's
+    `embedding_dropout` after the SP scatter, models/common/embeddings/language_model_embedding.py).
+    Attention dropout runs inside the flash / cuDNN kernel: no mask."""
+    if not t.hidden_dropout_pct:
+        return []
+    return [A(f"{name}.dropout_mask", "dropout", m.hidden, "bool")]
+
+
 class MegatronProfile:
     name = "megatron"
     selective = SELECTIVE
@@ -118,10 +130,13 @@ class MegatronProfile:
     def layer(self, m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> tuple[A, ...]:
         ffn = moe(m) if kind == "moe" else [A("mlp.in", "norm_out", m.hidden, flops=4 * m.hidden)] + mlp(
             m, m.ffn_hidden, "mlp")
-        return tuple(norm(m, "norm1") + attention(m) + norm(m, "norm2") + ffn)
+        return tuple(norm(m, "norm1") + attention(m) + dropout(m, t, "attn") + norm(m, "norm2") + ffn
+                     + dropout(m, t, "mlp"))
 
     def first_stage(self, m, t, p) -> tuple[A, ...]:
-        return (A("embedding.ids", "embedding", 1, "int64", split="none"),) if m.vocab else ()
+        if not m.vocab:
+            return ()
+        return (A("embedding.ids", "embedding", 1, "int64", split="none"), *dropout(m, t, "embedding"))
 
     def last_stage(self, m, t, p) -> tuple[A, ...]:
         if not m.vocab:
