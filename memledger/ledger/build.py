@@ -98,6 +98,10 @@ def move_dict(mv) -> dict:
             "recompute_flops_per_micro_batch": mv.recompute_flops_per_micro_batch}
 
 
+# held by the timeline's layer-backward event, not yet (or no longer) at a MoE combine's backward
+MOE_LATER = ("zero-3 reduce-scatter input", "moe all-to-all / dispatch", "moe all-to-all / combine")
+
+
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loop = resolve_loop(rt, t.profile)
     place = rank_placement(m, p, t, rt, r)  # asked of the pipeline once, handed to every row
@@ -113,7 +117,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, place, acts.outer["first stage"])
     items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, place), loop)
-    transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand)
+    transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand,
+                                       moe_freed=sum(i.bytes for i in items if i.name in MOE_LATER))
     loss_set = chunked_loss_transient(m, p, t, rt, loop, place.last)  # torchtitan's ChunkedLossWrapper
     transients += [loss_set] if loss_set is not None else []
     return RankParts(place=place, items=tuple(items), transients=tuple(transients),

@@ -109,6 +109,7 @@ class HeldActivations:
     compiled: bool = False  # torch.compile's partitioner decides the saved set (torchtitan_ac)
     logits_gathered: int = 1  # tp when torchtitan runs without loss parallel: full V per rank
     fused_qkv: bool = True  # op SAC: torchtitan 0.3's one wqkv mm (0.2: wq, wk, wv)
+    torchtitan: bool = False  # torchtitan as it runs: its MoE combine's backward (titan_moe)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -172,7 +173,8 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPla
         chunked_loss=chunked_loss,
         ckpt_mbs=dict(_interval_per_kind(m, stages, t, flights)) if interval else None,
         ckpt_per_mb=dict(_interval_per_kind(m, stages, t, ones)) if interval else None,
-        compiled=compiled, logits_gathered=logits_gathered, fused_qkv=fused_qkv)
+        compiled=compiled, logits_gathered=logits_gathered, fused_qkv=fused_qkv,
+        torchtitan=fused_norm)
 
 
 def layer_bytes(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> int:

@@ -24,6 +24,7 @@ from memledger.ledger.activations.inventory import tokens_on_rank
 from memledger.ledger.activations.policy import TensorMove
 from memledger.ledger.activations.row import (SRC, SRC_MODE, budget_kept_bytes, cast_params,
                                               is_autocast, op_saved_bytes)
+from memledger.ledger.activations.titan_moe import combine_backward_item
 from memledger.ledger.items import Item
 from memledger.units import ceil_div, format_bytes
 
@@ -36,21 +37,28 @@ SRC_BWD = ("torch autograd: mm's backward (derivatives.yaml mm: mat1 and mat2 gr
 
 
 def activation_transients(a: HeldActivations, moves: list[TensorMove],
-                          persistent_grads: bool = True) -> list[Item]:
+                          persistent_grads: bool = True, moe_freed: int = 0) -> list[Item]:
+    """`moe_freed`: the communication row's bytes a MoE layer's backward holds only after its
+    combine (titan_moe)."""
     out = []
     t = a.t
     bwd = layer_backward_set(a) if persistent_grads else None
     ws = bwd.bytes if bwd is not None else 0
+    combine = combine_backward_item(a.m, t, a.p, _hf_expert_out(a), moe_freed) \
+        if a.torchtitan and "moe" in a.kinds else None
+    cb = combine.bytes if combine is not None else 0
+    rides = {"dense": ws, "moe": cb}  # what a layer's own backward adds above its saved set
     plus = f" + the {BACKWARD_SET} ({ws})" if ws else ""
+    plus += f" + the {combine.name} ({cb}) on a MoE layer" if cb else ""
     if t.recompute in ("full", "every-k") and a.kinds:
         span = 1 if t.recompute == "full" else t.checkpoint_every(a.m.n_layers)
         # the re-created layer(s) and that layer's backward meet: its set rides on a dense one
-        worst = max(a.tables[k].full_bytes * span + (ws if k == "dense" else 0) for k in a.kinds)
+        worst = max(a.tables[k].full_bytes * span + rides[k] for k in a.kinds)
         out.append(Item("runtime", f"recompute working set ({span} layer{'s' * (span > 1)})",
                         worst, f"{span} × one layer's full inventory, one micro-batch" + plus,
                         "docs/design.md §5 (full / every-k recompute)"))
     if t.recompute in ("op", "interval", "memory-budget") and a.kinds:
-        worst = max(recompute_set(a, k) + (ws if k == "dense" else 0) for k in a.kinds)
+        worst = max(recompute_set(a, k) + rides[k] for k in a.kinds)
         out.append(Item("runtime", "recompute working set (1 layer)", worst,
                         f"one block's tensors re-made in its backward ({t.recompute})" + plus,
                         SRC_MODE[t.recompute]))
@@ -62,6 +70,8 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
                         "memledger.ledger.activations.policy"))
     if bwd is not None:
         out.append(bwd)
+    if combine is not None and t.recompute == "none":  # no re-created layer to ride on
+        out.append(combine)
     forward = [autocast_cache(a)]
     for e in a.outer["transients"] if a.last and not a.chunked_loss else ():
         g = a.logits_gathered if e.tensor.cls == "logits" else 1  # loss parallel off
@@ -74,6 +84,10 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
                         sum(i.bytes for i in forward), "; ".join(i.formula for i in forward),
                         forward[-1].source))
     return out
+
+
+def _hf_expert_out(a: HeldActivations) -> int:
+    return sum(e.bytes for e in a.tables["moe"].entries if e.tensor.cls == "expert_out")
 
 
 def recompute_set(a: HeldActivations, kind: str) -> int:
