@@ -68,17 +68,9 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
     assert peaks[0] > peaks[1]
 
 
-# Misses, with their cause (docs/torchtitan.md, Limits). Strict: a fix turns them into failures
-# to be removed from this table.
-# The two were inside the bar only while the ledger added NCCL channel buffers (67 MB per
-# communicator) that the fake process group does not hold (titan_cases.ledger_config).
-KNOWN_MISSES: dict[tuple[str, str], str] = {
-    ("llama3-8b fsdp4 tp2 cp2 full-ac seq65536", "peak_allocated"):
-        "ledger −5.68 %: the peak is the chunked loss's backward under TP × CP; measured there "
-        "5.35 GB of add outputs (the fp32 GradAccumulator and the head's accumulated gradient), "
-        "1.59 GB zeros_like and three 1.05 GB fp32 loss-parallel tensors; the ledger's "
-        "loss-backward transient is 1.06 GB short (not itemised further)",
-}
+# Misses, with their cause (docs/torchtitan.md, Limits): none today. A row added here is a
+# strict xfail, so a fix turns it into a failure to be removed from this table.
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -150,3 +142,21 @@ def test_a_moe_full_ac_peak_holds_the_combines_four_fp32_tensors():
     at_peak = entry["measured"]["at_peak"]
     assert four == 4 * 4 * 8192 * 8 * 2048  # 8,192 tokens × top-8 rows × h 2048 × fp32
     assert four <= at_peak["mul.Tensor"] + at_peak["_to_copy.default"] <= 1.2 * four
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in ENTRIES.items() if e["spec"]["pp"] == 1))
+def test_what_a_rank_holds_before_its_forward_is_its_states_buffers_and_ids(name):
+    """torchtitan 0.3 gives every attention layer its own RoPE cache at training.seq_len and
+    every MoE layer two expert-load counters (ledger.static.titan_rope): before the measured
+    forward a rank holds its parameters, optimizer states, token ids and labels (positions
+    under CP) and exactly those buffers (PP ranks also keep their receive buffers)."""
+    from memledger.engine.titan_compare import predict
+    from memledger.ledger.static.titan_rope import NAMES
+    entry = ENTRIES[name]
+    case, got = case_from_dict(entry["spec"]), entry["measured"]
+    r = predict(case).ranks[case.pp_rank]
+    rope = sum(i.bytes for i in r.items if i.name in NAMES)
+    tokens = case.local_batch * case.seq // case.cp
+    ids = 8 * tokens * (3 if case.cp > 1 else 2)
+    before = got["marks"].get("before_forward", got["base_live"])
+    assert before - got["weights"] - got["optimizer"] - rope == ids

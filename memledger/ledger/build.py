@@ -34,6 +34,7 @@ from memledger.model.params import n_active_params, n_mtp_params, n_params
 from memledger.specs.hardware import Hardware
 from memledger.specs.loop import LoopSpec, built_model, profile_warnings, resolve_loop
 from memledger.specs.loop_implied import layout_warnings
+from memledger.ledger.static.titan_rope import rope_cache_items
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.runtime import RuntimeSpec
@@ -109,6 +110,7 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     pad = expert_sharding(p, t, rt, loop)  # FSDP2's dim-0 chunks of 3-D experts (ledger.fsdp2)
     static = apply_engines(static_items(held, p, t, pad), held, p, t, rt)  # DTensor, ZeRO-1
     items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
+    items += rope_cache_items(m, t, rt, loop, place)  # torchtitan's RoPE buffers (weights row)
     acts = held_activations(m, p, t, place, loop.loss == "chunked",
                             compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
                             fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop),

@@ -13,6 +13,8 @@ from at that commit:
                    after forward), and the "default" policy keeps the last block unsharded
                    from its forward to its backward (ledger.fsdp2.torchtitan_units,
                    last_block_kept); later eras wrap tok_embeddings and [norm, output] apart
+  rope_per_layer   0.3 builds a RoPE module, with its own cache buffer, in every attention layer
+                   (models/common/rope.py); older eras keep one freqs_cis per model
 The loss form a rank runs (`loss_form`): "compiled" (inductor fuses cross-entropy), "dtensor"
 (torch's eager vocab-parallel log_softmax / nll_loss), or "profile" (the activation profile's own
 materialised loss: transformers-style fused log_softmax, which eager torchtitan without TP runs).
@@ -37,22 +39,23 @@ class Era(NamedTuple):
     compiles_loss: bool
     torch_loss_parallel: bool
     root_unit: bool
+    rope_per_layer: bool  # every attention layer keeps its own RoPE cache (static/titan_rope)
     source: str
 
 
 ERAS = {
-    "0.3": Era(True, False, False, False,
+    "0.3": Era(True, False, False, False, True,
                "torchtitan 0.3 models/common/attention.py (wqkv); components/loss.py "
                "ChunkedLossWrapper / _LossParallelCrossEntropy (its own vocab-parallel CE)"),
-    "0.2": Era(False, True, True, False,
+    "0.2": Era(False, True, True, False, False,
                "torchtitan 0.2 config/job_config.py Compile.components = ['model', 'loss']; "
                "components/loss.py build_cross_entropy_loss (torch.compile when 'loss' in "
                "components); distributed/utils.py get_train_context (loss_parallel())"),
-    "2025-06": Era(False, True, True, False,
+    "2025-06": Era(False, True, True, False, False,
                    "torchtitan e7c0cae (2025-06-13) components/loss.py build_cross_entropy_loss: "
                    "`if job_config.training.compile: loss_fn = torch.compile(loss_fn)`; "
                    "distributed/utils.py get_train_context (loss_parallel())"),
-    "2024-12": Era(False, False, True, True,
+    "2024-12": Era(False, False, True, True, False,
                    "torchtitan 9dec370 (2024-12-26) train.py: loss_fn left eager (its comment: "
                    "compiling the loss caused CUDA errors); "
                    "parallelisms/parallelize_llama.py apply_compile (per TransformerBlock only); "
