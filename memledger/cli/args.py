@@ -13,6 +13,7 @@ from memledger.presets.policies import POLICY_PRESETS, apply_policy
 from memledger.specs import ParallelSpec, TrainSpec
 from memledger.specs.finetune import BASE_WEIGHTS, LORA_DTYPES, MODES, FinetuneSpec
 from memledger.specs.loop import add_loop_args, default_profile, loop_kwargs
+from memledger.specs.train import dropout_pct
 from memledger.specs.parallel import SCHEDULES
 from memledger.specs.policy import parse_rules
 from memledger.specs.runtime import (A2A_SIZING, ENGINES, GRAD_BUCKETS, MUON_GATHER,
@@ -295,12 +296,6 @@ def train_from_args(args) -> TrainSpec:
     preset = getattr(args, "policy_preset", None)
     rules = parse_rules(getattr(args, "policy", None))
     return apply_policy(t, preset, rules) if preset or rules else t
-
-
-def dropout_pct(p: float) -> int:
-    """A dropout probability as TrainSpec's whole percentage: any p > 0 keeps masks, so a
-    probability under 0.5 % still counts as 1 %."""
-    return max(1, round(p * 100)) if p > 0 else 0
 
 
 def _count(field: str, value: float) -> int:

@@ -184,3 +184,7 @@ class TrainSpec:
         return 1 if self.profile.startswith(("hf", "traced:")) else 128
 
 
+def dropout_pct(p: float) -> int:
+    """A dropout probability as TrainSpec's whole percentage: any p > 0 keeps masks, so a
+    probability under 0.5 % still counts as 1 %."""
+    return max(1, round(p * 100)) if p > 0 else 0

@@ -51,7 +51,7 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     flags = imp.flags()
     new = {APP_KEYS[d]: v for d, v in flags.items() if d in APP_KEYS}
     if "dropout" in new:  # the file's probability as the dashboard's whole percentage
-        from memledger.cli.args import dropout_pct
+        from memledger.specs.train import dropout_pct
         new["dropout"] = dropout_pct(new["dropout"])
     new["model"] = _model_key(imp, flags, cfg)
     m = load_model(new["model"])
