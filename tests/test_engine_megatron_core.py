@@ -167,6 +167,23 @@ def test_selective_recompute_drops_only_the_attention_cores_logsumexp():
     assert [n - s for n, s in zip(none, sel)] == [lse - 4] * spec.layers
 
 
+@pytest.mark.parametrize("name", sorted(n for n in ENTRIES if "hidden dropout" in n))
+def test_hidden_dropout_keeps_two_bool_masks_per_layer_and_one_after_the_embedding(name):
+    """--hidden-dropout > 0 (Megatron-LM's default 0.1): the bias-dropout-add after attention
+    and after the MLP each keep a bool mask, h bytes per token (÷ tp under SP), and the embedding
+    dropout one more on the first stage — measured against the same case without dropout, and
+    the ledger's megatron profile moves by exactly as much."""
+    spec = case_from_dict(ENTRIES[name]["spec"])
+    base = name.replace(" hidden dropout 0.1", "")
+    tokens = spec.seq * spec.micro_batch // (spec.tp if spec.sp else 1)
+    for r, b in zip(ENTRIES[name]["ranks"], ENTRIES[base]["ranks"]):
+        per_layer = [x - y for x, y in zip(r["activations_per_layer"], b["activations_per_layer"])]
+        assert per_layer == [2 * tokens * spec.hidden] * spec.layers, (name, per_layer)
+        assert r["activations"] - b["activations"] == (2 * spec.layers + 1) * tokens * spec.hidden
+        moved = [RECORDS[n, r["rank"], "activations"]["predicted_bytes"] for n in (name, base)]
+        assert moved[0] - moved[1] == r["activations"] - b["activations"]
+
+
 def test_the_static_rows_are_the_bytes_of_megatrons_buffers():
     """Weights and fp32 main grads are DDP's contiguous buffers; the DistributedOptimizer keeps
     12/dp bytes per parameter (+ AdamW's 4-byte step per tensor, which the ledger ignores)."""

@@ -19,6 +19,7 @@ spells the same run:
 | no recompute                                               | recompute="none"                  |
 | flash attention (TEDotProductAttention; here SDPA)         | profile="megatron"                |
 | vocab not padded (the case's vocab is a multiple of 128·tp) | vocab_pad=1                      |
+| hidden_dropout (attention_dropout 0)                       | hidden_dropout_pct                |
 | gloo, no GPU                                               | nccl_channels=0, no CUDA context  |
 | MoELayer: num_moe_experts, topk, moe_ffn_hidden_size       | a Mixtral config (E, K, fe)       |
 | moe_shared_expert_intermediate_size, no gate               | n_shared=1, shared_ffn            |
@@ -69,6 +70,9 @@ class MegatronCase:
     ep: int = 1
     etp: int = 1
     dispatcher: str = "alltoall"
+    # hidden_dropout (0: none): the bias-dropout-add after attention and after the MLP and the
+    # embedding dropout keep their masks; attention dropout stays 0 (flash runs it in-kernel)
+    hidden_dropout: float = 0.0
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:
@@ -84,6 +88,8 @@ class MegatronCase:
                      "micro_batch", "tp", "pp", "micro_batches", "dp"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.hidden_dropout < 1.0:
+            raise SpecError("hidden_dropout", f"must be in [0, 1), got {self.hidden_dropout}")
         if self.dispatcher not in DISPATCHERS:
             raise SpecError("dispatcher", f"{self.dispatcher!r}; valid: {', '.join(DISPATCHERS)}")
         if self.experts:
@@ -131,6 +137,10 @@ CASES: tuple[MegatronCase, ...] = (
     MegatronCase(name="gpt-local pp2 1f1b m4", pp=2, micro_batches=4),
     MegatronCase(name="gpt-local tp1 dp1 torch-cpu rmsnorm", norm="torch-cpu"),
     MegatronCase(name="gpt-local tp1 dp1 DotProductAttention", attention="local"),
+    # Megatron-LM's default --hidden-dropout 0.1: bool masks after attention, MLP and embedding
+    MegatronCase(name="gpt-local tp1 dp1 hidden dropout 0.1", hidden_dropout=0.1),
+    MegatronCase(name="gpt-local tp2 sp dp1 hidden dropout 0.1", tp=2, sp=True,
+                 hidden_dropout=0.1),
     # 8 experts, top-2, fe = 704, every layer MoE, the switch aux loss on; ep 2 over dp 2
     MegatronCase(name="gpt-local moe e8 top2 ep2 dp2 alltoall", experts=8, dp=2, ep=2),
     MegatronCase(name="gpt-local moe e8 top2 shared ep2 dp2 alltoall", experts=8, dp=2, ep=2,
@@ -158,6 +168,7 @@ def ledger_config(case: MegatronCase) -> dict:
                          "ep": case.ep, "etp": case.etp},
             "train": {"seq": case.seq, "micro_batch": case.micro_batch, "micro_batches": case.micro_batches,
                       "precision": "megatron", "recompute": case.recompute,
-                      "profile": "megatron", "vocab_pad": 1},
+                      "profile": "megatron", "vocab_pad": 1,
+                      "hidden_dropout_pct": round(100 * case.hidden_dropout)},
             "runtime": {"loop": "megatron", "cuda_context_bytes": 0, "allocator_slack_pct": 0,
                         "nccl_channels": 0}}  # gloo: no NCCL buffers

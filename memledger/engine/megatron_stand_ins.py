@@ -2,8 +2,8 @@
 `memledger.engine.megatron_core` inside its gloo workers).
 
 The first three because the CPU cannot run Megatron's CUDA calls, none changing what is held;
-the last two put what the GPU kernels keep in place of a CPU kernel that keeps something else
-(each case says which it runs, and one case of each runs the original):
+the last three put what the GPU kernels keep in place of a CPU kernel that keeps something else
+(each case says which it runs, and one case of each of the first two runs the original):
   - `torch.cuda.current_device()` answers "cpu": Megatron places its buffers, RoPE frequencies
     and token counters on the current GPU with it (models/common/embeddings/
     rotary_pos_embedding.py:162, distributed/param_and_grad_buffer.py, optimizer/optimizer.py,
@@ -17,11 +17,12 @@ the last two put what the GPU kernels keep in place of a CPU kernel that keeps s
     (optimizer/distrib_optimizer.py:361, 420): same shapes and dtypes, another device;
   - `CudaRNGStatesTracker.fork` is a null context and the checkpoint's CUDA RNG state is the
     CPU's (tensor_parallel/random.py: `model_parallel_cuda_manual_seed` seeds CUDA generators):
-    the forks only pick the dropout stream, and dropout is 0; `CheckpointWithoutOutput` (the
-    "layernorm" selective recompute) asks Transformer Engine whether fp8 is on even when it is
-    not (tensor_parallel/random.py:636 `self.fp8 = fp8 is not None` is True for the default
-    False, then :589 `FP8GlobalStateManager` and :592 `activation_recompute_forward`, imported only
-    with TE at :27-28): it is told "off", and TE's fp8 recompute contexts are null contexts;
+    the forks only pick the dropout stream (which random values, not what is kept);
+    `CheckpointWithoutOutput` (the "layernorm" selective recompute) asks Transformer Engine
+    whether fp8 is on even when it is not (tensor_parallel/random.py:636 `self.fp8 = fp8 is not
+    None` is True for the default False, then :589 `FP8GlobalStateManager` and :592
+    `activation_recompute_forward`, imported only with TE at :27-28): it is told "off", and TE's
+    fp8 recompute contexts are null contexts;
   - core attention (case.attention="sdpa"): `scaled_dot_product_attention(is_causal=True)` in
     place of `DotProductAttention`, standing in for TEDotProductAttention's flash kernel, the
     attention the megatron profile models (it keeps q, k, v, output, logsumexp for backward).
@@ -34,7 +35,10 @@ the last two put what the GPU kernels keep in place of a CPU kernel that keeps s
     of the normalised input (case.norm="torch-cpu" runs it as it is). With sequence parallel
     (case.sp) the local spec's `WrappedTorchNorm` refuses to build (transformer/torch_norm.py:32);
     it builds the same torch.nn.RMSNorm with its weight marked `sequence_parallel`, as Apex's
-    and TE's norms are, so its gradient is all-reduced over tp.
+    and TE's norms are, so its gradient is all-reduced over tp;
+  - dropout (case.hidden_dropout > 0): `torch.nn.functional.dropout` in training runs
+    `native_dropout`, the op CUDA tensors take, which keeps a bool mask (the CPU's own path keeps
+    a bf16 noise tensor).
 """
 from __future__ import annotations
 
@@ -101,6 +105,8 @@ def stand_ins(torch, case: MegatronCase) -> None:
         mrandom.fp8_autocast = lambda **_: contextlib.nullcontext()
     if case.norm == "fused":
         torch.nn.RMSNorm.forward = _fused_rms_norm(torch)
+    if case.hidden_dropout:
+        _cuda_dropout(torch)
     if case.sp:
         from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
@@ -111,6 +117,23 @@ def stand_ins(torch, case: MegatronCase) -> None:
             setattr(n.weight, "sequence_parallel", config.sequence_parallel)
             return n
         WrappedTorchNorm.__new__ = norm
+
+
+def _cuda_dropout(torch):
+    """F.dropout in training as CUDA runs it: aten's `dropout` takes `native_dropout` for CUDA
+    tensors with 0 < p < 1 (aten/src/ATen/native/Dropout.cpp `is_fused_kernel_acceptable`),
+    whose autograd keeps the bool mask (derivatives.yaml native_dropout: result1); its CPU path,
+    `_dropout_impl`, keeps a noise tensor in the input's dtype instead. Megatron's embedding
+    dropout and the compiled bias-dropout-add (fusions/fused_bias_dropout.py, jit_fuser =
+    torch.compile) both call torch.nn.functional.dropout."""
+    functional = torch.nn.functional
+    orig = functional.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and 0.0 < p < 1.0 and not inplace:
+            return torch.native_dropout(input, p, True)[0]
+        return orig(input, p, training, inplace)
+    functional.dropout = dropout
 
 
 def _one_stream(torch):
