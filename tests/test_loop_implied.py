@@ -69,3 +69,19 @@ def test_without_fsdp_torchtitan_trains_fp32_under_tp_and_autocast_alone():
 def test_every_implied_setting_names_the_torchtitan_file_it_comes_from():
     for value, source in implied("torchtitan", dp=4, cp=2, tp=2, pp=2).values():
         assert source.startswith("torchtitan") and ".py" in source, (value, source)
+
+
+def test_megatrons_selective_under_torchtitan_is_named_not_silently_run():
+    """torchtitan has no core-attention recompute: its 'selective' is op-level SAC or a layer
+    interval, so memledger's Megatron-style selective under loop torchtitan warns, naming both."""
+    from memledger import ParallelSpec, TrainSpec, build_ledger, model
+    from memledger.specs.runtime import RuntimeSpec
+    led = build_ledger(model("llama3-8b"), ParallelSpec(dp=8, zero=3),
+                       TrainSpec(precision="fsdp2-mixed", profile="hf", recompute="selective"),
+                       RuntimeSpec(loop="torchtitan", tp_engine="dtensor"))
+    assert any("recompute selective under loop torchtitan" in w and "--recompute op" in w
+               for w in led.warnings)
+    quiet = build_ledger(model("llama3-8b"), ParallelSpec(dp=8, zero=3),
+                         TrainSpec(precision="fsdp2-mixed", profile="hf", recompute="op"),
+                         RuntimeSpec(loop="torchtitan", tp_engine="dtensor"))
+    assert quiet.warnings == ()

@@ -72,7 +72,22 @@ def layout_warnings(parallel, train, rt) -> tuple[str, ...]:
             "zero3_impl": rt.zero3_impl if parallel.zero == 3 else "fsdp"}
     if parallel.tp == 1:
         have["tp_engine"] = rules.get("tp_engine", (rt.tp_engine,))[0]  # no TP: moot
-    return tuple(f"{dest} {have[dest]} under loop {rt.loop}: {rt.loop} runs {value} at these "
-                 f"degrees ({source})"
-                 for dest, (value, source) in rules.items()
-                 if dest in have and have[dest] != value)
+    out = tuple(f"{dest} {have[dest]} under loop {rt.loop}: {rt.loop} runs {value} at these "
+                f"degrees ({source})"
+                for dest, (value, source) in rules.items()
+                if dest in have and have[dest] != value)
+    modes = RECOMPUTE_MODES.get(rt.loop)
+    if modes is not None and train.recompute not in modes[0]:
+        out += (f"recompute {train.recompute} under loop {rt.loop}: not one of its modes; "
+                f"{modes[1]}",)
+    return out
+
+
+# torchtitan's activation checkpointing, as memledger spells it: "selective" with
+# selective_ac_option "op" is op, with "<k>" interval; Megatron's selective (recompute the
+# attention core) and every-k are not torchtitan modes
+RECOMPUTE_MODES = {"torchtitan": (
+    ("none", "full", "op", "interval", "memory-budget"),
+    "torchtitan's mode='selective' is --recompute op (selective_ac_option 'op') or --recompute "
+    "interval --recompute-every K (option '<k>'); memledger's selective is Megatron's "
+    "core_attn recompute (torchtitan 0.3 distributed/activation_checkpoint.py)")}
