@@ -119,8 +119,9 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, place, acts.outer["first stage"])
     items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, place), loop)
+    freed = sum(i.bytes for i in items if i.name in MOE_LATER) if acts.torchtitan else 0
     transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand,
-                                       moe_freed=sum(i.bytes for i in items if i.name in MOE_LATER))
+                                       moe_freed=freed)
     loss_set = chunked_loss_transient(m, p, t, rt, loop, place.last)  # torchtitan's ChunkedLossWrapper
     transients += [loss_set] if loss_set is not None else []
     return RankParts(place=place, items=tuple(items), transients=tuple(transients),
