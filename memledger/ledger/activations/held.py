@@ -79,7 +79,10 @@ def outer_entries(m: ModelSpec, t: TrainSpec, p: ParallelSpec,
     the fused RMSNorm kernel keeps it (torchtitan_ac.fused_rms_norm)."""
     prof = get_profile(t.profile)
     last = prof.last_stage(m, t, p)
-    return {"first stage": tuple(entry(x, m, t, p) for x in prof.first_stage(m, t, p)),
+    first = prof.first_stage(m, t, p)
+    if fused_norm:  # torchtitan: RoPE reads slices of its per-layer cache (static.titan_rope)
+        first = tuple(x for x in first if x.cls != "rope")
+    return {"first stage": tuple(entry(x, m, t, p) for x in first),
             "last stage": tuple(entry(x, m, t, p)
                                 for x in (fused_rms_norm(last) if fused_norm else last)),
             "layer input": (entry(prof.layer_input(m, t, p), m, t, p),),
