@@ -85,3 +85,15 @@ def test_megatrons_selective_under_torchtitan_is_named_not_silently_run():
                          TrainSpec(precision="fsdp2-mixed", profile="hf", recompute="op"),
                          RuntimeSpec(loop="torchtitan", tp_engine="dtensor"))
     assert quiet.warnings == ()
+
+
+def test_torchtitans_own_bf16_training_dtype_is_not_warned_about():
+    """training.dtype = bfloat16 is a torchtitan setting (the importer's precision bf16): the
+    ledger runs it without a layout warning; Megatron's recipe under the loop still warns."""
+    from memledger import ParallelSpec, TrainSpec, build_ledger, model
+    from memledger.specs.runtime import RuntimeSpec
+    rt = RuntimeSpec(loop="torchtitan", tp_engine="dtensor")
+    for precision, warned in (("bf16", False), ("megatron", True)):
+        led = build_ledger(model("llama3-8b"), ParallelSpec(dp=8, zero=3),
+                           TrainSpec(precision=precision, profile="hf", recompute="op"), rt)
+        assert any(w.startswith("precision ") for w in led.warnings) is warned, led.warnings

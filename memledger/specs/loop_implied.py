@@ -46,6 +46,9 @@ TORCHTITAN = (
                             "default 1 (config/configs.py)"),
 )
 RULES = {"torchtitan": TORCHTITAN}
+# settings the loop also runs when asked, so no warning: torchtitan's training.dtype = bfloat16
+# trains parameters, gradients and optimizer states in bf16 (config/configs.py `dtype`)
+ALSO_RUNS = {"torchtitan": {"precision": ("bf16",)}}
 IMPLIED_DESTS = ("zero", "zero3_impl", "precision", "tp_engine", "layout")
 
 
@@ -75,7 +78,8 @@ def layout_warnings(parallel, train, rt) -> tuple[str, ...]:
     out = tuple(f"{dest} {have[dest]} under loop {rt.loop}: {rt.loop} runs {value} at these "
                 f"degrees ({source})"
                 for dest, (value, source) in rules.items()
-                if dest in have and have[dest] != value)
+                if dest in have and have[dest] != value
+                and have[dest] not in ALSO_RUNS.get(rt.loop, {}).get(dest, ()))
     modes = RECOMPUTE_MODES.get(rt.loop)
     if modes is not None and train.recompute not in modes[0]:
         out += (f"recompute {train.recompute} under loop {rt.loop}: not one of its modes; "
