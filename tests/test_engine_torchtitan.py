@@ -147,11 +147,11 @@ def test_a_moe_full_ac_peak_holds_the_combines_four_fp32_tensors():
 @pytest.mark.parametrize("name", sorted(n for n, e in ENTRIES.items() if e["spec"]["pp"] == 1))
 def test_what_a_rank_holds_before_its_forward_is_its_states_buffers_and_ids(name):
     """torchtitan 0.3 gives every attention layer its own RoPE cache at training.seq_len and
-    every MoE layer two expert-load counters (ledger.static.titan_rope): before the measured
+    every MoE layer two expert-load counters (ledger.static.titan_buffers): before the measured
     forward a rank holds its parameters, optimizer states, token ids and labels (positions
     under CP) and exactly those buffers (PP ranks also keep their receive buffers)."""
     from memledger.engine.titan_compare import predict
-    from memledger.ledger.static.titan_rope import NAMES
+    from memledger.ledger.static.titan_buffers import NAMES
     entry = ENTRIES[name]
     case, got = case_from_dict(entry["spec"]), entry["measured"]
     r = predict(case).ranks[case.pp_rank]

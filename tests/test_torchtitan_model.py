@@ -101,7 +101,7 @@ def test_fsdp2_mixed_is_16_bytes_per_param_sharded_and_gathers_bf16():
     m, p = model("llama3-8b"), ParallelSpec(dp=8, zero=3)
     led = build_ledger(m, p, TrainSpec(precision="fsdp2-mixed"), TITAN).peak
     # torchtitan's RoPE caches sit in the weights row beside the parameters (32 layers × 4,096
-    # positions × 128 × 4 B, ledger.static.titan_rope); the parameters are fp32 shards
+    # positions × 128 × 4 B, ledger.static.titan_buffers); the parameters are fp32 shards
     rope = next(i for i in led.items if i.name == "RoPE cache buffers (torchtitan)").bytes
     assert rope == 32 * 4096 * 128 * 4
     params = led.rows["weights"] - rope

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from memledger.engine.compare import _rel
 from memledger.engine.titan_cases import TitanCase, ledger_config
-from memledger.ledger.static.titan_rope import NAMES as BUFFER_NAMES
+from memledger.ledger.static.titan_buffers import NAMES as BUFFER_NAMES
 
 TOLERANCE = {"weights": 0.005, "gradients": 0.005, "optimizer": 0.005, "activations": 0.03,
              "peak_allocated": 0.05}

@@ -34,7 +34,7 @@ from memledger.model.params import n_active_params, n_mtp_params, n_params
 from memledger.specs.hardware import Hardware
 from memledger.specs.loop import LoopSpec, built_model, profile_warnings, resolve_loop
 from memledger.specs.loop_implied import layout_warnings
-from memledger.ledger.static.titan_rope import rope_cache_items
+from memledger.ledger.static.titan_buffers import buffer_items
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.runtime import RuntimeSpec
@@ -110,11 +110,11 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     pad = expert_sharding(p, t, rt, loop)  # FSDP2's dim-0 chunks of 3-D experts (ledger.fsdp2)
     static = apply_engines(static_items(held, p, t, pad), held, p, t, rt)  # DTensor, ZeRO-1
     items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
-    items += rope_cache_items(m, t, rt, loop, place)  # torchtitan's RoPE buffers (weights row)
+    items += buffer_items(m, t, rt, loop, place)  # torchtitan RoPE caches, MoE counters (weights)
     acts = held_activations(m, p, t, place, loop.loss == "chunked",
                             compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
                             fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop),
-                            fused_norm=torchtitan_runs(t, loop))
+                            torchtitan=torchtitan_runs(t, loop))
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, place, acts.outer["first stage"])

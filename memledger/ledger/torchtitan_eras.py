@@ -39,7 +39,7 @@ class Era(NamedTuple):
     compiles_loss: bool
     torch_loss_parallel: bool
     root_unit: bool
-    rope_per_layer: bool  # every attention layer keeps its own RoPE cache (static/titan_rope)
+    rope_per_layer: bool  # every attention layer keeps its own RoPE cache (static/titan_buffers)
     source: str
 
 

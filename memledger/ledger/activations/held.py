@@ -73,18 +73,19 @@ def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
 
 @lru_cache(maxsize=4096)
 def outer_entries(m: ModelSpec, t: TrainSpec, p: ParallelSpec,
-                  fused_norm: bool = False) -> dict[str, tuple[Entry, ...]]:
+                  torchtitan: bool = False) -> dict[str, tuple[Entry, ...]]:
     """Tensors outside the layers: first stage, last stage, the layer input (checkpoints) and
-    the last stage's transients (logits and their gradients). `fused_norm`: the final norm as
-    the fused RMSNorm kernel keeps it (torchtitan_ac.fused_rms_norm)."""
+    the last stage's transients (logits and their gradients). `torchtitan`: as it runs, the final
+    norm as the fused RMSNorm kernel keeps it (torchtitan_ac.fused_rms_norm) and no RoPE cos /
+    sin (its RoPE reads slices of the per-layer cache, static.titan_buffers)."""
     prof = get_profile(t.profile)
     last = prof.last_stage(m, t, p)
     first = prof.first_stage(m, t, p)
-    if fused_norm:  # torchtitan: RoPE reads slices of its per-layer cache (static.titan_rope)
+    if torchtitan:
         first = tuple(x for x in first if x.cls != "rope")
     return {"first stage": tuple(entry(x, m, t, p) for x in first),
             "last stage": tuple(entry(x, m, t, p)
-                                for x in (fused_rms_norm(last) if fused_norm else last)),
+                                for x in (fused_rms_norm(last) if torchtitan else last)),
             "layer input": (entry(prof.layer_input(m, t, p), m, t, p),),
             "transients": tuple(entry(x, m, t, p) for x in prof.transients(m, t, p))}
 
@@ -149,7 +150,7 @@ def _interval_per_kind(m, stages, t, flights) -> Counter:
 def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPlacement,
                      chunked_loss: bool = False, compiled: bool = False,
                      logits_gathered: int = 1, fused_qkv: bool = True,
-                     loss_form: str = "profile", fused_norm: bool = False) -> HeldActivations:
+                     loss_form: str = "profile", torchtitan: bool = False) -> HeldActivations:
     """`place` (memledger.ledger.pipeline.placement): the rank's stages and layers, its
     (stage, micro-batches held) `flights`, the micro-batches of the first/last stage held on
     this rank (0 if it does not hold that stage) and, of the last stage's, those whose loss is
@@ -157,7 +158,8 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPla
     logits (Liger's fused linear cross-entropy, Megatron's fused vocab-parallel CE);
     `loss_form`: torchtitan's compiled or DTensor loss-parallel cross-entropy in place of the
     profile's logits tensors (memledger.ledger.activations.torchtitan_loss);
-    `fused_norm`: RMSNorms keep what the fused CUDA kernel keeps (torchtitan_ac.fused_rms_norm)."""
+    `torchtitan`: torchtitan as it runs — RMSNorms keep what the fused CUDA kernel keeps
+    (torchtitan_ac.fused_rms_norm), no RoPE cos / sin, its MoE combine's backward (titan_moe)."""
     flights, first, last, loss = place.flights, place.first, place.last, place.loss
     stages = dict(zip(place.stages, place.stage_layers))
     skip = graphless_layers(m, t)  # fine-tuning: leading layers without a graph
@@ -170,14 +172,14 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPla
         checkpoints=_checkpoints(m, stages, t, flights, skip) if every_k else 0,
         checkpoints_per_mb=_checkpoints(m, stages, t, ones, skip) if every_k else 0,
         first=first, last=last, loss=loss,
-        tables={k: kind_table(m, k, t, p, compiled, fused_norm)
+        tables={k: kind_table(m, k, t, p, compiled, torchtitan)
                 for k, n in layer_mbs.items() if n},
-        outer=replace_loss(outer_entries(m, t, p, fused_norm), loss_form, m, t, p, entry),
+        outer=replace_loss(outer_entries(m, t, p, torchtitan), loss_form, m, t, p, entry),
         chunked_loss=chunked_loss,
         ckpt_mbs=dict(_interval_per_kind(m, stages, t, flights)) if interval else None,
         ckpt_per_mb=dict(_interval_per_kind(m, stages, t, ones)) if interval else None,
         compiled=compiled, logits_gathered=logits_gathered, fused_qkv=fused_qkv,
-        torchtitan=fused_norm)
+        torchtitan=torchtitan)
 
 
 def layer_bytes(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> int:

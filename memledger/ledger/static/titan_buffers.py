@@ -41,7 +41,7 @@ def rope_form(m) -> tuple[int, int, str]:
     return m.head_dim, 4, "complex64 (seq, d/2)"
 
 
-def rope_cache_items(m, t, rt, loop, place) -> list[Item]:
+def buffer_items(m, t, rt, loop, place) -> list[Item]:
     if not torchtitan_runs(t, loop) or not place.layers:
         return []
     d, per, form = rope_form(m)
