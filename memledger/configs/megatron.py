@@ -24,6 +24,13 @@ OPT = "megatron/core/optimizer/optimizer_config.py"
 FSDP_STAGE = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 OPTIMIZER = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd-momentum", "muon": "muon"}
 
+def probability(v) -> float:
+    p = float(v)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"a dropout probability in [0, 1), got {v!r}")
+    return p
+
+
 RULES = (
     Rule(key="tensor_model_parallel_size", dest="tp", conv=as_int, default=1, source=MPC),
     Rule(key="pipeline_model_parallel_size", dest="pp", conv=as_int, default=1, source=MPC),
@@ -56,7 +63,7 @@ RULES = (
                                                              "selective": "selective"})),
     Rule(key="recompute_activations", dest="", source=ARGS,
          conv=lambda v: {"recompute": "selective"} if as_bool(v) else {}),
-    Rule(key="hidden_dropout", dest="hidden_dropout", conv=lambda v: probability(v), source=ARGS),
+    Rule(key="hidden_dropout", dest="hidden_dropout", conv=probability, source=ARGS),
     Rule(key="moe_expert_capacity_factor", dest="", source=TC,
          conv=lambda v: {"a2a": "capacity", "capacity_factor": float(v)}),
 )
@@ -78,13 +85,6 @@ UNMODELLED = {
     "main_grads_dtype": "main-grad dtype", "main_params_dtype": "main-param dtype",
     "moe_token_dispatcher_type": "DeepEP / flex dispatcher buffers (use --a2a deepep-ll)",
 }
-def probability(v) -> float:
-    p = float(v)
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"a dropout probability in [0, 1), got {v!r}")
-    return p
-
-
 IGNORED = {"attention_dropout": "inside the flash / cuDNN attention kernel: no mask kept (the "
                                 "megatron profile assumes flash attention)",
            **{k: "no effect on per-GPU memory (schedule, I/O or logging)" for k in (

@@ -294,7 +294,8 @@ def runtime(cfg: Config, **kw) -> RuntimeSpec:
     """The runtime spec a configuration implies: its training loop and FSDP2 / compile / loss
     knobs (the rest at defaults)."""
     from memledger.specs.loop_implied import implied
-    tp_engine = implied(cfg.loop, dp=1, cp=1, tp=1, pp=1).get("tp_engine", ("megatron",))[0]
+    rules = implied(cfg.loop, dp=cfg.dp, cp=cfg.cp, tp=cfg.tp, pp=cfg.pp)
+    tp_engine = rules.get("tp_engine", ("megatron",))[0]
     return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
                        torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel,
                        **{"tp_engine": tp_engine, **kw})
