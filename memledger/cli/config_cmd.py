@@ -13,7 +13,8 @@ from memledger.presets.defaults import DEFAULTS as D
 
 SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "zero", "sp", "schedule", "layout",
          "micro_batch", "seq", "micro_batches", "precision", "optimizer", "profile", "recompute",
-         "recompute_every", "recompute_budget_pct", "hidden_dropout", "a2a", "capacity_factor", "reduce_bucket",
+         "recompute_every", "recompute_budget_pct", "hidden_dropout", "a2a", "capacity_factor",
+         "reduce_bucket",
          "allgather_bucket", "overlap_comm", "zero3_impl", "zero3_prefetch_bucket",
          "zero3_max_live", "optimizer_offload", "grad_buckets", "tp_engine",
          "fsdp_reshard_after_forward", "torch_compile", "loss_parallel", "torchtitan_version", "loss",
