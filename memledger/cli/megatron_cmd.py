@@ -26,10 +26,10 @@ def environment() -> dict:
             "threads_per_rank": 1,
             "stand_ins": "torch.cuda.current_device -> cpu; device='cuda' literals -> cpu and "
                          "Tensor.type() names torch.cuda.*; CUDA RNG tracker fork -> null "
-                         "(the dropout stream only); hidden-dropout cases: F.dropout -> native_dropout "
-                         "(CUDA's path: a bool mask); core attention -> "
-                         "scaled_dot_product_attention (flash's saved set) unless attention=local; RMSNorm -> one function keeping "
-                         "input + fp32 rstd (the CUDA kernels') unless norm=torch-cpu; MoE: "
+                         "(the dropout stream only); hidden-dropout cases: F.dropout -> "
+                         "native_dropout (CUDA's path: a bool mask); core attention -> "
+                         "scaled_dot_product_attention (flash's saved set) unless "
+                         "attention=local; RMSNorm -> one function keeping input + fp32 rstd (the CUDA kernels') unless norm=torch-cpu; MoE: "
                          "one CUDA stream for the dispatcher's D2H copies, split sizes as numpy, "
                          "the router gemm's unbound te_general_gemm -> None (torch.mm); etp > 1: "
                          "uneven all_gather / reduce_scatter padded to equal sizes"}
