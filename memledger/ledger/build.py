@@ -11,6 +11,7 @@ below calls back up here.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.policy import payments
@@ -22,13 +23,13 @@ from memledger.ledger.communication import comm_items
 from memledger.ledger.fsdp2 import (expert_sharding, logits_gathered, padding_warnings,
                                     torchtitan_runs)
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
-from memledger.ledger.items import ROWS, RankLedger
+from memledger.ledger.items import ROWS, RankLedger, sum_rows
 from memledger.ledger.torchtitan_eras import era, float8_warnings, loss_form
 from memledger.ledger.pipeline.placement import rank_placement, stage_placement
 from memledger.ledger.pipeline.remote import remote_offload
-from memledger.ledger.runtime import RankParts, finalize, step_temporaries
+from memledger.ledger.runtime import RankParts, finalize, step_temporaries, unit_buffers
 from memledger.ledger.static.engines import apply_engines, dp_rank_optimizer_bytes, greedy_applies
-from memledger.ledger.static.held import held_groups, static_items
+from memledger.ledger.static.held import composed_groups, composition, held_groups, static_items
 from memledger.ledger.static.moves import move_static, opt_partition_params
 from memledger.model.params import n_active_params, n_mtp_params, n_params
 from memledger.specs.hardware import Hardware
@@ -106,10 +107,8 @@ MOE_LATER = ("zero-3 reduce-scatter input", "moe all-to-all / dispatch", "moe al
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loop = resolve_loop(rt, t.profile)
     place = rank_placement(m, p, t, rt, r)  # asked of the pipeline once, handed to every row
-    held = held_groups(m, p, t, place, loop)
-    pad = expert_sharding(p, t, rt, loop)  # FSDP2's dim-0 chunks of 3-D experts (ledger.fsdp2)
-    static = apply_engines(static_items(held, p, t, pad), held, p, t, rt)  # DTensor, ZeRO-1
-    items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
+    held, static, host, static_rows = static_part(m, p, t, rt, loop, composition(m, t, place))
+    items = list(static)
     items += buffer_items(m, t, rt, loop, place)  # torchtitan RoPE caches, MoE counters (weights)
     acts = held_activations(m, p, t, place, loop.loss == "chunked",
                             compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
@@ -118,7 +117,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, place, acts.outer["first stage"])
-    items += comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, place), loop)
+    comm = comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, place), loop)
+    items += comm
     freed = sum(i.bytes for i in items if i.name in MOE_LATER) if acts.torchtitan else 0
     transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand,
                                        moe_freed=freed)
@@ -126,7 +126,19 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     transients += [loss_set] if loss_set is not None else []
     return RankParts(place=place, items=tuple(items), transients=tuple(transients),
                      step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
-                     ctx=(m, p, t, loop), acts=acts)
+                     ctx=(m, p, t, loop), acts=acts, fsdp_units=unit_buffers(comm),
+                     static_rows=(len(static), static_rows))
+
+
+@lru_cache(maxsize=4096)
+def static_part(m, p, t, rt, loop, comp: tuple):
+    """A rank's parameter groups, their static items and what moved to the host, by the rank's
+    composition (static.held.composition; cached: most pipeline ranks hold the same groups)."""
+    held = list(composed_groups(m, p, t, loop, comp))
+    pad = expert_sharding(p, t, rt, loop)  # FSDP2's dim-0 chunks of 3-D experts (ledger.fsdp2)
+    static = apply_engines(static_items(held, p, t, pad), held, p, t, rt)  # DTensor, ZeRO-1
+    items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
+    return tuple(held), tuple(items), host, sum_rows(items)
 
 
 def dp_optimizer_rows(m, p, t, rt, r: int) -> list[int] | None:

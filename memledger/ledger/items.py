@@ -82,7 +82,12 @@ class RankLedger:
 
 
 def sum_rows(items) -> dict[str, int]:
-    rows = dict.fromkeys(ROWS, 0)
+    return add_rows(dict.fromkeys(ROWS, 0), items)
+
+
+def add_rows(rows: dict[str, int], items) -> dict[str, int]:
+    """A new per-row sum: `rows` (not changed) plus `items`."""
+    rows = dict(rows)
     for i in items:
         rows[i.row] += i.bytes
     return rows

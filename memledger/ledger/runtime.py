@@ -12,12 +12,13 @@ Ignores: fragmentation beyond the slack percentage; NCCL's own host-side memory.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from memledger.ledger.activations import titan_block_forward as block_forward
 from memledger.ledger.activations.titan_block_forward import live_peak
 from memledger.ledger.activations.transients import BACKWARD_SET
 from memledger.ledger.fsdp2 import torchtitan_runs
-from memledger.ledger.items import Item, RankLedger, sum_rows
+from memledger.ledger.items import Item, RankLedger, add_rows, sum_rows
 from memledger.ledger.optimizer_step import for_loop_temporaries, with_master_cast
 from memledger.ledger.pipeline.placement import RankPlacement
 from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partition_params
@@ -89,10 +90,22 @@ class RankParts:
     host: HostSide
     ctx: tuple = ()  # (model, parallel, train, loop) for the timeline
     acts: object = None  # activations.held.HeldActivations of the rank
+    fsdp_units: int = 0  # the communication row's FSDP per-layer unit buffers (`unit_buffers`)
+    # items[:n] are the static part, summed once per composition (build.static_part); later
+    # rewrites (pipeline.remote) change activation items only
+    static_rows: tuple[int, dict] | None = None
+
+    @cached_property
+    def rows(self) -> dict[str, int]:
+        """The items' bytes per row (items.sum_rows), summed once."""
+        if self.static_rows is None:
+            return sum_rows(self.items)
+        n, rows = self.static_rows
+        return add_rows(rows, self.items[n:])
 
     def sums(self) -> tuple[int, int, int]:
         """(static, forward/backward-phase bytes, largest transient)."""
-        rows = sum_rows(self.items)
+        rows = self.rows
         static = rows["weights"] + rows["gradients"] + rows["optimizer"]
         worst = max((i.bytes for i in self.transients), default=0)
         return static, rows["activations"] + rows["communication"], worst
@@ -111,11 +124,11 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     if loop.on_demand:  # walk the events (torchtitan's chunked loss: net of the layer units)
         shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops)
         if torchtitan_runs(t, loop) and loop.loss == "chunked":
-            shape = walk_discounted(shape, fsdp_unit_bytes(parts.items, rt))
+            shape = walk_discounted(shape, fsdp_unit_bytes(parts, rt))
         peak_event = walked_peak(shape)
     else:  # closed form; the events only when asked for (RankLedger.timeline)
         shape = LazyShape(m, p, t, loop, parts, step.bytes, None, ops)
-        tr = fsdp_discounted(transient_classes(m, p, t, parts), fsdp_unit_bytes(parts.items, rt))
+        tr = fsdp_discounted(transient_classes(m, p, t, parts), fsdp_unit_bytes(parts, rt))
         tr = tr._replace(layer_fwd=live_peak(ops))
         peak_event = closed_peak(static, fwd_bwd, tr, step.bytes, parts.place.flights)
     peak_alloc = peak_event.bytes
@@ -139,7 +152,8 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     place = parts.place
     return RankLedger(pp_rank=place.r, items=tuple(items), peak_allocated_bytes=peak_alloc,
                       peak_total_bytes=peak_alloc + slack + rt.cuda_context_bytes,
-                      layers=place.layers, in_flight=place.flights, rows=sum_rows(items),
+                      layers=place.layers, in_flight=place.flights,
+                      rows=add_rows(parts.rows, items[len(parts.items):]),
                       moves=parts.moves, transfers=tuple(transfers), host=parts.host,
                       peak_event=peak_event, lazy_shape=Timeline(shape),
                       fsdp_streams=rt.zero3_impl == "fsdp")
@@ -157,11 +171,14 @@ LAYER_PHASE = ("recompute working set", BACKWARD_SET)  # inside a layer's backwa
 from memledger.ledger.allocator import FSDP_UNIT_ITEMS  # noqa: E402 (one name, two readers)
 
 
-def fsdp_unit_bytes(items, rt: RuntimeSpec) -> int:
+def unit_buffers(comm: list[Item]) -> int:
+    """Of a rank's communication items, the FSDP per-layer unit buffers (whatever the engine)."""
+    return sum(i.bytes for i in comm if i.name in FSDP_UNIT_ITEMS)
+
+
+def fsdp_unit_bytes(parts: RankParts, rt: RuntimeSpec) -> int:
     """The FSDP per-layer unit buffers of the communication row (0 under DeepSpeed)."""
-    if rt.zero3_impl != "fsdp":
-        return 0
-    return sum(i.bytes for i in items if i.row == "communication" and i.name in FSDP_UNIT_ITEMS)
+    return parts.fsdp_units if rt.zero3_impl == "fsdp" else 0
 
 
 def transient_at_peak(parts: RankParts, rt: RuntimeSpec) -> tuple[Item | None, int]:
@@ -171,7 +188,7 @@ def transient_at_peak(parts: RankParts, rt: RuntimeSpec) -> tuple[Item | None, i
     when no layer unit is: FSDP reshards each layer after its forward and gathers it again only
     at its own backward, after the head's (measured: `memledger validate --engine torch`,
     fake-scale Llama-3-8B, Qwen3-30B-A3B). So a loss-side transient adds max(0, T - units)."""
-    units = fsdp_unit_bytes(parts.items, rt)
+    units = fsdp_unit_bytes(parts, rt)
     best, best_over = None, 0
     for x in parts.transients:
         layer_phase = x.name.startswith(LAYER_PHASE)

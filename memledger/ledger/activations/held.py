@@ -52,6 +52,9 @@ class KindTable:
     decisions: tuple[tuple, ...]  # policy._decision of each entry, in order
     full_bytes: int  # every tensor kept as the profile stores it
     forward_flops: int  # one layer's forward, one micro-batch, per GPU (re-run by full recompute)
+    # per entry, its TensorMove's fields but the section, copies and the formula's head, in
+    # TensorMove's order (row.activation_moves: every rank builds a move per entry from these)
+    templates: tuple[tuple, ...] = ()
 
 
 def entry(x: ActTensor, m, t, p) -> Entry:
@@ -64,11 +67,20 @@ def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
     layer = get_profile(t.profile).layer(m, kind, t, p)
     entries = tuple(entry(x, m, t, p) for x in (fused_rms_norm(layer) if fused_norm else layer))
     tokens = t.micro_batch * t.seq
+    decisions = tuple(_decision(e.tensor, m, t, p, True, e.bytes, compiled) for e in entries)
     return KindTable(
-        kind=kind, entries=entries,
-        decisions=tuple(_decision(e.tensor, m, t, p, True, e.bytes, compiled) for e in entries),
+        kind=kind, entries=entries, decisions=decisions,
         full_bytes=sum(e.bytes for e in entries),
-        forward_flops=layer_forward_flops_per_token(m, kind, t.seq) * tokens // (p.tp * p.cp))
+        forward_flops=layer_forward_flops_per_token(m, kind, t.seq) * tokens // (p.tp * p.cp),
+        templates=tuple(_template(e, d) for e, d in zip(entries, decisions)))
+
+
+def _template(e: Entry, decision: tuple) -> tuple:
+    """(tensor, cls, policy, native, stored, gpu, paid, producer, bits, offload, formula prefix,
+    formula tail) of one entry's move: `policy.move` without the per-rank fields."""
+    policy, native, stored, gpu, bits, off, producer, paid, prefix, suffix = decision
+    return (e.tensor.name, e.tensor.cls, policy, native, stored, gpu, paid, producer, bits, off,
+            prefix, e.formula + suffix)
 
 
 @lru_cache(maxsize=4096)
@@ -124,10 +136,14 @@ def _per_kind(m, stages, flights, skip: int = 0) -> Counter:
     """Layer-micro-batches by kind; the first `skip` layers keep nothing (finetune.graphless_layers)."""
     out = Counter()
     for stage, n in flights:
-        for i in stages[stage]:
-            if i >= skip:
-                out[layer_kind(m, i)] += n
+        for kind, count in _stage_kinds(m, stages[stage], skip):
+            out[kind] += n * count
     return out
+
+
+@lru_cache(maxsize=4096)  # asked twice per rank, per stage
+def _stage_kinds(m, layers: tuple, skip: int) -> tuple[tuple[str, int], ...]:
+    return tuple(Counter(layer_kind(m, i) for i in layers if i >= skip).items())
 
 
 def _checkpoints(m, stages, t, flights, skip: int = 0) -> int:

@@ -16,11 +16,12 @@ Ignores: the in-flight gradient of the activation being back-propagated (one ten
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 
 from memledger.ledger.activations.held import KINDS, HeldActivations
 from memledger.ledger.activations.inventory import formula, tensor_bytes
 from memledger.ledger.activations.torchtitan_ac import SRC_AC, op_saved
-from memledger.ledger.activations.policy import TensorMove, decide, move
+from memledger.ledger.activations.policy import TensorMove, decide
 from memledger.ledger.items import Item
 from memledger.ledger.static.sharding import shard_divisor
 from memledger.model.params import layer_groups, padded_vocab
@@ -148,10 +149,13 @@ def activation_moves(a: HeldActivations) -> list[TensorMove]:
         for kind in a.kinds:
             n, table = a.layer_mbs[kind] - ck.get(kind, 0), a.tables[kind]
             per = a.per_mb[kind] - ck_mb.get(kind, 0)
-            for e, dec in zip(table.entries, table.decisions) if n else ():
-                moves.append(move(e.tensor, dec, section=f"{kind} layers", copies=n,
-                                  per_mb=per,
-                                  base_formula=f"{n} layer-micro-batches × {e.formula}"))
+            section, head = f"{kind} layers", f"{n} layer-micro-batches × "
+            # policy.move's TensorMove, from the table's per-entry templates (every rank, every
+            # tensor: the hot loop of a ledger)
+            moves += [TensorMove._make((section, name, cls, pol, n, per, native, stored, gpu,
+                                        paid, producer, bits, off, prefix + head + tail))
+                      for name, cls, pol, native, stored, gpu, paid, producer, bits, off, prefix,
+                      tail in (table.templates if n else ())]
         if rc == "interval":
             moves += _interval_moves(a)
     for section, held in (("first stage", a.first), ("last stage", a.last)):
@@ -170,11 +174,16 @@ def activation_moves(a: HeldActivations) -> list[TensorMove]:
 
 
 def item_name(mv: TensorMove) -> str:
-    if mv.section == "checkpoints":
-        return f"checkpointed {mv.tensor}"
-    if mv.section.endswith("layers"):
-        return f"{mv.section.split()[0]} layers / {mv.tensor}"
-    return mv.tensor
+    return _item_name(mv.section, mv.tensor)
+
+
+@lru_cache(maxsize=4096)  # every rank names the same few dozen tensors
+def _item_name(section: str, tensor: str) -> str:
+    if section == "checkpoints":
+        return f"checkpointed {tensor}"
+    if section.endswith("layers"):
+        return f"{section.split()[0]} layers / {tensor}"
+    return tensor
 
 
 def staging_bytes(moves: list[TensorMove], target: str) -> int:
@@ -189,10 +198,11 @@ def staging_bytes(moves: list[TensorMove], target: str) -> int:
 def activation_items(a: HeldActivations, moves: list[TensorMove]) -> list[Item]:
     """Items of the activation row (recomputed tensors have none; offloaded ones show 0 bytes)."""
     src = SRC_MODE.get(a.t.recompute) or SRC.get(a.t.profile, f"profile {a.t.profile}")
-    items = [Item("activations", item_name(mv), mv.gpu_total, mv.formula, src)
-             for mv in moves if mv.stored_bytes or mv.gpu_bytes]
+    items = [Item("activations", _item_name(mv.section, mv.tensor), mv.gpu_bytes * mv.copies,
+                  mv.formula, src) for mv in moves if mv.stored_bytes or mv.gpu_bytes]
+    targets = {mv.offload for mv in moves}
     for target, name in STAGING.items():
-        staging = staging_bytes(moves, target)
+        staging = staging_bytes(moves, target) if target in targets else 0
         if staging:
             items.append(Item("activations", name, staging,
                               "2 × one layer's offloaded bytes (write-out + prefetch)",

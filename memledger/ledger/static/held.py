@@ -26,18 +26,33 @@ from memledger.specs.train import TrainSpec
 from memledger.units import ceil_div
 
 
+def composition(m: ModelSpec, t: TrainSpec, place: RankPlacement) -> tuple:
+    """What a rank's parameter groups depend on of its placement: layers per kind, first / last
+    stage, and (fine-tuning) the frozen layers per kind — equal on most pipeline ranks."""
+    layers = place.layers
+    kinds = [layer_kind(m, i) for i in layers]
+    frozen = (tuple(sorted(frozen_layer_counts(m, layers, t.finetune).items()))
+              if t.finetune.mode != "full" else ())
+    return (kinds.count("dense"), kinds.count("moe"), place.holds_first, place.holds_last, frozen)
+
+
 def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPlacement,
                 loop: LoopSpec | None = None) -> list[Held]:
     """Parameter groups on the rank placed at `place` (pipeline.placement: its layers, first /
     last stage): its layers by kind, embedding, head, MTP modules (the loop decides which
     optimizer owns the experts: optimizer_step.muon_coverage)."""
-    layers = place.layers
+    return list(composed_groups(m, p, t, loop, composition(m, t, place)))
+
+
+@lru_cache(maxsize=4096)
+def composed_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, loop: LoopSpec | None,
+                    comp: tuple) -> tuple[Held, ...]:
+    """`held_groups` of a rank with composition `comp` (cached: middle ranks share one)."""
+    n_dense, n_moe, first, last, frozen = comp
     held: list[Held] = []
-    for kind in ("dense", "moe"):
-        n = sum(layer_kind(m, i) == kind for i in layers)
+    for kind, n in (("dense", n_dense), ("moe", n_moe)):
         held += [Held(f"{kind} layers", g, n) for g in layer_groups(m, kind)] if n else []
     vocab = padded_vocab(m, p.tp, t.pad_multiple())
-    first, last = place.holds_first, place.holds_last
     if first:
         held += [Held("embedding", g, 1) for g in embedding_groups(m, vocab)]
     if last:
@@ -47,8 +62,8 @@ def held_groups(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPlacemen
             if not first:  # MTP re-embeds tokens: the last stage keeps an embedding copy
                 held += [Held("mtp", g, 1) for g in embedding_groups(m, vocab)[:1]]
     if t.finetune.mode != "full":  # frozen groups, adapters, a quantised base (static/finetune.py)
-        held = finetune_held(held, t.finetune, frozen_layer_counts(m, layers, t.finetune))
-    return muon_coverage(held, t, loop)
+        held = finetune_held(held, t.finetune, dict(frozen))
+    return tuple(muon_coverage(held, t, loop))
 
 
 @lru_cache(maxsize=65536)
