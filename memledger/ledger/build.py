@@ -107,7 +107,8 @@ MOE_LATER = ("zero-3 reduce-scatter input", "moe all-to-all / dispatch", "moe al
 def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loop = resolve_loop(rt, t.profile)
     place = rank_placement(m, p, t, rt, r)  # asked of the pipeline once, handed to every row
-    held, static, host, static_rows = static_part(m, p, t, rt, loop, composition(m, t, place))
+    comp = composition(m, t, place)
+    held, static, host, static_rows, step = static_part(m, p, t, rt, loop, comp)
     items = list(static)
     items += buffer_items(m, t, rt, loop, place)  # torchtitan RoPE caches, MoE counters (weights)
     acts = held_activations(m, p, t, place, loop.loss == "chunked",
@@ -117,7 +118,9 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     moves = activation_moves(acts)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, place, acts.outer["first stage"])
-    comm = comm_items(m, p, t, rt, held, pipelining_items(m, p, t, rt, place), loop)
+    pp_buffers = pipelining_items(m, p, t, rt, place)  # None: Megatron's, per composition
+    comm = (comm_items(m, p, t, rt, held, pp_buffers, loop) if pp_buffers is not None
+            else list(composed_comm(m, p, t, rt, loop, comp)))
     items += comm
     freed = sum(i.bytes for i in items if i.name in MOE_LATER) if acts.torchtitan else 0
     transients = activation_transients(acts, moves, persistent_grads=not loop.on_demand,
@@ -125,20 +128,29 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     loss_set = chunked_loss_transient(m, p, t, rt, loop, place.last)  # torchtitan's ChunkedLossWrapper
     transients += [loss_set] if loss_set is not None else []
     return RankParts(place=place, items=tuple(items), transients=tuple(transients),
-                     step=step_temporaries(held, p, t, rt), moves=tuple(moves), host=host,
+                     step=step, moves=tuple(moves), host=host,
                      ctx=(m, p, t, loop), acts=acts, fsdp_units=unit_buffers(comm),
                      static_rows=(len(static), static_rows))
 
 
 @lru_cache(maxsize=4096)
 def static_part(m, p, t, rt, loop, comp: tuple):
-    """A rank's parameter groups, their static items and what moved to the host, by the rank's
-    composition (static.held.composition; cached: most pipeline ranks hold the same groups)."""
+    """A rank's parameter groups, their static items, what moved to the host, the items' row
+    sums and the optimizer step's temporaries, by the rank's composition
+    (static.held.composition; cached: most pipeline ranks hold the same groups)."""
     held = list(composed_groups(m, p, t, loop, comp))
     pad = expert_sharding(p, t, rt, loop)  # FSDP2's dim-0 chunks of 3-D experts (ledger.fsdp2)
     static = apply_engines(static_items(held, p, t, pad), held, p, t, rt)  # DTensor, ZeRO-1
     items, host = move_static(static, opt_partition_params(held, p), p, t, rt)
-    return tuple(held), tuple(items), host, sum_rows(items)
+    return tuple(held), tuple(items), host, sum_rows(items), step_temporaries(held, p, t, rt)
+
+
+@lru_cache(maxsize=4096)
+def composed_comm(m, p, t, rt, loop, comp: tuple) -> tuple:
+    """The communication row of a rank with composition `comp` when its pipeline buffers are
+    Megatron's (the same on every stage: communication.pp_items)."""
+    held = static_part(m, p, t, rt, loop, comp)[0]
+    return tuple(comm_items(m, p, t, rt, list(held), None, loop))
 
 
 def dp_optimizer_rows(m, p, t, rt, r: int) -> list[int] | None:

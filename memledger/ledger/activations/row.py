@@ -34,6 +34,7 @@ SRC_MODE = {"op": SRC_AC, "interval": "torchtitan 0.2 activation_checkpoint.py (
             "memory-budget": "torchtitan MemoryBudgetAC + torch._functorch.config."
                              "activation_memory_budget"}
 STAGING = {"cpu": "offload staging buffers", "pp": "remote offload staging buffers"}
+_new_move = tuple.__new__  # TensorMove's fields in order, without namedtuple's _make frame
 
 
 def _structural_moves(a: HeldActivations) -> list[TensorMove]:
@@ -152,8 +153,8 @@ def activation_moves(a: HeldActivations) -> list[TensorMove]:
             section, head = f"{kind} layers", f"{n} layer-micro-batches × "
             # policy.move's TensorMove, from the table's per-entry templates (every rank, every
             # tensor: the hot loop of a ledger)
-            moves += [TensorMove._make((section, name, cls, pol, n, per, native, stored, gpu,
-                                        paid, producer, bits, off, prefix + head + tail))
+            moves += [_new_move(TensorMove, (section, name, cls, pol, n, per, native, stored,
+                                             gpu, paid, producer, bits, off, prefix + head + tail))
                       for name, cls, pol, native, stored, gpu, paid, producer, bits, off, prefix,
                       tail in (table.templates if n else ())]
         if rc == "interval":
