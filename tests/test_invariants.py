@@ -108,3 +108,50 @@ def test_gpipe_holds_every_micro_batch(cfg):
     four = build_ledger(m, replace(p, schedule="gpipe"), replace(t, micro_batches=4, recompute="none"))
     for a, b in zip(one.ranks, four.ranks):
         assert b.rows["activations"] == 4 * a.rows["activations"]
+
+
+@SETTINGS
+@given(configs())
+def test_a_rank_holds_what_its_own_placement_gives_not_only_its_compositions(cfg):
+    """The ledger builds the parameter groups, static items, step temporaries and Megatron's
+    communication row once per composition (build.static_part); each rank's equal what its own
+    placement gives, built directly."""
+    from memledger.ledger.build import rank_parts
+    from memledger.ledger.communication import comm_items
+    from memledger.ledger.fsdp2 import expert_sharding
+    from memledger.ledger.pipeline.placement import rank_placement
+    from memledger.ledger.runtime import step_temporaries
+    from memledger.ledger.static.engines import apply_engines
+    from memledger.ledger.static.held import held_groups, static_items
+    from memledger.ledger.static.moves import move_static, opt_partition_params
+    from memledger.specs.loop import resolve_loop
+    from memledger.specs.runtime import RuntimeSpec
+
+    m, p, t, led = cfg
+    rt = RuntimeSpec()
+    loop = resolve_loop(rt, t.profile)
+    for r in range(p.pp):
+        place = rank_placement(m, p, t, rt, r)
+        held = held_groups(m, p, t, place, loop)
+        pad = expert_sharding(p, t, rt, loop)
+        static, host = move_static(apply_engines(static_items(held, p, t, pad), held, p, t, rt),
+                                   opt_partition_params(held, p), p, t, rt)
+        parts = rank_parts(m, p, t, rt, r)
+        assert parts.items[:len(static)] == tuple(static) and parts.host == host
+        assert parts.step == step_temporaries(held, p, t, rt)
+        comm = [i for i in parts.items if i.row == "communication"]
+        assert comm == comm_items(m, p, t, rt, held, None, loop)
+
+
+def test_frozen_layers_make_their_own_composition():
+    """Two ranks with the same layer counts but different frozen layers hold different groups."""
+    from memledger.ledger.build import rank_parts
+    from memledger.specs.finetune import FinetuneSpec
+    from memledger.specs.runtime import RuntimeSpec
+
+    m = model("llama3-8b")
+    p = ParallelSpec(pp=4, dp=2)
+    t = TrainSpec(seq=1024, micro_batches=8, finetune=FinetuneSpec(mode="freeze", freeze=("layers:0-11",)))
+    frozen = [sum(i.bytes for i in rank_parts(m, p, t, RuntimeSpec(), r).items
+                  if i.row == "optimizer") for r in range(4)]
+    assert 0 < frozen[1] < frozen[2]  # rank 1 holds layers 8-15 (8-11 frozen), rank 2 16-23
