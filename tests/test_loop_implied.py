@@ -97,3 +97,50 @@ def test_torchtitans_own_bf16_training_dtype_is_not_warned_about():
         led = build_ledger(model("llama3-8b"), ParallelSpec(dp=8, zero=3),
                            TrainSpec(precision=precision, profile="hf", recompute="op"), rt)
         assert any(w.startswith("precision ") for w in led.warnings) is warned, led.warnings
+
+
+def test_a_published_run_typed_with_the_world_alone_is_fsdp_over_all_of_it(capsys):
+    """torchtitan's degrees default to 1 (tensor, pipeline) and FSDP takes the rest, with no
+    gradient accumulation: T1 typed as its TOML sets it (8 GPUs, batch 2, seq 8192, op SAC)
+    is its full spelling, not the dashboard's tp 8 · pp 4."""
+    row = ROWS["T1 8b fsdp8 sac fsdp"]
+    from memledger.ledger import build_ledger
+    led = build_ledger(*published_titan.specs(row["memledger"]))
+    got = _json(capsys, "--loop", "torchtitan", "--model", "llama3-8b", "--world", "8",
+                "--seq", "8192", "--micro-batch", "2", "--recompute", "op",
+                "--torchtitan-version", "2024-12")
+    par = got["config"]["parallel"]
+    assert (par["tp"], par["pp"], par["dp"], got["config"]["train"]["micro_batches"]) == (1, 1, 8, 1)
+    assert max(r["peak_reserved_bytes"] for r in got["ranks"]) == \
+        max(r.peak_reserved_bytes for r in led.ranks)
+
+
+@pytest.mark.parametrize("loop", ["hf-trainer", "deepspeed", "pytorch", "torchtitan"])
+def test_a_named_loop_starts_from_data_parallel_and_one_micro_batch(capsys, loop):
+    got = _json(capsys, "--loop", loop, "--model", "llama3-8b", "--world", "16")
+    par = got["config"]["parallel"]
+    assert (par["tp"], par["pp"], par["dp"]) == (1, 1, 16)
+    assert got["config"]["train"]["micro_batches"] == 1
+
+
+def test_under_pp_the_micro_batches_stay_the_local_batch_and_megatron_keeps_its_layout(capsys):
+    got = _json(capsys, "--loop", "torchtitan", "--model", "llama3-8b", "--world", "16",
+                "--pp", "4")
+    assert got["config"]["train"]["micro_batches"] == 8  # local_batch_size 8 / microbatch 1
+    assert got["config"]["parallel"]["tp"] == 1
+    for loop in ("megatron", "auto"):
+        got = _json(capsys, "--loop", loop, "--model", "llama3-8b", "--world", "64")
+        assert (got["config"]["parallel"]["tp"], got["config"]["parallel"]["pp"]) == (8, 4)
+
+
+@pytest.mark.parametrize("era,want", [("0.3", ("op", 0)), ("0.2", ("interval", 2)),
+                                      ("2024-12", ("interval", 2))])
+def test_without_an_ac_flag_torchtitan_checkpoints_as_its_config_does(capsys, era, want):
+    """0.3's Trainer.Config defaults to SelectiveAC (op); the TOML eras to mode 'selective'
+    with option '2'. A --recompute the user gives wins."""
+    got = _json(capsys, "--loop", "torchtitan", "--model", "llama3-8b", "--world", "8",
+                "--torchtitan-version", era)
+    assert (got["config"]["train"]["recompute"], got["config"]["train"]["recompute_every"]) == want
+    got = _json(capsys, "--loop", "torchtitan", "--model", "llama3-8b", "--world", "8",
+                "--torchtitan-version", era, "--recompute", "none")
+    assert got["config"]["train"]["recompute"] == "none"

@@ -65,7 +65,8 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                            ("ep", "expert parallel"), ("etp", "expert tensor parallel"),
                            ("cp", "context parallel")):
         g.add_argument(f"--{name}", type=int, default=D[name], help=f"{helptext} (default: "
-                                                                        f"{D[name]})")
+                       f"{D[name]})" + ("; 1 under a named --loop but megatron"
+                                        if name in ("tp", "pp") else ""))
     g.add_argument("--dp", type=int, default=None,
                    help="data parallel (default: from --world; with --dp, world = tp·pp·cp·dp)")
     g.add_argument("--world", type=int, default=None,
@@ -86,7 +87,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--micro-batch", type=int, default=D["micro_batch"], help="(default: %(default)s)")
     g.add_argument("--seq", type=int, default=D["seq"], help="(default: %(default)s)")
     g.add_argument("--micro-batches", type=int, default=D["micro_batches"],
-                   help="per step (gradient accumulation; default: %(default)s)")
+                   help="per step (gradient accumulation; default: %(default)s; 1 without PP "
+                        "under a named --loop but megatron)")
     g.add_argument("--precision", choices=sorted(RECIPES), default=D["precision"],
                    help="(default: %(default)s)")
     g.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=D["optimizer"],

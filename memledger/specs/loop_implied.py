@@ -46,19 +46,78 @@ TORCHTITAN = (
                             "default 1 (config/configs.py)"),
 )
 RULES = {"torchtitan": TORCHTITAN}
+
+# The degrees and the accumulation a named loop runs when none is given: every framework but
+# Megatron starts from one device's layout (the dashboard's tp 8 · pp 4 is Megatron's), and
+# without pipeline parallelism one micro-batch per step. Not layout settings: never warned.
+_ONE = {
+    "torchtitan": TT + "config/configs.py ParallelismConfig: tensor_parallel_degree = 1, "
+                       "pipeline_parallel_degree = 1",
+    "pytorch": "a plain PyTorch loop: data parallel only unless it builds TP / PP itself",
+    "hf-trainer": "transformers Trainer: data parallel (DDP / FSDP / DeepSpeed), no TP or PP "
+                  "stages",
+    "deepspeed": "DeepSpeed ZeRO under the transformers Trainer: data parallel, no pipeline "
+                 "engine",
+}
+_NO_ACCUMULATION = {
+    "torchtitan": TT + "config/configs.py TrainingConfig.global_batch_size = -1: "
+                       "gradient_accumulation_steps = 1 (trainer.py)",
+    "pytorch": "one backward per optimizer step",
+    "hf-trainer": "transformers training_args.py gradient_accumulation_steps = 1",
+    "deepspeed": "transformers training_args.py gradient_accumulation_steps = 1 (DeepSpeed's "
+                 "'auto' takes it)",
+}
+DEGREES = {loop: (ImpliedRule(dest="tp", when="always", value=1, source=src),
+                  ImpliedRule(dest="pp", when="always", value=1, source=src),
+                  ImpliedRule(dest="micro_batches", when="no-pp", value=1,
+                              source=_NO_ACCUMULATION[loop]))
+           for loop, src in _ONE.items()}
 # settings the loop also runs when asked, so no warning: torchtitan's training.dtype = bfloat16
 # trains parameters, gradients and optimizer states in bf16 (config/configs.py `dtype`)
 ALSO_RUNS = {"torchtitan": {"precision": ("bf16",)}}
 IMPLIED_DESTS = ("zero", "zero3_impl", "precision", "tp_engine", "layout")
 
 
+# torchtitan's activation checkpointing when the job config names none: 0.3's Trainer.Config
+# builds SelectiveAC (op-level SAC); the TOML eras' mode "selective" with option "2" checkpoints
+# every second block (memledger's interval 2)
+RECOMPUTE_DEFAULT = {"torchtitan": {
+    "0.3": ({"recompute": "op"},
+            TT + "trainer.py Trainer.Config.activation_checkpoint = SelectiveAC.Config"),
+    "older": ({"recompute": "interval", "recompute_every": 2},
+              "torchtitan 0.2 config/job_config.py ActivationCheckpoint: mode 'selective', "
+              "selective_ac_option '2' (2024-12 / 2025-06 config_manager.py alike)")}}
+
+
+def implied_recompute(loop: str, era: str, given: set[str]) -> dict[str, object]:
+    """The loop's activation checkpointing for an `era` when `--recompute` is not given."""
+    table = RECOMPUTE_DEFAULT.get(loop)
+    if table is None or "recompute" in given:
+        return {}
+    values, _ = table["0.3" if era == "0.3" else "older"]
+    return {k: v for k, v in values.items() if k not in given}
+
+
 def _holds(when: str, *, fsdp: bool, tp: int, pp: int) -> bool:
-    return {"always": True, "fsdp": fsdp, "no-fsdp": not fsdp, "pp": pp > 1,
+    return {"always": True, "fsdp": fsdp, "no-fsdp": not fsdp, "pp": pp > 1, "no-pp": pp == 1,
             "no-fsdp-tp-pp": not fsdp and (tp > 1 or pp > 1)}[when]
 
 
+def implied_degrees(loop: str, given: set[str], pp: int | None = None) -> dict[str, object]:
+    """dest → value of DEGREES for the dests not in `given`: tp and pp first (pp None), then,
+    with the pipeline degree known, the accumulation (pp given)."""
+    out = {}
+    for r in DEGREES.get(loop, ()):
+        if r.dest in given or (pp is None) != (r.dest in ("tp", "pp")):
+            continue
+        if pp is None or _holds(r.when, fsdp=False, tp=1, pp=pp):
+            out[r.dest] = r.value
+    return out
+
+
 def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int) -> dict[str, tuple[object, str]]:
-    """dest → (value, source) the loop sets for these degrees; the first rule that holds wins."""
+    """dest → (value, source) the loop sets for these degrees; the first rule that holds wins
+    (the degrees themselves: `implied_degrees`)."""
     fsdp = dp > 1 or cp > 1
     out: dict[str, tuple[object, str]] = {}
     for r in RULES.get(loop, ()):
