@@ -5,9 +5,12 @@ Each era (RuntimeSpec.torchtitan_version) is one row of ERAS, every field with t
 from at that commit:
   fused_qkv        op SAC's mm sequence: one wqkv mm (0.3) or wq, wk, wv (older)
   compiles_loss    whether `training.compile` / `compile.enable` also compiles the loss function
-  torch_loss_par   whether loss parallel (tp > 1) runs torch's DTensor `loss_parallel()` ops
-                   (torch/distributed/tensor/parallel/loss.py) — their transients are in
-                   memledger.ledger.activations.torchtitan_loss
+  torch_loss_par   whether eager loss parallel (tp > 1) keeps the vocab-parallel log-softmax's
+                   fp32 working set: torch's DTensor `loss_parallel()` ops (torch/distributed/
+                   tensor/parallel/loss.py) in the older eras, 0.3's own
+                   `_LossParallelCrossEntropy` (components/loss.py: the same fp32 upcast,
+                   shifted, exp and saved log-probabilities forward; zeros, exp and their sum
+                   backward) — the tensors are in memledger.ledger.activations.torchtitan_loss
   root_unit        FSDP2 units are the blocks and the root model only (tok_embeddings, norm and
                    output in the root unit, which torch's 2024 `_lazy_init` never reshards
                    after forward), and the "default" policy keeps the last block unsharded
@@ -44,9 +47,11 @@ class Era(NamedTuple):
 
 
 ERAS = {
-    "0.3": Era(True, False, False, False, True,
+    "0.3": Era(True, False, True, False, True,
                "torchtitan 0.3 models/common/attention.py (wqkv); components/loss.py "
-               "ChunkedLossWrapper / _LossParallelCrossEntropy (its own vocab-parallel CE)"),
+               "ChunkedLossWrapper / _LossParallelCrossEntropy (its own vocab-parallel CE: "
+               "forward logits.float(), shifted, exp, log_probs saved; backward zeros_like, "
+               "exp, their sum, × grad_output)"),
     "0.2": Era(False, True, True, False, False,
                "torchtitan 0.2 config/job_config.py Compile.components = ['model', 'loss']; "
                "components/loss.py build_cross_entropy_loss (torch.compile when 'loss' in "
@@ -81,9 +86,8 @@ def loss_compiled(rt: RuntimeSpec) -> bool:
 
 def loss_form(p, t, rt: RuntimeSpec, loop) -> str:
     """'compiled', 'dtensor' or 'profile' (see the module docstring); torchtitan loops only, and
-    only for a materialised loss (a chunked loss keeps no logits)."""
-    if (loop.name.split("+")[0] != "torchtitan" or loop.loss == "chunked"
-            or rt.torchtitan_version == "0.3"):
+    only for a materialised loss (a chunked loss keeps no logits: ledger.chunked_loss)."""
+    if loop.name.split("+")[0] != "torchtitan" or loop.loss == "chunked":
         return "profile"
     if loss_compiled(rt):
         return "compiled"
