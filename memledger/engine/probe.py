@@ -46,18 +46,21 @@ def static_rows(modules, states: list[dict]) -> dict[str, int]:
 
 
 def unsharded_bytes(model) -> int:
-    """Bytes of the FSDP2 units' unsharded parameters alive now (local storages)."""
+    """Bytes of the FSDP2 units' unsharded parameters alive now (local storages, each once: the
+    parameters of a unit may be views of one all-gather output, e.g. torchtitan's [norm,
+    output] unit under TP)."""
     from torch.distributed.fsdp import FSDPModule
 
-    total = 0
+    seen: dict[int, int] = {}
     for m in model.modules():
         # experts on their own (efsdp) mesh make a second param group in the block's state
         groups = m._get_fsdp_state()._fsdp_param_groups if isinstance(m, FSDPModule) else ()
         for fp in (fp for g in groups if g is not None for fp in g.fsdp_params):
             u = getattr(fp, "_unsharded_param", None)
             if u is not None:
-                total += local(u).untyped_storage().nbytes()
-    return total
+                st = local(u).untyped_storage()
+                seen[id(st)] = st.nbytes()
+    return sum(seen.values())
 
 
 def _is_param(t) -> bool:

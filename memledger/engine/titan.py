@@ -135,6 +135,8 @@ def _trainer_config(case: TitanCase):
         pp_config(cfg, case)
     cfg.activation_checkpoint = {"selective": SelectiveAC.Config(), "full": FullAC.Config(),
                                  "none": None}[case.ac]
+    if case.loss == "materialized":  # the registry's inner loss on the whole logits
+        cfg.loss = cfg.loss.loss_fn
     return cfg
 
 
@@ -222,13 +224,17 @@ def build_and_measure(case: TitanCase, cfg, fake: bool, on_model=None) -> dict:
                 loss_fn.set_lm_head(model.lm_head)
                 model._skip_lm_head = True
             inputs = step_inputs(case, dims, cfg, torch)
-            res = _measure(case, model, opt, loss_fn, inputs, probe, torch)
+            res = _measure(case, model, opt, loss_fn, inputs, probe, torch, chunked)
     finally:
         torch.nn.init._no_grad_trunc_normal_ = init
     return {**res, "chunked_loss": chunked}
 
 
-def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
+def _measure(case, model, opt, loss_fn, inputs, probe, torch, chunked: bool = True) -> dict:
+    """One measured step. Activations are what the step holds to its backward, beyond its
+    states and the unsharded FSDP units: at the forward's end under the chunked loss (it runs
+    each chunk's forward and backward at once, holding nothing), after the loss forward for a
+    materialised loss (its saved log-probabilities; the model's logits freed)."""
     tokens, labels, extra = inputs
     loss_kwargs = {k: v for k, v in extra.items() if k == "positions"}  # as the Trainer
     gvt = torch.tensor(float(labels.numel()))
@@ -244,6 +250,9 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
             marks["unsharded_at_forward_end"] = probe.unsharded_bytes(model)
         loss, _ = loss_fn(pred, labels, gvt, **loss_kwargs)
         del pred
+        if live is not None and not chunked:
+            marks["after_loss"] = live.current
+            marks["unsharded_after_loss"] = probe.unsharded_bytes(model)
         loss.backward()
         if live is not None:
             marks["after_backward"] = live.current
@@ -267,8 +276,12 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch) -> dict:
     with live:
         step(live)
     rows = probe.static_rows([model], states())
-    activations = marks["forward_end"] - marks["before_forward"] - \
-        marks["unsharded_at_forward_end"]
+    if chunked:
+        activations = marks["forward_end"] - marks["before_forward"] - \
+            marks["unsharded_at_forward_end"]
+    else:
+        activations = marks["after_loss"] - marks["before_forward"] - \
+            marks["unsharded_after_loss"]
     return {"weights": rows["weights"], "gradients": marks["gradients"],
             "optimizer": rows["optimizer"], "activations": activations,
             "unsharded_at_forward_end": marks["unsharded_at_forward_end"],

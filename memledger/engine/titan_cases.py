@@ -47,6 +47,9 @@ from memledger.errors import SpecError
 AC_MODES = ("selective", "full", "none")
 SCHEDULES = ("1F1B", "Interleaved1F1B")  # torchtitan's pipeline_parallel_schedule names
 FAMILIES = ("llama3", "qwen3", "deepseek_v3")
+# chunked: the config registry's ChunkedLossWrapper (0.3's own); materialized: its inner
+# CrossEntropyLoss on the whole logits (the TOML eras' loss, memledger's --loss auto)
+LOSSES = ("chunked", "materialized")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,12 +71,15 @@ class TitanCase:
     schedule: str = "1F1B"  # pipeline_parallel_schedule
     microbatch_size: int = 1  # pipeline_parallel_microbatch_size
     pp_rank: int = 0  # the pipeline rank measured (global rank pp_rank · world / pp)
+    loss: str = "chunked"  # LOSSES
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise SpecError("family", f"{self.family!r}; valid: {', '.join(FAMILIES)}")
         if self.ac not in AC_MODES:
             raise SpecError("ac", f"{self.ac!r}; valid: {', '.join(AC_MODES)}")
+        if self.loss not in LOSSES:
+            raise SpecError("loss", f"{self.loss!r}; valid: {', '.join(LOSSES)}")
         if self.schedule not in SCHEDULES:
             raise SpecError("schedule", f"{self.schedule!r}; valid: {', '.join(SCHEDULES)}")
         if self.world % (self.tp * self.cp * self.pp):
@@ -138,6 +144,9 @@ CASES: tuple[TitanCase, ...] = (
               preset="llama3-8b", world=8, ac="none", seq=2048),
     TitanCase(name="llama3-8b fsdp4 tp2 op-ac", family="llama3", config_fn="llama3_8b",
               preset="llama3-8b", world=8, tp=2, ac="selective"),
+    TitanCase(name="llama3-8b fsdp4 tp2 op-ac materialized loss", family="llama3",
+              config_fn="llama3_8b", preset="llama3-8b", world=8, tp=2, ac="selective",
+              loss="materialized"),
     TitanCase(name="llama3-70b fsdp32 tp8 full-ac", family="llama3", config_fn="llama3_70b",
               preset="llama3-70b", world=256, tp=8, ac="full"),
     TitanCase(name="qwen3-32b fsdp16 tp4 full-ac", family="qwen3", config_fn="qwen3_32b",
@@ -253,7 +262,7 @@ def ledger_config(case: TitanCase, n_layers: int = 0) -> dict:
                       "micro_batches": case.micro_batches,
                       "precision": "fsdp2-mixed", "recompute": recompute, "profile": "hf",
                       "vocab_pad": 1},
-            "runtime": {"loop": "torchtitan", "loss": "chunked", "zero3_impl": "fsdp",
+            "runtime": {"loop": "torchtitan", "loss": case.loss, "zero3_impl": "fsdp",
                         "tp_engine": "dtensor", "cuda_context_bytes": 0,
                         "nccl_channels": 0,  # fake process group and gloo: no NCCL buffers
                         **({"pp_engine": "pytorch"} if pp else {}),  # torch.distributed.pipelining
