@@ -13,6 +13,7 @@ from memledger.configs import read_files
 from memledger.errors import SpecError
 from memledger.ledger import build_ledger
 from memledger.ledger.activations.torchtitan_loss import compiled_loss, dtensor_loss
+from memledger.ledger.allocator import FSDP_UNIT_ITEMS
 from memledger.ledger.torchtitan_eras import ERAS, loss_form
 from memledger.specs.loop import resolve_loop
 from memledger.specs.runtime import TORCHTITAN_VERSIONS, RuntimeSpec
@@ -109,8 +110,13 @@ def test_compiled_loss_keeps_bf16_logits_and_one_bf16_gradient():
     assert items["loss.logsumexp (compiled CE)"] == 4 * 4096
     assert "loss.logprobs_fp32" not in items
     assert {i.name: i.bytes for i in eager.ranks[0].items}["loss.logprobs_fp32"] == 4 * e
-    assert comp.ranks[0].shape.t_loss == 2 * e and eager.ranks[0].shape.t_loss == 8 * e
-    assert eager.ranks[0].shape.t_loss_blocks == (4 * e, 4 * e)  # two tensors for the replay
+    # the replay's shape: the transients whole (the events' own are net of the FSDP layer
+    # units, resharded at the loss: runtime.walk_discounted)
+    whole = lambda led: led.ranks[0].replay_shape.get()  # noqa: E731
+    assert whole(comp).t_loss == 2 * e and whole(eager).t_loss == 8 * e
+    assert whole(eager).t_loss_blocks == (4 * e, 4 * e)  # two tensors for the replay
+    units = sum(i.bytes for i in eager.ranks[0].items if i.name in FSDP_UNIT_ITEMS)
+    assert eager.ranks[0].shape.t_loss == 8 * e - units
     assert comp.ranks[0].peak_allocated_bytes < eager.ranks[0].peak_allocated_bytes
 
 

@@ -68,8 +68,9 @@ def test_forward_segments_stay_cached_beside_the_loss():
     the set's peak; the allocated peak stays the loss's."""
     led = build_ledger(*_specs("T4 70b fsdp32 tp8"))
     rank = led.peak
-    without = dataclasses.replace(rank, lazy_shape=type(rank.lazy_shape)(
-        dataclasses.replace(rank.shape, t_fwd_layer=0, fwd_layer_ops=())))
+    whole = rank.replay_shape  # the replay walks the loss-side transients whole
+    without = dataclasses.replace(rank, replay_shape=type(whole)(
+        dataclasses.replace(whole.get(), t_fwd_layer=0, fwd_layer_ops=())))
     a, b = replay(rank), replay(without)
     assert rank.shape.t_fwd_layer == 3072 * MIB
     assert a.max_reserved - b.max_reserved >= rank.shape.t_fwd_layer

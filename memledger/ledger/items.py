@@ -42,6 +42,9 @@ class RankLedger:
     host: object = None  # static_moves.HostSide: static rows moved to host memory
     peak_event: object = None  # timeline.PeakEvent: where in the step the peak happens
     lazy_shape: object = field(default=None, repr=False, compare=False)  # timeline.Timeline
+    # the Timeline the reserved replay walks when the events' own is discounted (torchtitan:
+    # the FSDP layer units resharded at the loss, runtime.walk_discounted); None: lazy_shape
+    replay_shape: object = field(default=None, repr=False, compare=False)
     fsdp_streams: bool = False  # FSDP's gather / reduce-scatter buffers on their own streams
 
     @property

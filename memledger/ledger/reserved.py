@@ -36,8 +36,7 @@ from memledger.ledger.fsdp2 import PP_GRADS_ITEM
 STREAM_OF = {"zero-3 gather + prefetch": "all-gather", "zero-3 reduce-scatter input": "reduce-scatter"}
 
 
-def _static_blocks(rank) -> list[int]:
-    shape = rank.shape
+def _static_blocks(rank, shape) -> list[int]:
     sizes = [i.bytes for i in rank.items if i.row in ("weights", "optimizer") and i.bytes > 0]
     rest = shape.static_bytes - sum(sizes)
     if rest < 0:  # the items do not decompose the static bytes: one block
@@ -45,8 +44,7 @@ def _static_blocks(rank) -> list[int]:
     return sizes + ([rest] if rest else [])
 
 
-def _comm_blocks(rank, fsdp: bool) -> list[tuple[int, str]]:
-    shape = rank.shape
+def _comm_blocks(rank, shape, fsdp: bool) -> list[tuple[int, str]]:
     # FSDP2's unsharded PP gradients are in the timeline's gradient column (ledger.fsdp2)
     out = [(i.bytes, STREAM_OF[i.name] if fsdp and i.name in FSDP_UNIT_ITEMS else "default")
            for i in rank.items if i.row == "communication" and i.bytes > 0
@@ -58,17 +56,22 @@ def _comm_blocks(rank, fsdp: bool) -> list[tuple[int, str]]:
 
 
 def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> CachingAllocator:
-    """The allocator after the rank's step (max_reserved, max_allocated)."""
+    """The allocator after the rank's step (max_reserved, max_allocated). A rank whose events
+    are discounted at the loss (`RankLedger.replay_shape`: torchtitan's FSDP layer units
+    resharded there) is replayed on its undiscounted shape with the units freed into their own
+    streams' pools for the loss-side transients, as the closed form's are."""
+    tl = rank.replay_shape or rank.lazy_shape
+    shape = tl.get()
     a = CachingAllocator(spec)
-    for size in _static_blocks(rank):
+    for size in _static_blocks(rank, shape):
         a.malloc(size)
     grads, acts, comm = [], {}, []
     level = {"g": 0, "a": 0, "c": 0}
     pp_unsharded = any(i.name == PP_GRADS_ITEM and i.bytes > 0 for i in rank.items)
     fsdp_sharded = fsdp and any(i.name in FSDP_UNIT_ITEMS and i.bytes > 0 for i in rank.items)
-    for ev in rank.timeline:
+    for ev in tl.events():
         if ev.communication > level["c"] and not comm:
-            comm = [a.malloc(b, s) for b, s in _comm_blocks(rank, fsdp)]
+            comm = [a.malloc(b, s) for b, s in _comm_blocks(rank, shape, fsdp)]
             level["c"] = ev.communication
         elif ev.communication < level["c"]:
             for b in comm:
@@ -86,11 +89,11 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
         level["g"] = ev.gradients
         _move_acts(a, acts, (ev.stage, ev.micro_batch), ev.activations - level["a"])
         level["a"] = ev.activations
-        if ev.transient > 0 and _layer_forward(rank.shape, ev):
-            _run_ops(a, rank.shape.fwd_layer_ops)
+        if ev.transient > 0 and _layer_forward(shape, ev):
+            _run_ops(a, shape.fwd_layer_ops)
         elif ev.transient > 0:
-            _transient(a, ev, comm, loss_side_free=fsdp and not rank.shape.on_demand,
-                       blocks=_blocks(rank.shape, ev))
+            _transient(a, ev, comm, blocks=_blocks(shape, ev), loss_side_free=fsdp and (
+                not shape.on_demand or rank.replay_shape is not None))
     return a
 
 

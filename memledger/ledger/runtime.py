@@ -121,10 +121,12 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     step = parts.step
     m, p, t, loop = parts.ctx
     ops = block_forward_ops(m, p, t, loop, rt)
-    if loop.on_demand:  # walk the events (torchtitan's chunked loss: net of the layer units)
+    replayed = None  # the shape the reserved replay walks, when not the events' own
+    if loop.on_demand:  # walk the events (torchtitan: the loss side net of the layer units)
         shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops)
-        if torchtitan_runs(t, loop) and loop.loss == "chunked":
-            shape = walk_discounted(shape, fsdp_unit_bytes(parts, rt))
+        if torchtitan_runs(t, loop):
+            units = fsdp_unit_bytes(parts, rt)
+            replayed, shape = (shape, walk_discounted(shape, units)) if units else (None, shape)
         peak_event = walked_peak(shape)
     else:  # closed form; the events only when asked for (RankLedger.timeline)
         shape = LazyShape(m, p, t, loop, parts, step.bytes, None, ops)
@@ -156,6 +158,7 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
                       rows=add_rows(parts.rows, items[len(parts.items):]),
                       moves=parts.moves, transfers=tuple(transfers), host=parts.host,
                       peak_event=peak_event, lazy_shape=Timeline(shape),
+                      replay_shape=Timeline(replayed) if replayed is not None else None,
                       fsdp_streams=rt.zero3_impl == "fsdp")
 
 
@@ -201,10 +204,12 @@ def transient_at_peak(parts: RankParts, rt: RuntimeSpec) -> tuple[Item | None, i
 def walk_discounted(shape, units: int):
     """`fsdp_discounted` for the walked timeline (on-demand gradients): its forward-end, loss
     forward and loss backward events carry the loss-side transients while no layer unit is
-    gathered either (measured: torchtitan's chunked-loss peak, ledger.chunked_loss). Applied
-    to torchtitan's chunked loss only: the planner mirrors the other on-demand loops' walk as
-    it is (undiscounted), and no measurement of theirs (nor of torchtitan's materialized
-    loss, whose rules are the published-run calibration's) has asked for it."""
+    gathered either (measured: torchtitan's chunked-loss peak, ledger.chunked_loss, and its
+    materialised loss, the engine's `llama3-8b fsdp4 tp2 op-ac materialized loss`: exact).
+    torchtitan only: the planner mirrors the other on-demand loops' walk as it is
+    (undiscounted), and no measurement of theirs has asked for it. The reserved replay walks
+    the undiscounted shape with the units freed into their own streams' pools at the loss
+    (reserved._transient): their segments stay reserved there."""
     if not units:
         return shape
     return replace(shape, t_fwd=max(shape.t_fwd - units, 0),

@@ -91,8 +91,8 @@ def loss_form(p, t, rt: RuntimeSpec, loop) -> str:
         return "profile"
     if loss_compiled(rt):
         return "compiled"
-    if p.tp > 1 and rt.loss_parallel and era(rt).torch_loss_parallel:
-        return "dtensor"
+    if p.tp > 1 and rt.loss_parallel and rt.tp_engine == "dtensor" and era(rt).torch_loss_parallel:
+        return "dtensor"  # a DTensor-parallel head's vocab-sharded logits (Megatron's TP: the profile's)
     return "profile"
 
 
