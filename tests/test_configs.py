@@ -431,3 +431,17 @@ def test_a_named_loop_runs_its_model_codes_profile(capsys):
                         "--json"], capsys)[1])
     assert d["config"]["train"]["profile"] == "megatron"  # an explicit profile is kept
     assert any("profile megatron under loop torchtitan" in w for w in d["warnings"])
+
+
+def test_a_megatron_local_spec_launch_runs_the_local_profile(capsys, tmp_path):
+    """`--transformer-impl local` (Megatron-Core's own layers): the megatron-local profile, which
+    keeps more than Transformer Engine's; transformer_engine (the default) stays megatron."""
+    script = (FIX / "llama3_70b_megatron.sh").read_text()
+    for impl, profile in (("local", "megatron-local"), ("transformer_engine", "megatron")):
+        f = tmp_path / f"{impl}.sh"
+        f.write_text(script.replace("pretrain_gpt.py", f"pretrain_gpt.py --transformer-impl {impl}"))
+        pairs = _pairs(equivalent([f], capsys)["flags"])
+        assert pairs["--profile"] == profile, impl
+    f.write_text(script.replace("pretrain_gpt.py", "pretrain_gpt.py --transformer-impl te"))
+    assert main(["config", str(f)]) == 2
+    assert "transformer_impl" in capsys.readouterr().err

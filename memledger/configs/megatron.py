@@ -93,7 +93,7 @@ IGNORED = {"attention_dropout": "inside the flash / cuDNN attention kernel: no m
     "train_samples", "eval_iters", "eval_interval", "save", "load", "save_interval", "data_path",
     "split", "log_interval", "tensorboard_dir", "seed",
     "overlap_grad_reduce", "overlap_param_gather", "norm_epsilon", "rotary_base",
-    "use_flash_attn", "attention_backend", "transformer_impl", "use_mcore_models", "wandb_project",
+    "use_flash_attn", "attention_backend", "use_mcore_models", "wandb_project",
     "distributed_backend", "nproc_per_node", "nnodes", "node_rank", "master_addr",
     "master_port", "rdzv_endpoint", "rdzv_backend", "rdzv_id", "tokenizer_type",
     "tokenizer_model", "vocab_file", "merge_file", "data_cache_path", "exit_duration_in_mins",
@@ -125,7 +125,7 @@ def read(src: Source, parsed=None, fmt: str = "megatron") -> Imported:
     for key, value in argv.unresolved(f).items():
         imp.row("unresolved", key, src, value=value, why="a shell variable the file does not set")
         del f[key]
-    skip = frozenset(MODEL_FLAGS) | frozenset(_MEGATRON_FSDP_KEYS)
+    skip = frozenset(MODEL_FLAGS) | frozenset(_MEGATRON_FSDP_KEYS) | {"transformer_impl"}
     apply(src, f, RULES, unmodelled=UNMODELLED, ignored=IGNORED, imp=imp, skip=skip)
     _finish(src, f, imp)
     _dropout_default(src, parsed, f, imp)
@@ -141,10 +141,26 @@ def read(src: Source, parsed=None, fmt: str = "megatron") -> Imported:
                 imp.row("read", k, src, value=f[k], flags=(("model", "(from the flags)"),),
                         source="megatron/training/arguments.py")
     imp.set("loop", "megatron", src, "", default=True)
-    imp.set("profile", "megatron", src, "", default=True)
+    _profile(src, f, imp)
     if "layout" not in imp.read:  # Megatron splits the layers evenly unless told otherwise
         imp.set("layout", "even", src, "", default=True)
     return imp
+
+
+def _profile(src: Source, f: dict, imp: Imported) -> None:
+    """`--transformer-impl` (megatron/training/arguments.py, default transformer_engine):
+    local is Megatron-Core's own layer spec, which keeps more (the megatron-local profile)."""
+    impl = f.get("transformer_impl")
+    if impl is None:
+        imp.set("profile", "megatron", src, "", default=True)
+        return
+    if impl not in ("transformer_engine", "local", "inference_optimized"):
+        raise src.error("transformer_impl", f"unknown value {impl!r}; valid: local, "
+                                            "transformer_engine")
+    profile = "megatron-local" if impl == "local" else "megatron"
+    imp.set("profile", profile, src, "transformer_impl")
+    imp.row("read", "transformer_impl", src, value=impl, flags=(("profile", profile),),
+            source="megatron/training/arguments.py --transformer-impl")
 
 
 _MEGATRON_FSDP_KEYS = ("recompute_method", "recompute_num_layers", "recompute_modules",

@@ -168,7 +168,7 @@ def ledger_config(case: MegatronCase) -> dict:
                          "ep": case.ep, "etp": case.etp},
             "train": {"seq": case.seq, "micro_batch": case.micro_batch, "micro_batches": case.micro_batches,
                       "precision": "megatron", "recompute": case.recompute,
-                      "profile": "megatron", "vocab_pad": 1,
+                      "profile": "megatron-local", "vocab_pad": 1,
                       "hidden_dropout_pct": round(100 * case.hidden_dropout)},
             "runtime": {"loop": "megatron", "cuda_context_bytes": 0, "allocator_slack_pct": 0,
                         "nccl_channels": 0}}  # gloo: no NCCL buffers

@@ -3,8 +3,9 @@ torch).
 
 Each stored measurement keeps its case (`megatron_cases.MegatronCase`); the prediction is
 re-derived from the ledger as it is now every time the file is read (`ledger_config`: profile
-megatron, precision megatron, loop megatron, zero=1). Bars (issue 27): static rows within 0.5 %,
-activations within 3 %, peak allocated within 5 %. The predicted peak is the ledger's
+megatron-local, as the cases run the local layer spec; precision megatron, loop megatron,
+zero=1). Bars (issue 27): static rows within 0.5 %, activations within 3 %, peak allocated
+within 5 %. The predicted peak is the ledger's
 peak_allocated_bytes of the rank plus the token, label and position ids the step keeps alive
 (measured), the peak outside gloo's reduce-scatter copy (megatron_core.py). Per-layer
 activations (the largest layer's saved tensors) are compared to the ledger's dense- or moe-layer
@@ -30,7 +31,9 @@ def case_from_dict(d: dict) -> MegatronCase:
     return MegatronCase(**d)
 
 
-def predict(case: MegatronCase):
+def predict(case: MegatronCase, profile: str | None = None):
+    """The case's ledger; `profile`: another activation profile than the local spec's (the
+    tests compare it with Transformer Engine's `megatron`)."""
     from dataclasses import replace
 
     from memledger.ledger import build_ledger
@@ -41,8 +44,9 @@ def predict(case: MegatronCase):
     model = from_hf_config(cfg["model"]["hf_config"])
     if case.shared_ffn:  # Megatron's ungated shared expert, which a Mixtral config cannot say
         model = replace(model, moe=replace(model.moe, n_shared=1, shared_ffn=case.shared_ffn))
+    train = {**cfg["train"], **({"profile": profile} if profile else {})}
     return build_ledger(model, ParallelSpec(**cfg["parallel"]),
-                        TrainSpec(**cfg["train"]), RuntimeSpec(**cfg["runtime"]))
+                        TrainSpec(**train), RuntimeSpec(**cfg["runtime"]))
 
 
 def layer_activation_bytes(rank, n_layers: int, kind: str = "dense") -> int:

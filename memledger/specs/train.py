@@ -93,7 +93,7 @@ OPTIMIZERS: dict[str, Optimizer] = {
     )
 }
 
-PROFILES = ("megatron", "paper", "hf", "hf-cpu")
+PROFILES = ("megatron", "megatron-local", "paper", "hf", "hf-cpu")
 ATTENTION_IMPLS = ("flash", "eager")
 RECOMPUTE = ("none", "selective", "full", "every-k", "op", "interval", "memory-budget")
 # torchtitan's activation_checkpoint modes (torchtitan/distributed/activation_checkpoint.py):
@@ -159,8 +159,8 @@ class TrainSpec:
                                             f"precision={self.precision} stores fp8 matrices "
                                             f"(Transformer Engine), which cannot wrap it; valid "
                                             f"precisions: {', '.join(r for r in RECIPES if not RECIPES[r].fp8_matrices)}")
-        if self.attention == "eager" and self.profile == "megatron":
-            raise SpecError("attention", "profile=megatron assumes flash attention; use "
+        if self.attention == "eager" and self.profile in ("megatron", "megatron-local"):
+            raise SpecError("attention", f"profile={self.profile} assumes flash attention; use "
                                          "profile=hf or profile=paper for eager attention")
 
     @property

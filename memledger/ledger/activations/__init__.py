@@ -66,6 +66,7 @@ def _finetuned(prof):
 def _load_builtins() -> None:
     from memledger.ledger.activations.profiles import hf, megatron, paper
     register("megatron", megatron.MegatronProfile())
+    register("megatron-local", megatron.MegatronLocalProfile())  # --transformer-impl local
     register("paper", paper.PaperProfile())
     register("hf", hf.HFProfile())
     register("hf-cpu", hf.HFProfile(device="cpu"))  # what HF saves when the step runs on a CPU

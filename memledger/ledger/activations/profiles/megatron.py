@@ -156,6 +156,32 @@ class MegatronProfile:
         return (A("logits.grad", "logits", _vocab(m, t, p), split="tp"),)
 
 
+def local_extras(m: ModelSpec) -> list[A]:
+    """What Megatron-Core's local (non-Transformer-Engine) layer spec keeps beyond TE's, per
+    layer (measured to the byte: docs/engine-validation.md): the unfused RoPE's cos and sin,
+    computed and saved once for q and once for k (`rope_utils.py` `_apply_rotary_pos_emb_bshd`:
+    four (tokens, rotary dim) tensors in the activation dtype, not split by tp), and V taken as a
+    view of the fused QKV projection (`attention.py` `get_query_key_value_tensors`), which keeps
+    the whole projection alive: its q and k parts beside the rotated q and k attention saves.
+    Learned positions: no RoPE. MLA: not measured, none added."""
+    if m.mla is not None:
+        return []
+    a, g, dh = m.n_heads, m.n_kv_heads, m.head_dim
+    rope = [] if m.pos_embeddings else [A("attn.rope_cos_sin (unfused, q and k)", "rope", 4 * dh,
+                                          split="none")]
+    return rope + [A("attn.qkv_proj (kept by V's view)", "qkv", (a + g) * dh, split="tp")]
+
+
+class MegatronLocalProfile(MegatronProfile):
+    """Megatron-Core with its local layer spec (`--transformer-impl local`): the megatron
+    profile plus `local_extras` in every layer."""
+
+    name = "megatron-local"
+
+    def layer(self, m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec) -> tuple[A, ...]:
+        return super().layer(m, kind, t, p) + tuple(local_extras(m))
+
+
 def _vocab(m: ModelSpec, t: TrainSpec, p: ParallelSpec) -> int:
     from memledger.model.params import padded_vocab
     return padded_vocab(m, p.tp, t.pad_multiple())
