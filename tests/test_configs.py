@@ -224,9 +224,10 @@ MEGATRON_MODELS = {"llama3.2-1b": ("--model", "llama3.2-1b"),
        mb=st.sampled_from([1, 2]), m=st.sampled_from([1, 4]),
        precision=st.sampled_from(["megatron", "fp16", "fp8"]),
        optimizer=st.sampled_from(["adamw", "sgd-momentum"]),
-       recompute=st.sampled_from(["none", "selective", "full"]), offload=st.booleans())
+       recompute=st.sampled_from(["none", "selective", "full"]), offload=st.booleans(),
+       profile=st.sampled_from(["megatron", "megatron-local"]))
 def test_megatron_round_trip(tmp_path, capsys, model, tp, pp, vpp, cp, ep, dp, zero, mb, m,
-                             precision, optimizer, recompute, offload):
+                             precision, optimizer, recompute, offload, profile):
     # interleaving needs pp >= 2; ep only on the MoE model; CPU offload needs the distributed
     # optimizer (Megatron's rule) — outside that Megatron cannot say it
     vpp = vpp if pp > 1 else 1
@@ -236,6 +237,7 @@ def test_megatron_round_trip(tmp_path, capsys, model, tp, pp, vpp, cp, ep, dp, z
              "--etp", 1, "--dp", dp, "--zero", zero, "--micro-batch", mb, "--micro-batches", m,
              "--seq", 1024, "--precision", precision, "--optimizer", optimizer,
              "--recompute", recompute, "--layout", "even", "--loop", "megatron",
+             "--profile", profile,
              "--sp" if tp > 1 else "--no-sp"] + (["--optimizer-offload"] if offload else [])
     if zero >= 2:
         flags += ["--zero3-impl", "fsdp"]

@@ -88,6 +88,7 @@ def to_megatron(a: dict, m) -> str:
                      "--recompute-num-layers", "1"]}[a["recompute"]]
     # always spelled: a launch without it trains at Megatron-LM's default 0.1 (arguments.py)
     out += ["--hidden-dropout", a.get("hidden_dropout", 0.0)]
+    out += ["--transformer-impl", "local"] if a.get("profile") == "megatron-local" else []
     if a["a2a"] == "capacity":
         out += ["--moe-expert-capacity-factor", a["capacity_factor"]]
     words = [str(x) for x in out]
