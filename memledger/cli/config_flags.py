@@ -109,31 +109,31 @@ def _auto_buckets(args, imp, values: dict, explicit: set) -> None:
 def apply_loop_implied(args, parser, argv: list[str], imp) -> dict[str, object]:
     """A named --loop's settings (specs.loop_implied) for every flag neither the command line
     nor a --config file set; returns what it set. The planner searches its own layouts."""
-    from memledger.specs.loop_implied import implied, implied_degrees, implied_recompute
+    from memledger.specs.loop_implied import (implied, implied_accumulation, implied_degrees,
+                                              implied_recompute)
     if args.command == "plan" or getattr(args, "loop", "auto") == "auto":
         return {}
     given = (explicit_dests(parser, argv, args.command) | set(imp.flags() if imp else ())
              | getattr(args, "config_resolved", set()))
     out = {}
-    for dest, value in implied_degrees(args.loop, given).items():  # tp, pp
-        setattr(args, dest, value)
-        out[dest] = value
-    for dest, value in implied_degrees(args.loop, given, pp=args.pp).items():  # accumulation
-        setattr(args, dest, value)
-        out[dest] = value
-    era = getattr(args, "torchtitan_version", "0.3")
-    for dest, value in implied_recompute(args.loop, era, given).items():
-        if hasattr(args, dest):
-            setattr(args, dest, value)
-            out[dest] = value
+    _set(args, implied_degrees(args.loop, given), out)  # the pipeline degree first
+    _set(args, implied_accumulation(args.loop, given, args.pp), out)
+    _set(args, implied_recompute(args.loop, getattr(args, "torchtitan_version", "0.3"), given),
+         out)
     tp, pp, cp = args.tp, args.pp, args.cp
     if args.dp is not None:
         dp = args.dp
     else:
         world = args.world if args.world is not None else D["world"]
         dp = max(1, world // max(1, tp * pp * cp))
-    for dest, (value, _src) in implied(args.loop, dp=dp, cp=cp, tp=tp, pp=pp).items():
-        if dest not in given and hasattr(args, dest):
+    layout = implied(args.loop, dp=dp, cp=cp, tp=tp, pp=pp)
+    _set(args, {dest: value for dest, (value, _src) in layout.items() if dest not in given}, out)
+    return out
+
+
+def _set(args, values: dict, out: dict) -> None:
+    """The values on `args` (dests the command has), recorded in `out`."""
+    for dest, value in values.items():
+        if hasattr(args, dest):
             setattr(args, dest, value)
             out[dest] = value
-    return out

@@ -29,7 +29,8 @@ def environment() -> dict:
                          "(the dropout stream only); hidden-dropout cases: F.dropout -> "
                          "native_dropout (CUDA's path: a bool mask); core attention -> "
                          "scaled_dot_product_attention (flash's saved set) unless "
-                         "attention=local; RMSNorm -> one function keeping input + fp32 rstd (the CUDA kernels') unless norm=torch-cpu; MoE: "
+                         "attention=local; RMSNorm -> one function keeping input + fp32 "
+                         "rstd (the CUDA kernels') unless norm=torch-cpu; MoE: "
                          "one CUDA stream for the dispatcher's D2H copies, split sizes as numpy, "
                          "the router gemm's unbound te_general_gemm -> None (torch.mm); etp > 1: "
                          "uneven all_gather / reduce_scatter padded to equal sizes"}

@@ -154,9 +154,9 @@ def _profile(src: Source, f: dict, imp: Imported) -> None:
     if impl is None:
         imp.set("profile", "megatron", src, "", default=True)
         return
-    if impl not in ("transformer_engine", "local", "inference_optimized"):
-        raise src.error("transformer_impl", f"unknown value {impl!r}; valid: local, "
-                                            "transformer_engine")
+    valid = ("transformer_engine", "local", "inference_optimized")
+    if impl not in valid:
+        raise src.error("transformer_impl", f"unknown value {impl!r}; valid: {', '.join(valid)}")
     profile = "megatron-local" if impl == "local" else "megatron"
     imp.set("profile", profile, src, "transformer_impl")
     imp.row("read", "transformer_impl", src, value=impl, flags=(("profile", profile),),

@@ -5,12 +5,6 @@ Each era (RuntimeSpec.torchtitan_version) is one row of ERAS, every field with t
 from at that commit:
   fused_qkv        op SAC's mm sequence: one wqkv mm (0.3) or wq, wk, wv (older)
   compiles_loss    whether `training.compile` / `compile.enable` also compiles the loss function
-  torch_loss_par   whether eager loss parallel (tp > 1) keeps the vocab-parallel log-softmax's
-                   fp32 working set: torch's DTensor `loss_parallel()` ops (torch/distributed/
-                   tensor/parallel/loss.py) in the older eras, 0.3's own
-                   `_LossParallelCrossEntropy` (components/loss.py: the same fp32 upcast,
-                   shifted, exp and saved log-probabilities forward; zeros, exp and their sum
-                   backward) — the tensors are in memledger.ledger.activations.torchtitan_loss
   root_unit        FSDP2 units are the blocks and the root model only (tok_embeddings, norm and
                    output in the root unit, which torch's 2024 `_lazy_init` never reshards
                    after forward), and the "default" policy keeps the last block unsharded
@@ -18,6 +12,10 @@ from at that commit:
                    last_block_kept); later eras wrap tok_embeddings and [norm, output] apart
   rope_per_layer   0.3 builds a RoPE module, with its own cache buffer, in every attention layer
                    (models/common/rope.py); older eras keep one freqs_cis per model
+Eager loss parallel (tp > 1) keeps the vocab-parallel log-softmax's fp32 working set in every
+era: torch's DTensor `loss_parallel()` ops (torch/distributed/tensor/parallel/loss.py) before
+0.3, 0.3's own `_LossParallelCrossEntropy` (components/loss.py: the same fp32 upcast, shifted,
+exp and saved log-probabilities forward; zeros, exp and their sum backward).
 The loss form a rank runs (`loss_form`): "compiled" (inductor fuses cross-entropy), "dtensor"
 (torch's eager vocab-parallel log_softmax / nll_loss), or "profile" (the activation profile's own
 materialised loss: transformers-style fused log_softmax, which eager torchtitan without TP runs).
@@ -40,27 +38,26 @@ from memledger.specs.runtime import RuntimeSpec
 class Era(NamedTuple):
     fused_qkv: bool
     compiles_loss: bool
-    torch_loss_parallel: bool
     root_unit: bool
     rope_per_layer: bool  # every attention layer keeps its own RoPE cache (static/titan_buffers)
     source: str
 
 
 ERAS = {
-    "0.3": Era(True, False, True, False, True,
+    "0.3": Era(True, False, False, True,
                "torchtitan 0.3 models/common/attention.py (wqkv); components/loss.py "
                "ChunkedLossWrapper / _LossParallelCrossEntropy (its own vocab-parallel CE: "
                "forward logits.float(), shifted, exp, log_probs saved; backward zeros_like, "
                "exp, their sum, × grad_output)"),
-    "0.2": Era(False, True, True, False, False,
+    "0.2": Era(False, True, False, False,
                "torchtitan 0.2 config/job_config.py Compile.components = ['model', 'loss']; "
                "components/loss.py build_cross_entropy_loss (torch.compile when 'loss' in "
                "components); distributed/utils.py get_train_context (loss_parallel())"),
-    "2025-06": Era(False, True, True, False, False,
+    "2025-06": Era(False, True, False, False,
                    "torchtitan e7c0cae (2025-06-13) components/loss.py build_cross_entropy_loss: "
                    "`if job_config.training.compile: loss_fn = torch.compile(loss_fn)`; "
                    "distributed/utils.py get_train_context (loss_parallel())"),
-    "2024-12": Era(False, False, True, True, False,
+    "2024-12": Era(False, False, True, False,
                    "torchtitan 9dec370 (2024-12-26) train.py: loss_fn left eager (its comment: "
                    "compiling the loss caused CUDA errors); "
                    "parallelisms/parallelize_llama.py apply_compile (per TransformerBlock only); "
@@ -91,8 +88,8 @@ def loss_form(p, t, rt: RuntimeSpec, loop) -> str:
         return "profile"
     if loss_compiled(rt):
         return "compiled"
-    if p.tp > 1 and rt.loss_parallel and rt.tp_engine == "dtensor" and era(rt).torch_loss_parallel:
-        return "dtensor"  # a DTensor-parallel head's vocab-sharded logits (Megatron's TP: the profile's)
+    if p.tp > 1 and rt.loss_parallel and rt.tp_engine == "dtensor":  # Megatron-style TP: the
+        return "dtensor"  # profile's loss on its vocab-parallel logits
     return "profile"
 
 

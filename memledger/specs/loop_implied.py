@@ -50,7 +50,7 @@ RULES = {"torchtitan": TORCHTITAN}
 # The degrees and the accumulation a named loop runs when none is given: every framework but
 # Megatron starts from one device's layout (the dashboard's tp 8 · pp 4 is Megatron's), and
 # without pipeline parallelism one micro-batch per step. Not layout settings: never warned.
-_ONE = {
+ONE_DEVICE = {  # loop -> why tp = pp = 1
     "torchtitan": TT + "config/configs.py ParallelismConfig: tensor_parallel_degree = 1, "
                        "pipeline_parallel_degree = 1",
     "pytorch": "a plain PyTorch loop: data parallel only unless it builds TP / PP itself",
@@ -59,7 +59,7 @@ _ONE = {
     "deepspeed": "DeepSpeed ZeRO under the transformers Trainer: data parallel, no pipeline "
                  "engine",
 }
-_NO_ACCUMULATION = {
+NO_ACCUMULATION = {  # loop -> why micro_batches = 1 without PP
     "torchtitan": TT + "config/configs.py TrainingConfig.global_batch_size = -1: "
                        "gradient_accumulation_steps = 1 (trainer.py)",
     "pytorch": "one backward per optimizer step",
@@ -67,11 +67,6 @@ _NO_ACCUMULATION = {
     "deepspeed": "transformers training_args.py gradient_accumulation_steps = 1 (DeepSpeed's "
                  "'auto' takes it)",
 }
-DEGREES = {loop: (ImpliedRule(dest="tp", when="always", value=1, source=src),
-                  ImpliedRule(dest="pp", when="always", value=1, source=src),
-                  ImpliedRule(dest="micro_batches", when="no-pp", value=1,
-                              source=_NO_ACCUMULATION[loop]))
-           for loop, src in _ONE.items()}
 # settings the loop also runs when asked, so no warning: torchtitan's training.dtype = bfloat16
 # trains parameters, gradients and optimizer states in bf16 (config/configs.py `dtype`)
 ALSO_RUNS = {"torchtitan": {"precision": ("bf16",)}}
@@ -99,20 +94,20 @@ def implied_recompute(loop: str, era: str, given: set[str]) -> dict[str, object]
 
 
 def _holds(when: str, *, fsdp: bool, tp: int, pp: int) -> bool:
-    return {"always": True, "fsdp": fsdp, "no-fsdp": not fsdp, "pp": pp > 1, "no-pp": pp == 1,
+    return {"always": True, "fsdp": fsdp, "no-fsdp": not fsdp, "pp": pp > 1,
             "no-fsdp-tp-pp": not fsdp and (tp > 1 or pp > 1)}[when]
 
 
-def implied_degrees(loop: str, given: set[str], pp: int | None = None) -> dict[str, object]:
-    """dest → value of DEGREES for the dests not in `given`: tp and pp first (pp None), then,
-    with the pipeline degree known, the accumulation (pp given)."""
-    out = {}
-    for r in DEGREES.get(loop, ()):
-        if r.dest in given or (pp is None) != (r.dest in ("tp", "pp")):
-            continue
-        if pp is None or _holds(r.when, fsdp=False, tp=1, pp=pp):
-            out[r.dest] = r.value
-    return out
+def implied_degrees(loop: str, given: set[str]) -> dict[str, object]:
+    """tp and pp the loop starts from, for the ones not in `given` (ONE_DEVICE)."""
+    return {d: 1 for d in ("tp", "pp") if loop in ONE_DEVICE and d not in given}
+
+
+def implied_accumulation(loop: str, given: set[str], pp: int) -> dict[str, object]:
+    """The loop's micro-batches per step without PP when not in `given` (NO_ACCUMULATION)."""
+    if loop not in NO_ACCUMULATION or pp > 1 or "micro_batches" in given:
+        return {}
+    return {"micro_batches": 1}
 
 
 def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int) -> dict[str, tuple[object, str]]:
