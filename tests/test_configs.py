@@ -337,6 +337,18 @@ def test_config_text_names_every_kind_and_the_missing_world(capsys):
     assert "offload_param" not in out or "NOT modelled" in out
 
 
+def test_an_absent_key_is_a_default_on_no_line_even_where_its_leaf_is_elsewhere(tmp_path, capsys):
+    """float8.recipe_name is absent; `recipe_name` on line 7 belongs to [quantize.linear.mx],
+    which is read (and named as not modelled) on that line."""
+    p = _bad(tmp_path, "job.toml", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\n'
+                                   'seq_len = 4096\n[quantize.linear.mx]\n'
+                                   'recipe_name = "mxfp8_cublas"\n')
+    rc, out, _ = run(["config", p, "--world", "8"], capsys)
+    assert rc == 0
+    assert f"{p}:0 float8.recipe_name = tensorwise" in out
+    assert f"{p}:7 quantize.linear.mx.recipe_name = mxfp8_cublas" in out
+
+
 def test_null_means_the_framework_default(tmp_path, capsys):
     p = _bad(tmp_path, "ds.json", '{"train_micro_batch_size_per_gpu": null, "zero_optimization": '
                                   '{"stage": 2, "reduce_bucket_size": null}}')

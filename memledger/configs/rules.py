@@ -56,12 +56,14 @@ class Imported:
         return {**self.defaults, **self.read}
 
     def row(self, kind: str, key: str, src: Source, **kw) -> None:
-        self.rows.append(Row(kind=kind, key=key, line=src.line_of(key), file=src.name, **kw))
+        # a framework default has no line: the key is absent (its leaf may sit in another section)
+        line = 0 if kind == "default" else src.line_of(key)
+        self.rows.append(Row(kind=kind, key=key, line=line, file=src.name, **kw))
 
     def set(self, dest: str, value, src: Source, key: str, *, default: bool = False) -> None:
         (self.defaults if default else self.read)[dest] = value
         if not default or dest not in self.origin:
-            self.origin[dest] = (src.name, src.line_of(key), key)
+            self.origin[dest] = (src.name, 0 if default else src.line_of(key), key)
         for i in range(len(self.rows) - 1, -1, -1):  # the key's row shows what it set
             r = self.rows[i]
             if r.key == key and r.file == src.name:
