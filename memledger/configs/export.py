@@ -9,8 +9,10 @@ length, accelerate's batch sizes), which stay memledger flags.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from memledger.configs.torchtitan import MODELS as TT_MODELS
+from memledger.model.titan_flavors import FLAVORS as TT_MODELS
+from memledger.model.titan_flavors import flavor_model
 
 TARGETS = ("megatron", "torchtitan", "deepspeed", "accelerate")
 MEG_PRECISION = {"megatron": ["--bf16"], "fp16": ["--fp16"], "fp32": [],
@@ -116,10 +118,16 @@ def _megatron_layout(a: dict) -> list:
             lay[-1]]
 
 
+def _same_model(a: dict, m, name: str, flavor: str) -> bool:
+    kind, value = flavor_model(name, flavor)
+    if kind == "spec":  # a flavor spelled by its shape: the same layers, whatever the label
+        return replace(value, name=m.name, source=m.source) == m
+    return (kind == "preset" and a.get("model") == value) or (kind == "hf" and a.get("hf_id") == value)
+
+
 def _tt_model(a: dict, m) -> dict:
-    for (name, flavor), hit in TT_MODELS.items():
-        kind, value = hit.split(":", 1)
-        if (kind == "preset" and a.get("model") == value) or (kind == "hf" and a.get("hf_id") == value):
+    for name, flavor in TT_MODELS:
+        if _same_model(a, m, name, flavor):
             return {"name": name, "flavor": flavor.upper() if flavor[0].isdigit() else flavor}
     _need(bool(a.get("hf_id")), "torchtitan", f"model {m.name} (no torchtitan flavor)")
     return {"name": "llama3", "flavor": "custom",

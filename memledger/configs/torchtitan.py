@@ -23,19 +23,14 @@ from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choi
 from memledger.configs.source import Source, flatten
 from memledger.configs.torchtitan_era import era_and_loss
 from memledger.configs.torchtitan_options import OPTION_RULES, compile_flags, converters
+from memledger.model.titan_flavors import SOURCE as TITAN_FLAVORS
+from memledger.model.titan_flavors import flavor_model, flavor_names
 
 JC = "torchtitan/config/job_config.py"
 PPY = "torchtitan/distributed/pipeline_parallel.py"
 SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved",
              "zbvzerobubble": "zb-v", "dualpipev": "dualpipev"}
 MULTI_STAGE = ("interleaved", "zb-v", "dualpipev")
-# [model] name + flavor -> a memledger model (preset or offline Hub id)
-MODELS = {("llama3", "8b"): "hf:meta-llama/Llama-3.1-8B", ("llama3", "70b"): "preset:llama3-70b",
-          ("llama3", "405b"): "preset:llama3.1-405b", ("llama3", "1b"): "hf:meta-llama/Llama-3.2-1B",
-          ("deepseek_v3", "671b"): "preset:deepseek-v3", ("qwen3", "8b"): "hf:Qwen/Qwen3-8B",
-          ("qwen3", "32b"): "hf:Qwen/Qwen3-32B",
-          ("qwen3", "30b-a3b"): "hf:Qwen/Qwen3-30B-A3B",
-          ("qwen3", "235b-a22b"): "hf:Qwen/Qwen3-235B-A22B"}
 OPT = {"adamw": "adamw", "adam": "adamw"}
 IMPL = {"fused": "fused", "foreach": "foreach", "for-loop": "for-loop"}
 
@@ -90,6 +85,8 @@ RULES = (
          source=JC),
     Rule(key="training.mixed_precision_param", dest="_mp_param", default="bfloat16", source=JC,
          conv=lambda v: choice(v, {"bfloat16": "bf16", "float32": "fp32"})),
+    Rule(key="training.mixed_precision_reduce", dest="_mp_reduce", default="float32", source=JC,
+         conv=lambda v: choice(v, {"bfloat16": "bf16", "float32": "fp32"})),
     Rule(key="training.dtype", dest="_param_dtype", default="float32", source=JC,
          conv=lambda v: choice(v, {"bfloat16": "bf16", "float32": "fp32"})),
     Rule(key="activation_checkpoint.mode", dest="_ac_mode", default="selective", source=JC,
@@ -124,6 +121,10 @@ UNMODELLED = {
                                                       "(memledger: 2 for multi-stage schedules)",
     "activation_checkpoint.early_stop": "early-stopped recompute",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": "op-SAC overrides",
+    # torchtitan 0.2 components/optimizer.py OptimizersInBackwardContainer
+    "optimizer.early_step_in_backward": "optimizer steps inside the backward (a post-accumulate-"
+                                        "grad hook per parameter frees each gradient after its "
+                                        "step); memledger holds the gradients row to the step",
 }
 IGNORED = {p: "no effect on per-GPU memory (I/O, logging or schedule)" for p in (
     "job.", "metrics.", "profiling.", "checkpoint.", "lr_scheduler.", "comm.", "validation.",
@@ -132,7 +133,7 @@ IGNORED = {p: "no effect on per-GPU memory (I/O, logging or schedule)" for p in 
     "model_spec.", "training.steps", "training.dataset", "training.dataset_path",
     "training.max_norm", "training.seed", "training.deterministic", "training.gc_freq",
     "optimizer.lr", "optimizer.eps", "optimizer.weight_decay", "optimizer.beta1",
-    "optimizer.beta2", "training.mixed_precision_reduce", "parallelism.pipeline_parallel_split_points",
+    "optimizer.beta2", "parallelism.pipeline_parallel_split_points",
     "optimizer.param_groups", "optimizer.optimizer_factory_kwargs_by_name", "training.gc_debug",
     "training.disable_cuda_graphs", "parallelism.spmd_backend", "parallelism.enable_fsdp_symm_mem",
     "parallelism.pipeline_parallel_schedule_csv", "parallelism.context_parallel_load_balancer",
@@ -152,7 +153,7 @@ def _model(data: dict, src: Source, imp: Imported) -> None:
     key = "model.name" if "model.name" in data else "model_spec.name"
     if name is None:
         return
-    hit = MODELS.get((str(name).lower(), str(flavor).lower()))
+    hit = flavor_model(str(name), str(flavor))
     if hit is None:
         from memledger.model.hub import catalog
         tail = str(data.get("model.hf_assets_path", data.get("hf_assets_path", ""))).rstrip("/")
@@ -160,10 +161,14 @@ def _model(data: dict, src: Source, imp: Imported) -> None:
         hub = [i for i in catalog() if i.split("/", 1)[1].lower() == tail.lower()] if tail else []
         if not hub:
             raise src.error(key, f"model {name!r} flavor {flavor!r} is not one memledger knows "
-                                 f"({', '.join(f'{a} {b}' for a, b in MODELS)}); give --model "
-                                 f"or --hf-id")
-        hit = "hf:" + hub[0]
-    kind, value = hit.split(":", 1)
+                                 f"({flavor_names()}); give --model or --hf-id")
+        hit = "hf", hub[0]
+    kind, value = hit
+    if kind == "spec":  # the flavor's own shape (model.titan_flavors)
+        imp.model = value
+        imp.row("read", key, src, value=f"{name} {flavor}", source=TITAN_FLAVORS,
+                flags=(("model", f"{value.name} (the flavor's shape)"),))
+        return
     imp.set("model" if kind == "preset" else "hf_id", value, src, key)
     imp.row("read", key, src, value=f"{name} {flavor}",
             flags=((("model" if kind == "preset" else "hf_id"), value),), source=JC)
@@ -215,6 +220,10 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
                  "fsdp2-mixed" if fsdp and f["_mp_param"] == "bf16" else
                  "amp" if f["_mp_param"] == "bf16" else "fp32")
     imp.set("precision", precision, src, "training.mixed_precision_param")
+    if precision == "fsdp2-mixed" and f["_mp_reduce"] != "fp32":
+        imp.row("unmodelled", "training.mixed_precision_reduce", src, value=f["_mp_reduce"],
+                why="FSDP2 reduce_dtype bf16: the reduce-scatter input in bf16 (fsdp2-mixed keeps "
+                    "fp32's, twice its bytes)")
     pp = f.get("pp", 1)
     schedule = f["schedule"] if pp > 1 else "1f1b"
     stages = 1

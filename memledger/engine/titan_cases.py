@@ -43,6 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memledger.errors import SpecError
+# torchtitan's flavors spelled as config.json pairs (no preset with the same layers)
+from memledger.model.titan_flavors import DSV3_16B, DSV3_671B, QWEN3_32B
 
 AC_MODES = ("selective", "full", "none")
 SCHEDULES = ("1F1B", "Interleaved1F1B")  # torchtitan's pipeline_parallel_schedule names
@@ -102,36 +104,6 @@ class TitanCase:
         """torchtitan's n_microbatches: local_batch // microbatch_size (1 without PP)."""
         return self.local_batch // self.microbatch_size if self.pp > 1 else 1
 
-
-# Qwen/Qwen3-32B config.json (its model card), as torchtitan's qwen3 "32B" flavor builds it
-QWEN3_32B = (("model_type", "qwen3"), ("hidden_size", 5120), ("num_hidden_layers", 64),
-             ("num_attention_heads", 64), ("num_key_value_heads", 8), ("head_dim", 128),
-             ("intermediate_size", 25600), ("vocab_size", 151936),
-             ("tie_word_embeddings", False), ("rms_norm_eps", 1e-6),
-             ("max_position_embeddings", 40960), ("hidden_act", "silu"))
-
-# torchtitan's deepseek_v3 "16B" flavor (models/deepseek_v3/__init__.py `_16b`: MLA with no q
-# low-rank, 64 routed experts top-6 softmax, 2 shared, 1 dense layer; DeepSeek-V2-Lite's shape)
-# spelled as the config.json that memledger reads; no MTP layer (torchtitan's num_mtp_layers=0)
-DSV3_16B = (("model_type", "deepseek_v3"), ("hidden_size", 2048), ("num_hidden_layers", 27),
-            ("num_attention_heads", 16), ("q_lora_rank", None), ("kv_lora_rank", 512),
-            ("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128),
-            ("intermediate_size", 10944), ("moe_intermediate_size", 1408),
-            ("n_routed_experts", 64), ("num_experts_per_tok", 6), ("n_shared_experts", 2),
-            ("first_k_dense_replace", 1), ("vocab_size", 102400),
-            ("tie_word_embeddings", False), ("num_nextn_predict_layers", 0),
-            ("hidden_act", "silu"))
-
-# deepseek-ai/DeepSeek-V3 config.json as torchtitan's "671B" flavor builds it (`_671b`): no MTP
-# layer (the flavor's num_mtp_layers=0; the memledger preset keeps the release's one)
-DSV3_671B = (("model_type", "deepseek_v3"), ("hidden_size", 7168), ("num_hidden_layers", 61),
-             ("num_attention_heads", 128), ("q_lora_rank", 1536), ("kv_lora_rank", 512),
-             ("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128),
-             ("intermediate_size", 18432), ("moe_intermediate_size", 2048),
-             ("n_routed_experts", 256), ("num_experts_per_tok", 8), ("n_shared_experts", 1),
-             ("first_k_dense_replace", 3), ("vocab_size", 129280),
-             ("tie_word_embeddings", False), ("num_nextn_predict_layers", 0),
-             ("hidden_act", "silu"))
 
 CASES: tuple[TitanCase, ...] = (
     TitanCase(name="llama3-8b fsdp8 op-ac", family="llama3", config_fn="llama3_8b",
