@@ -470,3 +470,20 @@ def test_torchtitan_keys_that_change_memory_unmodelled_are_named(tmp_path, capsy
     rows = {(r["kind"], r["key"]) for r in equivalent([p, "--world", "8"], capsys)["rows"]}
     assert ("unmodelled", "optimizer.early_step_in_backward") in rows
     assert ("unmodelled", "training.mixed_precision_reduce") in rows
+
+
+def test_torchtitan_quantize_linear_float8_spelling_is_float8(tmp_path, capsys):
+    """torchtitan docs/float8.md: converters = ["quantize.linear.float8"] with its options under
+    [quantize.linear.float8] is the float8 converter of the [float8] spelling; a quantizer's
+    section without any converter changes nothing."""
+    head = '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 4096\n'
+    opts = "enable_fsdp_float8_all_gather = true\nprecompute_float8_dynamic_scale_for_fsdp = true\n"
+    new = _bad(tmp_path, "new.toml", head.replace('flavor = "8B"\n', 'flavor = "8B"\nconverters = '
+               '["quantize.linear.float8"]\n') + "[quantize.linear.float8]\n" + opts)
+    old = _bad(tmp_path, "old.toml", head.replace('flavor = "8B"\n', 'flavor = "8B"\nconverters = '
+               '["float8"]\n') + "[float8]\n" + opts)
+    flags = [equivalent([p, "--world", "8"], capsys)["flags"] for p in (new, old)]
+    assert flags[0] == flags[1] and "--float8-fsdp-all-gather" in flags[0]
+    none = _bad(tmp_path, "none.toml", head + "[quantize.linear.float8]\nfilter_fqns = ['a']\n")
+    rows = equivalent([none, "--world", "8"], capsys)["rows"]
+    assert not [r for r in rows if r["kind"] == "unmodelled"]

@@ -3,19 +3,27 @@
 
 training.compile (2024-12 / 2025-06) compiles the blocks and the loss as the era does
 (--torchtitan-version); compile.enable + components (0.2, 0.3) say both. The float8 converter
-applies only when "float8" is in model.converters (2024-12: float8.enable_float8_linear); its
+applies only when "float8" (later "quantize.linear.float8", its options under
+[quantize.linear.float8]) is in model.converters (2024-12: float8.enable_float8_linear); its
 FSDP float8 all-gather only with data-parallel sharding, the scale precompute only with that
 all-gather (torchtitan's float8 converter, components/quantization/float8.py). Options of a
 converter that is not applied are named as having no effect; other converters are named not
-modelled.
+modelled, and a quantizer's section with no converter at all as having no effect.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from memledger.configs.rules import Imported, Rule, as_bool, choice
 from memledger.configs.source import Source
 from memledger.specs.runtime import FLOAT8_RECIPES
 
 JC = "torchtitan/config/job_config.py"
+# the converter's later spelling (torchtitan docs/float8.md: model.converters =
+# ["quantize.linear.float8"], its options under [quantize.linear.float8])
+Q8 = "quantize.linear.float8."
+FLOAT8 = ("float8", "quantize.linear.float8")
+QUANT_SECTIONS = ("float8.", "quantize.", "mx.")
 F8 = ("float8.enable_fsdp_float8_all_gather", "float8.precompute_float8_dynamic_scale_for_fsdp",
       "float8.force_recompute_fp8_weight_in_bwd")
 
@@ -26,15 +34,15 @@ OPTION_RULES = (
          conv=lambda v: _names(v)),
     Rule(key="float8.enable_float8_linear", dest="_f8_linear", conv=as_bool, default=False,
          source="torchtitan 2024-12 config_manager.py (before model.converters)"),
-    Rule(key="float8.recipe_name", dest="_f8_recipe", default="tensorwise", source=JC,
+    Rule(key="float8.recipe_name", aliases=(Q8 + "recipe_name",), dest="_f8_recipe", default="tensorwise", source=JC,
          conv=lambda v: choice(str(v), {x: x for x in FLOAT8_RECIPES if x != "off"})),
-    Rule(key="float8.enable_fsdp_float8_all_gather", dest="_f8_gather", conv=as_bool,
+    Rule(key="float8.enable_fsdp_float8_all_gather", aliases=(Q8 + "enable_fsdp_float8_all_gather",), dest="_f8_gather", conv=as_bool,
          default=False, source=JC),
-    Rule(key="float8.precompute_float8_dynamic_scale_for_fsdp", dest="_f8_precompute",
+    Rule(key="float8.precompute_float8_dynamic_scale_for_fsdp", aliases=(Q8 + "precompute_float8_dynamic_scale_for_fsdp",), dest="_f8_precompute",
          conv=as_bool, default=False, source=JC),
-    Rule(key="float8.force_recompute_fp8_weight_in_bwd", dest="_f8_force", conv=as_bool,
+    Rule(key="float8.force_recompute_fp8_weight_in_bwd", aliases=(Q8 + "force_recompute_fp8_weight_in_bwd",), dest="_f8_force", conv=as_bool,
          default=False, source=JC),
-    Rule(key="float8.filter_fqns", dest="_f8_filter", default=["output"], source=JC,
+    Rule(key="float8.filter_fqns", aliases=(Q8 + "filter_fqns",), dest="_f8_filter", default=["output"], source=JC,
          conv=lambda v: _names(v)),
 )
 
@@ -50,17 +58,23 @@ def converters(f: dict, src: Source, imp: Imported) -> None:
     recipe; the float8 options torchtitan's converter reads (components/quantization/float8.py:
     the FSDP float8 all-gather only with data-parallel sharding, precompute only with it)."""
     names = f["_converters"]
-    for other in [n for n in names if n != "float8"]:
+    for other in [n for n in names if n not in FLOAT8]:
         imp.row("unmodelled", "model.converters", src, value=other,
                 why=f"model converter {other!r} (MX / quantized linears) is not modelled")
-    on = "float8" in names or f["_f8_linear"]
-    key = "model.converters" if "float8" in names else "float8.enable_float8_linear"
+    named = next((n for n in names if n in FLOAT8), None)
+    on = named is not None or f["_f8_linear"]
+    key = "model.converters" if named else "float8.enable_float8_linear"
     gather = on and f["_f8_gather"] and f["_dp_shard"] != 1
     for k, dest in zip(F8, ("_f8_gather", "_f8_precompute", "_f8_force")):
         if not on and f[dest] and imp.read.get(dest) is not None:
             imp.row("ignored", k, src, value=True,
                     why="no effect: 'float8' is not in model.converters (torchtitan applies "
                         "no float8 converter)")
+    if not names and not on:  # a quantizer's section without the converter changes nothing
+        imp.rows = [replace(r, kind="ignored", why=f"no effect: model.converters applies no "
+                                                   f"quantizer ({r.why})")
+                    if r.kind == "unmodelled" and r.key.startswith(QUANT_SECTIONS) else r
+                    for r in imp.rows]
     imp.set("float8", f["_f8_recipe"] if on else "off", src, key)
     if on and sorted(f["_f8_filter"]) != ["output"]:
         imp.row("unmodelled", "float8.filter_fqns", src, value=f["_f8_filter"],
