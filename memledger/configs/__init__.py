@@ -14,6 +14,7 @@ from pathlib import Path
 from memledger.configs import source as S
 from memledger.configs.rules import Imported
 from memledger.configs.source import ConfigError, Source
+from memledger.configs.torchtitan_launch import is_launch
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "hf", "accelerate", "llamafactory")
 _PRIORITY = {"hf": 0, "llamafactory": 1, "accelerate": 2, "megatron": 3, "torchtitan": 3,
@@ -72,6 +73,8 @@ def detect(src: Source, kind: str, data) -> str:
             return "megatron"
         if keys & {"per_device_train_batch_size", "output_dir"}:
             return "hf"
+    if kind == "text" and is_launch(src.text):  # run_train.sh / torchtitan.train
+        return "torchtitan"
     if kind == "text" and ("pretrain_gpt" in src.text or "--tensor-model-parallel-size" in src.text
                            or "--num-layers" in src.text):
         return "megatron"
@@ -79,13 +82,17 @@ def detect(src: Source, kind: str, data) -> str:
                                 f"{', '.join(FORMATS)} (force one with --config-format)")
 
 
-def read_source(src: Source, fmt: str | None = None, *, base: Path | None = None) -> list[Imported]:
-    """One file → its imports (LLaMA-Factory also pulls in the DeepSpeed JSON it names)."""
+def read_source(src: Source, fmt: str | None = None, *, base: Path | None = None,
+                given: dict[str, str] | None = None) -> list[Imported]:
+    """One file → its imports (LLaMA-Factory also pulls in the DeepSpeed JSON it names, a
+    torchtitan launch the job config it runs: one of `given`, name -> path, or beside it)."""
     kind, data = _parse(src)
     S.check_size(src, data)
     fmt = fmt or detect(src, kind, data)
     if fmt not in FORMATS:
         raise ConfigError(src.name, f"unknown --config-format {fmt!r}; valid: {', '.join(FORMATS)}")
+    if fmt == "torchtitan" and kind == "text":
+        return [_launch(src, base, given or {})]
     if fmt != "megatron" and not isinstance(data, dict):
         raise ConfigError(src.name, f"a {fmt} configuration must be a mapping, got {kind}")
     from memledger.configs import accelerate, deepspeed, megatron, torchtitan
@@ -126,12 +133,33 @@ def _beside(src: Source, path: str, base: Path | None) -> Imported:
     return deepspeed.read_deepspeed(s, data)
 
 
+def _launch(src: Source, base: Path | None, given: dict[str, str]) -> Imported:
+    """A torchtitan launch: the job config it names with its command-line overrides on top."""
+    from memledger.configs import torchtitan
+    from memledger.configs import torchtitan_launch as L
+    named, over = L.parse(src)
+    job, data = None, {}
+    if named is not None:
+        job = S.from_path(L.job_path(src, named, base, given))
+        kind, data = _parse(job)
+        S.check_size(job, data)
+        if kind not in ("toml", "json") or not isinstance(data, dict):
+            raise ConfigError(job.name, "expected a torchtitan job config (TOML or dumped JSON)")
+    imp = torchtitan.read(L.Layered(src, job, set(over)), L.overlay(data, L.unflatten(over)))
+    imp.files = (src.name,) + ((job.name,) if job else ())
+    return imp
+
+
 def read_files(paths, fmt: str | None = None) -> Imported:
-    """Several files (e.g. a DeepSpeed JSON and its TrainingArguments) merged into one import."""
+    """Several files (e.g. a DeepSpeed JSON and its TrainingArguments) merged into one import;
+    a job config a torchtitan launch among them runs is read once, under the launch."""
+    given = {Path(p).name: str(p) for p in paths}
     imports = []
     for path in paths:
         src = S.from_path(path)
-        imports += read_source(src, fmt, base=Path(path).parent)
+        imports += read_source(src, fmt, base=Path(path).parent, given=given)
+    ran = {Path(f).resolve() for i in imports for f in i.files[1:] if i.format == "torchtitan"}
+    imports = [i for i in imports if not (len(i.files) == 1 and Path(i.files[0]).resolve() in ran)]
     return merge(imports)
 
 

@@ -122,7 +122,7 @@ def _same_model(a: dict, m, name: str, flavor: str) -> bool:
     kind, value = flavor_model(name, flavor)
     if kind == "spec":  # a flavor spelled by its shape: the same layers, whatever the label
         return replace(value, name=m.name, source=m.source) == m
-    return (kind == "preset" and a.get("model") == value) or (kind == "hf" and a.get("hf_id") == value)
+    return a.get("model" if kind == "preset" else "hf_id") == value
 
 
 def _tt_model(a: dict, m) -> dict:

@@ -53,10 +53,10 @@ def _logical_lines(text: str) -> list[str]:
 _ENTRY = re.compile(r"pretrain_\w+\.py|megatron\.training|run_pretrain")
 
 
-def argv_tokens(src: Source) -> list[str]:
+def argv_tokens(src: Source, entry: re.Pattern = _ENTRY) -> list[str]:
     """The launch's tokens after substituting the file's own plain assignments: the command
-    lines that run a Megatron entry point (pretrain_*.py) when there are any (a script may
-    preprocess data first), else every command line."""
+    lines that run the framework's entry point (`entry`: Megatron's pretrain_*.py) when there
+    are any (a script may preprocess data first), else every command line."""
     env: dict[str, str] = {}
     tokens: list[str] = []
     launch: list[str] = []
@@ -74,7 +74,7 @@ def argv_tokens(src: Source) -> list[str]:
                 continue
         words = _split(src, _expand(line, env))
         tokens += words
-        if any(_ENTRY.search(w) for w in words):
+        if any(entry.search(w) for w in words):
             launch += words
         if len(tokens) > MAX_TOKENS:
             raise ConfigError(src.name, f"more than {MAX_TOKENS} tokens; not a launch script")

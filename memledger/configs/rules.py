@@ -58,15 +58,15 @@ class Imported:
     def row(self, kind: str, key: str, src: Source, **kw) -> None:
         # a framework default has no line: the key is absent (its leaf may sit in another section)
         line = 0 if kind == "default" else src.line_of(key)
-        self.rows.append(Row(kind=kind, key=key, line=line, file=src.name, **kw))
+        self.rows.append(Row(kind=kind, key=key, line=line, file=src.file_of(key), **kw))
 
     def set(self, dest: str, value, src: Source, key: str, *, default: bool = False) -> None:
         (self.defaults if default else self.read)[dest] = value
         if not default or dest not in self.origin:
-            self.origin[dest] = (src.name, 0 if default else src.line_of(key), key)
+            self.origin[dest] = (src.file_of(key), 0 if default else src.line_of(key), key)
         for i in range(len(self.rows) - 1, -1, -1):  # the key's row shows what it set
             r = self.rows[i]
-            if r.key == key and r.file == src.name:
+            if r.key == key and r.file == src.file_of(key) and r.kind in ("read", "default"):
                 kept = tuple(kv for kv in r.flags if kv[0] != dest)
                 self.rows[i] = replace(r, flags=kept + ((dest, value),))
                 break

@@ -65,6 +65,10 @@ class Source:
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError(self.name, message, line=self.line_of(key), key=key)
 
+    def file_of(self, key: str) -> str:
+        """The file that says `key`: this one (torchtitan_launch.Layered: a launch or its TOML)."""
+        return self.name
+
 
 def from_path(path: str | Path) -> Source:
     p = Path(path)
