@@ -97,3 +97,8 @@ def test_a_pasted_launch_never_reads_a_path_it_names(tmp_path):
     imp = read_text("./run_train.sh --training.seq_len=4096 --parallelism.tensor_parallel_degree 4\n",
                     "up.sh")
     assert imp.flags()["seq"] == 4096 and imp.flags()["tp"] == 4
+
+
+def test_a_hostile_launch_is_bounded(capsys):
+    with pytest.raises(ConfigError, match="nests deeper than 8"):
+        read_text("./run_train.sh --" + "a." * 5000 + "b=1\n", "up.sh")

@@ -22,6 +22,7 @@ from memledger.configs.source import ConfigError, Source
 
 ENTRY = re.compile(r"run_train\.sh|torchtitan[./]train|torchtitan/train\.py")
 _CONFIG_ENV = re.compile(r"""(?:^|[\s;])(?:export\s+)?CONFIG_FILE=("[^"]*"|'[^']*'|[^\s;]+)""")
+MAX_DOTS = 8
 _NUM = re.compile(r"^-?(\d+\.?\d*(e-?\d+)?|\.\d+)$", re.I)
 
 
@@ -55,6 +56,9 @@ def parse(src: Source) -> tuple[str | None, dict[str, object]]:
         if not t.startswith("--") or "." not in t.split("=", 1)[0]:
             continue
         name, eq, raw = t[2:].partition("=")
+        if name.count(".") > MAX_DOTS:  # torchtitan's deepest key has three
+            raise ConfigError(src.name, f"--{name[:60]}…: a key nests deeper than {MAX_DOTS} "
+                                        "sections; not a torchtitan option")
         section, _, leaf = name.replace("-", "_").rpartition(".")
         values = [raw] if eq else []
         while not eq and i < len(tokens) and not tokens[i].startswith("--"):
