@@ -65,3 +65,20 @@ def test_share_popover_copies_the_configuration_as_framework_files(app_test):
     ds.selectbox(key="share_copy_as").set_value("DeepSpeed JSON").run()
     assert any('"stage": 3' in c.value and '"train_batch_size": 64' in c.value
                for c in ok(ds).code)
+
+
+def test_a_pasted_torchtitan_launch_sets_its_overrides_and_a_named_file_is_an_error(app_test):
+    at = ok(opened(app_test(LEDGER)).run())
+    at.text_area(key="train_text").set_value(
+        "NGPU=8 ./run_train.sh --model.name=qwen3 --model.flavor=14B --training.seq_len=4096 "
+        "--parallelism.tensor_parallel_degree 2\n")
+    at.button(key="train_go").click().run()
+    ok(at)
+    assert at.session_state["sb_tp"] == 2 and at.session_state["sb_seq"] == 4096
+    assert at.query_params["model"].startswith("spec:")  # qwen3 14B: the flavor's shape
+    before = dict(at.query_params)
+    at.text_area(key="train_text").set_value("CONFIG_FILE=/etc/job.toml ./run_train.sh\n")
+    at.button(key="train_go").click().run()
+    ok(at)
+    assert any("was not given" in e.value for e in at.error)
+    assert dict(at.query_params) == before
