@@ -64,3 +64,12 @@ def loads(data: bytes | str, field: str, max_bytes: int = MAX_JSON_BYTES,
 
 def load_file(path, field: str, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_DEPTH):
     return loads(read_bytes(path, field, max_bytes), field, max_bytes, max_depth)
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    """A new mapping: `extra`'s leaves replace `base`'s, nested mappings merged (neither input
+    changes)."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

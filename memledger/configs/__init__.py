@@ -15,6 +15,7 @@ from memledger.configs import source as S
 from memledger.configs.rules import Imported
 from memledger.configs.source import ConfigError, Source
 from memledger.configs.torchtitan_launch import is_launch
+from memledger.safe_json import deep_merge
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "hf", "accelerate", "llamafactory")
 _PRIORITY = {"hf": 0, "llamafactory": 1, "accelerate": 2, "megatron": 3, "torchtitan": 3,
@@ -145,7 +146,7 @@ def _launch(src: Source, base: Path | None, given: dict[str, str]) -> Imported:
         S.check_size(job, data)
         if kind not in ("toml", "json") or not isinstance(data, dict):
             raise ConfigError(job.name, "expected a torchtitan job config (TOML or dumped JSON)")
-    imp = torchtitan.read(L.Layered(src, job, set(over)), L.overlay(data, L.unflatten(over)))
+    imp = torchtitan.read(L.Layered(src, job, set(over)), deep_merge(data, L.unflatten(over)))
     imp.files = (src.name,) + ((job.name,) if job else ())
     return imp
 

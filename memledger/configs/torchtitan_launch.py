@@ -90,14 +90,6 @@ def unflatten(flat: dict[str, object]) -> dict:
     return out
 
 
-def overlay(base: dict, over: dict) -> dict:
-    """`over`'s leaves replace `base`'s (a new mapping; neither input changes)."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = overlay(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-    return out
-
-
 class Layered:
     """The launch and the TOML it names as one source for the importer's rows: a key the
     command line overrides is on the launch's line, any other on the TOML's."""

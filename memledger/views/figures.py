@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from memledger.ledger import Ledger
 from memledger.ledger.items import ROW_LABELS, ROWS
 from memledger.specs.hardware import Hardware
+from memledger.safe_json import deep_merge as merge  # noqa: F401 - the charts' layout merge
 from memledger.units import gib
 from memledger.views.peaks import gib_text, peak_label
 from memledger.views.palette import CAPACITY_COLOR, FONT_FAMILY, GRID, INK, ROW_COLORS, ROW_SHORT
@@ -127,12 +128,7 @@ def _layout(fig: go.Figure, title: str, subtitle: str, height: int, bottom: int 
     return fig
 
 
-def merge(base: dict, extra: dict) -> dict:
-    """Deep merge of plain layout dicts (extra wins)."""
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+
 
 
 def figure(data: list[dict], layout: dict) -> go.Figure:
