@@ -102,3 +102,37 @@ def test_a_pasted_launch_never_reads_a_path_it_names(tmp_path):
 def test_a_hostile_launch_is_bounded(capsys):
     with pytest.raises(ConfigError, match="nests deeper than 8"):
         read_text("./run_train.sh --" + "a." * 5000 + "b=1\n", "up.sh")
+
+
+@pytest.mark.parametrize("text", [
+    '{{"per_device_train_batch_size": 1, "output_dir": "o", "deepspeed": "{path}"}}',
+    "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: {path}\n",
+])
+def test_a_pasted_file_never_reads_a_file_it_names(tmp_path, text):
+    """Hosted app: an upload naming a JSON on the server (its keys would be listed) is refused."""
+    secret = tmp_path / "ds.json"
+    secret.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}')
+    with pytest.raises(ConfigError, match="never reads"):
+        read_text(text.format(path=secret), "up")
+
+
+def test_a_03_launch_pasted_never_runs_torchtitan():
+    with pytest.raises(ConfigError, match="read by the CLI from a file"):
+        read_text("MODULE=llama3 CONFIG=llama3_8b ./run_train.sh\n", "up.sh")
+
+
+def test_a_03_launch_reads_the_registry_config_with_its_overrides(tmp_path, capsys):
+    pytest.importorskip("torchtitan.models.llama3")
+    launch = tmp_path / "run.sh"
+    launch.write_text("MODULE=llama3 CONFIG=llama3_8b ./run_train.sh "
+                      "--parallelism.tensor_parallel_degree 2 --training.seq_len 4096\n")
+    got = _config(capsys, launch, "--world", "8")
+    f = got["flags"]
+    flags = {a: (b if not b.startswith("--") else True) for a, b in zip(f, f[1:] + ["--"])
+             if a.startswith("--")}
+    # llama3_8b (torchtitan 0.3 config_registry.py): op SAC, its chunked loss, era 0.3
+    assert (flags["--tp"], flags["--seq"], flags["--recompute"]) == ("2", "4096", "op")
+    assert flags["--torchtitan-version"] == "0.3" and flags["--loss"] == "chunked"
+    launch.write_text("./run_train.sh --module llama3 --config llama3_nope\n")
+    assert main(["config", str(launch)]) == 2
+    assert "llama3_8b" in capsys.readouterr().err

@@ -118,10 +118,15 @@ def read_source(src: Source, fmt: str | None = None, *, base: Path | None = None
 
 
 def _beside(src: Source, path: str, base: Path | None) -> Imported:
-    """A DeepSpeed JSON named inside another file, read relative to that file."""
+    """A DeepSpeed JSON named inside another file, read relative to that file; text pasted or
+    uploaded (no `base`) never reads a path it names from the disk."""
     from memledger.configs import deepspeed
+    if base is None:
+        raise src.error("deepspeed", f"names {path!r}; a pasted or uploaded file never reads "
+                                     "another from this machine: give that file's settings "
+                                     "(CLI: another --config)")
     p = Path(path)
-    if not p.is_absolute() and base is not None:
+    if not p.is_absolute():
         p = base / p
     if not p.is_file():
         raise src.error("deepspeed", f"names {path!r}, which is not a file here; give it as "
@@ -138,16 +143,24 @@ def _launch(src: Source, base: Path | None, given: dict[str, str]) -> Imported:
     """A torchtitan launch: the job config it names with its command-line overrides on top."""
     from memledger.configs import torchtitan
     from memledger.configs import torchtitan_launch as L
-    named, over = L.parse(src)
+    launch = L.parse(src)
     job, data = None, {}
-    if named is not None:
-        job = S.from_path(L.job_path(src, named, base, given))
+    if launch.job_file is not None:
+        job = S.from_path(L.job_path(src, launch.job_file, base, given))
         kind, data = _parse(job)
         S.check_size(job, data)
         if kind not in ("toml", "json") or not isinstance(data, dict):
             raise ConfigError(job.name, "expected a torchtitan job config (TOML or dumped JSON)")
+    elif launch.module or launch.registry:
+        if base is None:  # pasted or uploaded: never runs torchtitan's code
+            raise ConfigError(src.name, "a torchtitan 0.3 launch (--module / --config) is read "
+                                        "by the CLI from a file; here give the job config it "
+                                        "dumps (debug.save_config_file)")
+        data = L.registry_config(src, launch.module, launch.registry)
+        job = Source(f"torchtitan.models.{launch.module}.config_registry.{launch.registry}()", "")
+    over = launch.overrides
     imp = torchtitan.read(L.Layered(src, job, set(over)), deep_merge(data, L.unflatten(over)))
-    imp.files = (src.name,) + ((job.name,) if job else ())
+    imp.files = (src.name,) + ((job.name,) if job and job.text else ())
     return imp
 
 

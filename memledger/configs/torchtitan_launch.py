@@ -1,8 +1,11 @@
-"""A torchtitan launch — `CONFIG_FILE=job.toml ./run_train.sh --section.key=value …` or
-`torchrun … -m torchtitan.train --job.config_file job.toml …` — as the job config it runs: the
-TOML it names with the command line's overrides on top (torchtitan 0.2
-config/manager.py ConfigManager.parse_args: the file first, then the CLI; run_train.sh passes
-`--job.config_file ${CONFIG_FILE}` and "$@").
+"""A torchtitan launch as the job config it runs, the command line's overrides on top:
+- 0.2: `CONFIG_FILE=job.toml ./run_train.sh --section.key=value …` or `torchrun … -m
+  torchtitan.train --job.config_file job.toml …` — the TOML it names (config/manager.py
+  ConfigManager.parse_args: the file first, then the CLI; run_train.sh passes
+  `--job.config_file ${CONFIG_FILE}` and "$@");
+- 0.3: `MODULE=llama3 CONFIG=llama3_8b ./run_train.sh …` or `--module llama3 --config llama3_8b`
+  — the config_registry function's Trainer.Config (config/manager.py: --module, --config), read
+  as the job config it dumps; only from a file the CLI reads, with torchtitan installed.
 
 The script is tokenised by `megatron_argv` (shlex, plain assignments substituted, never run).
 An override is `--section.key=value`, `--section.key value…` (several values: a list) or a bare
@@ -16,12 +19,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from memledger.configs.megatron_argv import argv_tokens
 from memledger.configs.source import ConfigError, Source
 
 ENTRY = re.compile(r"run_train\.sh|torchtitan[./]train|torchtitan/train\.py")
-_CONFIG_ENV = re.compile(r"""(?:^|[\s;])(?:export\s+)?CONFIG_FILE=("[^"]*"|'[^']*'|[^\s;]+)""")
 MAX_DOTS = 8
 _NUM = re.compile(r"^-?(\d+\.?\d*(e-?\d+)?|\.\d+)$", re.I)
 
@@ -41,17 +44,36 @@ def _value(v: str):
     return v
 
 
-def parse(src: Source) -> tuple[str | None, dict[str, object]]:
-    """(the job config file it names or None, flat dotted overrides in command-line order)."""
+class Launch(NamedTuple):
+    job_file: str | None  # 0.2: the TOML it names (CONFIG_FILE, --job.config_file)
+    module: str | None  # 0.3: --module / MODULE (a model family)
+    registry: str | None  # 0.3: --config / CONFIG (a config_registry function)
+    overrides: dict  # flat dotted keys, in command-line order
+
+
+def _env(text: str, name: str) -> str | None:
+    """`NAME=value` before the command or `export NAME=value` on a line of its own."""
+    m = re.search(rf"""(?:^|[\s;])(?:export\s+)?{name}=("[^"]*"|'[^']*'|[^\s;]+)""", text)
+    return m.group(1).strip("'\"") if m else None
+
+
+def parse(src: Source) -> Launch:
     tokens = argv_tokens(src, ENTRY)
-    config = None
+    named: dict[str, str] = {}
     out: dict[str, object] = {}
     i = 0
     while i < len(tokens):
         t = tokens[i]
         i += 1
-        if t.startswith("CONFIG_FILE="):
-            config = t.split("=", 1)[1]
+        env, eq, val = t.partition("=")
+        if eq and env in ("CONFIG_FILE", "MODULE", "CONFIG"):
+            named[env] = val
+            continue
+        if t.split("=", 1)[0] in ("--module", "--config"):
+            flag, eq, val = t.partition("=")
+            if not eq and i < len(tokens):
+                val, i = tokens[i], i + 1
+            named[{"--module": "MODULE", "--config": "CONFIG"}[flag]] = val
             continue
         if not t.startswith("--") or "." not in t.split("=", 1)[0]:
             continue
@@ -70,13 +92,40 @@ def parse(src: Source) -> tuple[str | None, dict[str, object]]:
             key = f"{section}.{leaf}"
             value = True if not values else _value(values[0]) if len(values) == 1 else values
         if key == "job.config_file":
-            config = str(value)
+            named["CONFIG_FILE"] = str(value)
             continue
         out[key] = value
-    if config is None:  # `export CONFIG_FILE=…` on a line of its own
-        m = _CONFIG_ENV.search(src.text)
-        config = m.group(1).strip("'\"") if m else None
-    return config, out
+    for env in ("CONFIG_FILE", "MODULE", "CONFIG"):
+        if env not in named and _env(src.text, env) is not None:
+            named[env] = _env(src.text, env)
+    return Launch(named.get("CONFIG_FILE"), named.get("MODULE"), named.get("CONFIG"), out)
+
+
+def registry_config(src: Source, module: str, name: str) -> dict:
+    """torchtitan 0.3's job config of `--module M --config F`: the registry function's
+    Trainer.Config as its dump (`to_dict`, what debug.save_config_file writes), read through
+    JSON into plain containers. Only a `M_…` function defined in
+    torchtitan.models.M.config_registry is called."""
+    import importlib
+    import inspect
+    import json
+    if not (re.fullmatch(r"[a-z][a-z0-9_]{0,40}", module or "")
+            and re.fullmatch(r"[a-z][a-z0-9_.]{0,80}", name or "")):
+        raise ConfigError(src.name, f"--module {module!r} --config {name!r}: not a torchtitan "
+                                    "model family and config function")
+    try:
+        reg = importlib.import_module(f"torchtitan.models.{module}.config_registry")
+    except ImportError:
+        raise ConfigError(src.name, f"--module {module} --config {name}: torchtitan 0.3's config "
+                                    "registry is read with torchtitan installed (pip install "
+                                    "'memledger[validation]'); or give the job config it dumps "
+                                    "(debug.save_config_file)") from None
+    known = sorted(n for n, f in vars(reg).items() if n.startswith(module + "_")
+                   and inspect.isfunction(f) and f.__module__ == reg.__name__)
+    if name not in known:
+        raise ConfigError(src.name, f"--config {name}: not a config of torchtitan.models.{module} "
+                                    f"({', '.join(known[:12])}{', …' if len(known) > 12 else ''})")
+    return json.loads(json.dumps(getattr(reg, name)().to_dict(), default=str))
 
 
 def unflatten(flat: dict[str, object]) -> dict:
