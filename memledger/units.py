@@ -95,7 +95,8 @@ def fmt(name: str) -> NumberFormat:
 
 def format_bytes(name: str, n_values: int) -> int:
     """Exact bytes to store `n_values` values in format `name` (scales included)."""
-    return fmt(name).bytes_for(n_values)
+    f = FORMATS.get(name)  # the plain formats directly: every static item asks
+    return (f if f is not None else fmt(name)).bytes_for(n_values)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -12,12 +12,14 @@ _HASHES: dict[int, int] = {}
 
 
 def _cached_hash(self) -> int:
+    try:  # every cache lookup with a spec argument lands here: the hit path first
+        return _HASHES[id(self)]
+    except KeyError:
+        pass
     key = id(self)
-    cached = _HASHES.get(key)
-    if cached is None:
-        cached = hash((type(self).__name__,) + tuple(getattr(self, f.name) for f in fields(self)))
-        _HASHES[key] = cached
-        weakref.finalize(self, _HASHES.pop, key, None)
+    cached = hash((type(self).__name__,) + tuple(getattr(self, f.name) for f in fields(self)))
+    _HASHES[key] = cached
+    weakref.finalize(self, _HASHES.pop, key, None)
     return cached
 
 
