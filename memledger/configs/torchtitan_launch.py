@@ -96,8 +96,9 @@ def parse(src: Source) -> Launch:
             continue
         out[key] = value
     for env in ("CONFIG_FILE", "MODULE", "CONFIG"):
-        if env not in named and _env(src.text, env) is not None:
-            named[env] = _env(src.text, env)
+        value = named.get(env) or _env(src.text, env)
+        if value is not None:
+            named[env] = value
     return Launch(named.get("CONFIG_FILE"), named.get("MODULE"), named.get("CONFIG"), out)
 
 
@@ -146,7 +147,6 @@ class Layered:
     def __init__(self, launch: Source, job: Source | None, overridden: set[str]):
         self.launch, self.job, self.overridden = launch, job, overridden
         self.name = launch.name
-        self.text = launch.text + ("\n" + job.text if job else "")
 
     def _src(self, key: str) -> Source:
         return self.launch if self.job is None or key in self.overridden else self.job
