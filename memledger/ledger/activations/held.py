@@ -76,10 +76,11 @@ def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
 
 
 def _template(e: Entry, decision: tuple) -> tuple:
-    """(tensor, cls, policy, native, stored, gpu, paid, producer, bits, offload, formula prefix,
-    formula tail) of one entry's move: `policy.move` without the per-rank fields."""
+    """((tensor, cls, policy), (native, stored, gpu, paid, producer, bits, offload), formula
+    prefix, formula tail) of one entry's move: `policy.move` without the per-rank fields
+    (section, copies, per micro-batch), which go between the two field runs."""
     policy, native, stored, gpu, bits, off, producer, paid, prefix, suffix = decision
-    return (e.tensor.name, e.tensor.cls, policy, native, stored, gpu, paid, producer, bits, off,
+    return ((e.tensor.name, e.tensor.cls, policy), (native, stored, gpu, paid, producer, bits, off),
             prefix, e.formula + suffix)
 
 

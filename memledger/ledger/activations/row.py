@@ -35,7 +35,7 @@ SRC_MODE = {"op": SRC_AC, "interval": "torchtitan 0.2 activation_checkpoint.py (
             "memory-budget": "torchtitan MemoryBudgetAC + torch._functorch.config."
                              "activation_memory_budget"}
 STAGING = {"cpu": "offload staging buffers", "pp": "remote offload staging buffers"}
-_new_move = tuple.__new__  # TensorMove's fields in order, without namedtuple's _make frame
+_new_move = tuple.__new__  # a NamedTuple's fields in order, without its __new__ frame
 
 
 def _structural_moves(a: HeldActivations) -> list[TensorMove]:
@@ -154,10 +154,8 @@ def activation_moves(a: HeldActivations) -> list[TensorMove]:
             section, head = f"{kind} layers", f"{n} layer-micro-batches × "
             # policy.move's TensorMove, from the table's per-entry templates (every rank, every
             # tensor: the hot loop of a ledger)
-            moves += [_new_move(TensorMove, (section, name, cls, pol, n, per, native, stored,
-                                             gpu, paid, producer, bits, off, prefix + head + tail))
-                      for name, cls, pol, native, stored, gpu, paid, producer, bits, off, prefix,
-                      tail in (table.templates if n else ())]
+            moves += [_new_move(TensorMove, (section, *front, n, per, *back, prefix + head + tail))
+                      for front, back, prefix, tail in (table.templates if n else ())]
         if rc == "interval":
             moves += _interval_moves(a)
     for section, held in (("first stage", a.first), ("last stage", a.last)):
@@ -200,8 +198,9 @@ def staging_bytes(moves: list[TensorMove], target: str) -> int:
 def activation_items(a: HeldActivations, moves: list[TensorMove]) -> list[Item]:
     """Items of the activation row (recomputed tensors have none; offloaded ones show 0 bytes)."""
     src = SRC_MODE.get(a.t.recompute) or SRC.get(a.t.profile, f"profile {a.t.profile}")
-    items = [Item("activations", _item_name(mv.section, mv.tensor), mv.gpu_bytes * mv.copies,
-                  mv.formula, src) for mv in moves if mv.stored_bytes or mv.gpu_bytes]
+    items = [_new_move(Item, ("activations", _item_name(mv.section, mv.tensor),  # Item's fields
+                              mv.gpu_bytes * mv.copies, mv.formula, src))
+             for mv in moves if mv.stored_bytes or mv.gpu_bytes]
     targets = {mv.offload for mv in moves}
     for target, name in STAGING.items():
         staging = staging_bytes(moves, target) if target in targets else 0
