@@ -136,3 +136,29 @@ def test_a_03_launch_reads_the_registry_config_with_its_overrides(tmp_path, caps
     launch.write_text("./run_train.sh --module llama3 --config llama3_nope\n")
     assert main(["config", str(launch)]) == 2
     assert "llama3_8b" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,want", [
+    ({}, {"--micro-batch": "2", "--seq": "8192", "--micro-batches": "2"}),
+    ({"parallelism": {"pipeline_parallel_degree": 2, "num_pp_microbatches": 4}},
+     {"--micro-batch": "2", "--pp": "2", "--micro-batches": "4"}),
+])
+def test_batches_counted_in_tokens_are_whole_sequences(tmp_path, capsys, extra, want):
+    """torchtitan after 0.3: num_tokens_per_microbatch_per_dp_rank / max_context_length rows
+    per micro-batch, num_pp_microbatches of them under PP, num_tokens_per_train_step the global
+    batch (524,288 tokens = 64 sequences over dp 16 × 2 rows: 2 micro-batches)."""
+    job = {"model_spec": {"name": "llama3", "flavor": "8B"},
+           "training": {"num_tokens_per_microbatch_per_dp_rank": 16384,
+                        "max_context_length": 8192},
+           "parallelism": {"data_parallel_shard_degree": -1, **extra.get("parallelism", {})}}
+    if not extra:
+        job["training"]["num_tokens_per_train_step"] = 524288
+    p = tmp_path / "job.json"
+    p.write_text(json.dumps(job))
+    f = _config(capsys, p, "--world", "16" if not extra else "32")["flags"]
+    got = {a: b for a, b in zip(f, f[1:]) if a in want}
+    assert got == want
+    job["training"]["num_tokens_per_microbatch_per_dp_rank"] = 10000
+    p.write_text(json.dumps(job))
+    assert main(["config", str(p)]) == 2
+    assert "not whole sequences of max_context_length 8192" in capsys.readouterr().err

@@ -22,7 +22,8 @@ from __future__ import annotations
 from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choice
 from memledger.configs.source import Source, flatten
 from memledger.configs.torchtitan_era import era_and_loss
-from memledger.configs.torchtitan_options import OPTION_RULES, compile_flags, converters
+from memledger.configs.torchtitan_options import (OPTION_RULES, compile_flags, converters,
+                                                    token_batches)
 from memledger.model.titan_flavors import SOURCE as TITAN_FLAVORS
 from memledger.model.titan_flavors import flavor_model, flavor_names
 
@@ -43,7 +44,8 @@ def degree(v) -> int:
 
 
 RULES = (
-    Rule(key="training.seq_len", dest="seq", conv=as_int, default=2048, source=JC),
+    Rule(key="training.seq_len", dest="seq", conv=as_int, default=2048, source=JC,
+         aliases=("training.max_context_length",)),
     Rule(key="training.local_batch_size", dest="_local_batch", conv=as_int, default=8, source=JC,
          aliases=("training.batch_size",)),
     Rule(key="training.global_batch_size", dest="_global_batch", conv=degree, default=-1, source=JC),
@@ -203,6 +205,7 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
     apply(src, flat, RULES, unmodelled=UNMODELLED, ignored=IGNORED, imp=imp,
           skip=frozenset({"loss.num_chunks"}))
     _model(flat, src, imp)
+    token_batches(imp.flags(), src, imp)
     f = imp.flags()
     _ac(f, src, imp)
     compile_flags(f, src, imp)

@@ -1,5 +1,6 @@
-"""torchtitan's compile and float8 options → memledger flags (the torchtitan importer's part for
-`training.compile` / `[compile]` and `model.converters` / `[float8]`; docs/configs.md).
+"""torchtitan's compile and float8 options and its token-counted batches → memledger flags (the
+torchtitan importer's part for `training.compile` / `[compile]`, `model.converters` /
+`[float8]`, and the `num_tokens_*` batches of torchtitan after 0.3; docs/configs.md).
 
 training.compile (2024-12 / 2025-06) compiles the blocks and the loss as the era does
 (--torchtitan-version); compile.enable + components (0.2, 0.3) say both. The float8 converter
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from memledger.configs.rules import Imported, Rule, as_bool, choice
+from memledger.configs.rules import Imported, Rule, as_bool, as_int, choice
 from memledger.configs.source import Source
 from memledger.specs.runtime import FLOAT8_RECIPES
 
 JC = "torchtitan/config/job_config.py"
+TOKENS = "torchtitan after 0.3 config/configs.py (batches in tokens), trainer.py"
 # the converter's later spelling (torchtitan docs/float8.md: model.converters =
 # ["quantize.linear.float8"], its options under [quantize.linear.float8])
 Q8 = "quantize.linear.float8."
@@ -42,6 +44,13 @@ OPTION_RULES = (
          conv=as_bool, default=False, source=JC),
     Rule(key="float8.force_recompute_fp8_weight_in_bwd", aliases=(Q8 + "force_recompute_fp8_weight_in_bwd",), dest="_f8_force", conv=as_bool,
          default=False, source=JC),
+    # torchtitan after 0.3 counts batches in tokens (TrainingConfig, ParallelismConfig)
+    Rule(key="training.num_tokens_per_microbatch_per_dp_rank", dest="_mb_tokens", conv=as_int,
+         source=TOKENS),
+    Rule(key="training.num_tokens_per_train_step", dest="_step_tokens",
+         conv=lambda v: -1 if v in (-1, "-1") else as_int(v), source=TOKENS),
+    Rule(key="parallelism.num_pp_microbatches", dest="_pp_microbatches", conv=as_int,
+         source=TOKENS),
     Rule(key="float8.filter_fqns", aliases=(Q8 + "filter_fqns",), dest="_f8_filter", default=["output"], source=JC,
          conv=lambda v: _names(v)),
 )
@@ -99,3 +108,31 @@ def compile_flags(f: dict, src: Source, imp: Imported) -> None:
             "compile.enable")
     imp.set("compile_loss", "on" if f["_compile"] and "loss" in f["_compile_parts"] else "off",
             src, "compile.components")
+
+
+LOCAL_GLOBAL = ("training.local_batch_size", "training.global_batch_size")
+
+
+def token_batches(f: dict, src: Source, imp: Imported) -> None:
+    """Token counts as torchtitan after 0.3 spells the batch: a micro-batch of
+    num_tokens_per_microbatch_per_dp_rank tokens is that / max_context_length sequences (the
+    packed [T] rows of max_context_length each), num_pp_microbatches of them per step under
+    PP, num_tokens_per_train_step the global batch in tokens (-1: no accumulation)."""
+    if "_mb_tokens" not in f:
+        return
+    seq, key = f["seq"], "training.num_tokens_per_microbatch_per_dp_rank"
+    if f["_mb_tokens"] % seq:
+        raise src.error(key, f"{f['_mb_tokens']} tokens are not whole sequences of "
+                             f"max_context_length {seq}")
+    rows = f["_mb_tokens"] // seq
+    imp.rows = [r for r in imp.rows if not (r.kind == "default" and r.key in LOCAL_GLOBAL)]
+    if f.get("pp", 1) > 1:
+        imp.set("_pp_microbatch", rows, src, key)
+        rows *= f.get("_pp_microbatches", 1)
+    imp.set("_local_batch", rows, src, key)
+    step = f.get("_step_tokens", -1)
+    if step != -1:
+        if step % seq:
+            raise src.error("training.num_tokens_per_train_step",
+                            f"{step} tokens are not whole sequences of max_context_length {seq}")
+        imp.set("_global_batch", step // seq, src, "training.num_tokens_per_train_step")
