@@ -74,11 +74,11 @@ def detect(src: Source, kind: str, data) -> str:
             return "megatron"
         if keys & {"per_device_train_batch_size", "output_dir"}:
             return "hf"
-    if kind == "text" and is_launch(src.text):  # run_train.sh / torchtitan.train
-        return "torchtitan"
     if kind == "text" and ("pretrain_gpt" in src.text or "--tensor-model-parallel-size" in src.text
                            or "--num-layers" in src.text):
         return "megatron"
+    if kind == "text" and is_launch(src.text):  # run_train.sh / torchtitan.train
+        return "torchtitan"
     raise ConfigError(src.name, f"unknown configuration format (read as {kind}); supported: "
                                 f"{', '.join(FORMATS)} (force one with --config-format)")
 
