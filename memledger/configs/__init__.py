@@ -160,7 +160,7 @@ def _launch(src: Source, base: Path | None, given: dict[str, str]) -> Imported:
         job = Source(f"torchtitan.models.{launch.module}.config_registry.{launch.registry}()", "")
     over = launch.overrides
     imp = torchtitan.read(L.Layered(src, job, set(over)), deep_merge(data, L.unflatten(over)))
-    imp.files = (src.name,) + ((job.name,) if job and job.text else ())
+    imp.files = (src.name,) + ((job.name,) if launch.job_file is not None else ())  # read once
     return imp
 
 

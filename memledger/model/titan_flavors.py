@@ -35,24 +35,16 @@ QWEN3_32B = (("model_type", "qwen3"), ("hidden_size", 5120), ("num_hidden_layers
 
 # deepseek_v3 "16B" (`_16b`: MLA with no q low-rank, 64 routed experts top-6 softmax, 2 shared,
 # 1 dense layer; DeepSeek-V2-Lite's shape); torchtitan's flavors build no MTP module
-DSV3_16B = (("model_type", "deepseek_v3"), ("hidden_size", 2048), ("num_hidden_layers", 27),
-            ("num_attention_heads", 16), ("q_lora_rank", None), ("kv_lora_rank", 512),
-            ("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128),
-            ("intermediate_size", 10944), ("moe_intermediate_size", 1408),
-            ("n_routed_experts", 64), ("num_experts_per_tok", 6), ("n_shared_experts", 2),
-            ("first_k_dense_replace", 1), ("vocab_size", 102400),
-            ("tie_word_embeddings", False), ("num_nextn_predict_layers", 0),
-            ("hidden_act", "silu"))
+DSV3_16B = _cfg(_DSV3, hidden_size=2048, num_hidden_layers=27, num_attention_heads=16,
+                q_lora_rank=None, intermediate_size=10944, moe_intermediate_size=1408,
+                n_routed_experts=64, num_experts_per_tok=6, n_shared_experts=2,
+                first_k_dense_replace=1, vocab_size=102400)
 
 # deepseek-ai/DeepSeek-V3 config.json as the "671B" flavor builds it (`_671b`): no MTP module
-DSV3_671B = (("model_type", "deepseek_v3"), ("hidden_size", 7168), ("num_hidden_layers", 61),
-             ("num_attention_heads", 128), ("q_lora_rank", 1536), ("kv_lora_rank", 512),
-             ("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128),
-             ("intermediate_size", 18432), ("moe_intermediate_size", 2048),
-             ("n_routed_experts", 256), ("num_experts_per_tok", 8), ("n_shared_experts", 1),
-             ("first_k_dense_replace", 3), ("vocab_size", 129280),
-             ("tie_word_embeddings", False), ("num_nextn_predict_layers", 0),
-             ("hidden_act", "silu"))
+DSV3_671B = _cfg(_DSV3, hidden_size=7168, num_hidden_layers=61, num_attention_heads=128,
+                 q_lora_rank=1536, intermediate_size=18432, moe_intermediate_size=2048,
+                 n_routed_experts=256, num_experts_per_tok=8, n_shared_experts=1,
+                 first_k_dense_replace=3, vocab_size=129280)
 
 # (family, flavor lower-cased) -> "preset:<name>", "hf:<Hub id>" or a config.json as pairs
 FLAVORS: dict[tuple[str, str], str | tuple] = {
