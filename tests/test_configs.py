@@ -257,12 +257,13 @@ TT_MODELS = {"405b": ("--model", "llama3.1-405b"), "8b": ("--hf-id", "meta-llama
        loss_parallel=st.booleans())
 def test_torchtitan_round_trip(tmp_path, capsys, model, tp, pp, cp, dp, zero, mb, m, schedule,
                                rec, reshard, compile_, loss_parallel):
-    # torchtitan applies FSDP only for a shard degree > 1; accumulation without PP is the
+    # torchtitan applies FSDP for a shard degree > 1 or CP (fsdp_enabled = dp_shard_enabled or
+    # cp_enabled); accumulation without PP is the
     # global batch, under PP the local batch is split into micro-batches (at least pp of them:
     # torch's 1F1B refuses fewer, and so does memledger); the TOML is 0.2's spelling, read back
     # as that era; multi-stage schedules
     # hold 2 stages per rank and split the layers its own way (layout torchtitan:1,1)
-    zero = zero if dp > 1 else 0
+    zero = 3 if cp > 1 else zero if dp > 1 else 0
     schedule = schedule if pp > 1 else "1f1b"
     m = m * pp
     flags = [*TT_MODELS[model], "--tp", tp, "--pp", pp, "--cp", cp, "--dp", dp, "--zero", zero,

@@ -73,6 +73,10 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                    help=f"world size; dp = world/(tp·pp·cp) (default: {D['world']} unless --dp)")
     g.add_argument("--zero", type=int, default=D["zero"], choices=(0, 1, 2, 3),
                    help=f"ZeRO stage (default: {D['zero']})")
+    g.add_argument("--dp-replicate", type=int, default=1, metavar="R",
+                   help="HSDP: copies of the ZeRO / FSDP shard group, which is dp·cp/R ranks "
+                        "(torchtitan data_parallel_replicate_degree, Megatron "
+                        "--num-distributed-optimizer-instances; default: 1, shard over all dp)")
     g.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallel (default: on when tp > 1)")
     g.add_argument("--schedule", choices=sorted(SCHEDULES), default=None,
@@ -277,7 +281,8 @@ def parallel_from_args(args, m) -> ParallelSpec:
     schedule = args.schedule or ("interleaved" if args.vpp > 1 else "1f1b")
     sp = args.sp if args.sp is not None else args.tp > 1
     kw = dict(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,
-              sp=sp, zero=args.zero, schedule=schedule)
+              sp=sp, zero=args.zero, schedule=schedule,
+              dp_replicate=getattr(args, "dp_replicate", 1))
     if args.dp is not None and args.world is not None and args.dp * args.tp * args.pp * args.cp != args.world:
         raise SpecError("world", f"world={args.world} != tp·pp·cp·dp = "
                                  f"{args.tp * args.pp * args.cp * args.dp}")

@@ -11,7 +11,7 @@ from memledger.cli.args import add_config_args, load_model, parallel_from_args
 from memledger.configs.export import TARGETS, WRITERS
 from memledger.presets.defaults import DEFAULTS as D
 
-SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "zero", "sp", "schedule", "layout",
+SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "dp_replicate", "zero", "sp", "schedule", "layout",
          "micro_batch", "seq", "micro_batches", "precision", "optimizer", "profile", "recompute",
          "recompute_every", "recompute_budget_pct", "hidden_dropout", "a2a", "capacity_factor",
          "reduce_bucket", "allgather_bucket", "overlap_comm", "zero3_impl", "zero3_prefetch_bucket",

@@ -37,7 +37,8 @@ def _reserved_text(r) -> str:
 def render(led, with_items: bool = False) -> str:
     m, p, t = led.model, led.parallel, led.train
     head = (f"{m.name}: {led.n_params:,} params ({led.n_active_params:,} active) | "
-            f"tp={p.tp} pp={p.pp} vpp={p.vpp} ep={p.ep} etp={p.etp} cp={p.cp} dp={p.dp} "
+            f"tp={p.tp} pp={p.pp} vpp={p.vpp} ep={p.ep} etp={p.etp} cp={p.cp} dp={p.dp}"
+            f"{f' dp_replicate={p.dp_replicate}' if p.dp_replicate > 1 else ''} "
             f"sp={'on' if p.sp else 'off'} ZeRO-{p.zero} {p.schedule} | "
             f"mb={t.micro_batch}×{t.seq} m={t.micro_batches} {t.precision}/{t.optimizer} "
             f"profile={t.profile} recompute={t.recompute}")

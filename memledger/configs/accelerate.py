@@ -6,7 +6,8 @@ FULL_SHARD / HYBRID_SHARD, ZeRO-2 for SHARD_GRAD_OP, ZeRO-0 for NO_SHARD (FSDP 1
 fsdp_reshard_after_forward false = reshard never. mixed_precision bf16 under FSDP = FSDP2's
 MixedPrecisionPolicy over fp32 parameters (fsdp2-mixed), otherwise autocast (amp);
 num_processes = world; parallelism_config tp/cp/dp_shard/dp_replicate sizes = tp, cp,
-dp = shard · replicate. DEEPSPEED reads deepspeed_config (zero_stage, offload devices) or the
+dp = shard · replicate, and replicate > 1 beside FSDP sharding is HSDP (dp_replicate); FSDP 1's
+HYBRID_SHARD is dp_replicate = num_machines. DEEPSPEED reads deepspeed_config (zero_stage, offload devices) or the
 JSON named by deepspeed_config_file. Loop hf-trainer, profile hf, TP DTensor's.
 LLaMA-Factory (llamafactory/hparams/{model,data,finetuning,training}_args.py): model_name_or_path
 = a Hub id (memledger's offline catalog first), cutoff_len = seq (default 2048), finetuning_type
@@ -31,6 +32,7 @@ SHARDING = {"full_shard": 3, "1": 3, "shard_grad_op": 2, "2": 2, "hybrid_shard":
 
 ACC_RULES = (
     Rule(key="num_processes", dest="world", conv=as_int, default=1, source=CA),
+    Rule(key="num_machines", dest="_acc_machines", conv=as_int, default=1, source=CA),
     Rule(key="mixed_precision", dest="_acc_mp", default="no", source=CA,
          conv=lambda v: choice(v, {"no": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"})),
     Rule(key="distributed_type", dest="_acc_type", default="NO", source=CA,
@@ -67,7 +69,7 @@ ACC_UNMODELLED = {
     "parallelism_config.parallelism_config_sp_size": "sequence parallelism outside TP",
 }
 ACC_IGNORED = {k: "no effect on per-GPU memory (launch or I/O)" for k in (
-    "compute_environment", "debug", "machine_rank", "main_training_function", "num_machines",
+    "compute_environment", "debug", "machine_rank", "main_training_function",
     "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu",
     "downcast_bf16", "enable_cpu_affinity", "main_process_ip", "main_process_port",
     "fsdp_config.fsdp_auto_wrap_policy", "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
@@ -77,6 +79,15 @@ ACC_IGNORED = {k: "no effect on per-GPU memory (launch or I/O)" for k in (
     "deepspeed_config.deepspeed_multinode_launcher", "deepspeed_config.zero3_init_flag",
     "deepspeed_config.zero3_save_16bit_model", "fsdp_config.fsdp_min_num_params",
     "parallelism_config.parallelism_config_cp_comm_strategy", "dynamo_config.")}
+
+
+def _hybrid(flat: dict) -> bool:
+    """FSDP 1's HYBRID_SHARD(_ZERO2): shard inside a node, one copy per node (torch
+    fsdp/_init_utils.py `_init_process_group_state_for_hybrid_shard`: the intra-node group is
+    the node's GPUs), so memledger's dp_replicate is num_machines."""
+    return any(str(flat.get(k, "")).lower() in ("hybrid_shard", "hybrid_shard_zero2", "4", "5")
+               for k in ("fsdp_config.fsdp_sharding_strategy",
+                         "fsdp_config.fsdp_reshard_after_forward"))
 
 
 def read_accelerate(src: Source, data: dict, fmt: str = "accelerate") -> Imported:
@@ -115,6 +126,11 @@ def read_accelerate(src: Source, data: dict, fmt: str = "accelerate") -> Importe
     if "_acc_dp_shard" in f:
         imp.set("dp", f["_acc_dp_shard"] * f["_acc_dp_rep"], src,
                 "parallelism_config.parallelism_config_dp_shard_size")
+    if fsdp and f["_acc_dp_rep"] > 1 and f.get("_acc_dp_shard", 1) > 1:
+        imp.set("dp_replicate", f["_acc_dp_rep"], src,
+                "parallelism_config.parallelism_config_dp_replicate_size")
+    elif fsdp and _hybrid(flat) and f["_acc_machines"] > 1:
+        imp.set("dp_replicate", f["_acc_machines"], src, "fsdp_config.fsdp_sharding_strategy")
     if f.get("tp", 1) > 1:
         imp.set("tp_engine", "dtensor", src, "parallelism_config.parallelism_config_tp_size")
     _implied(imp, src, "deepspeed" if kind == "DEEPSPEED" else "hf-trainer")

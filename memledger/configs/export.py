@@ -79,6 +79,10 @@ def to_megatron(a: dict, m) -> str:
             2: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"],
             3: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                 "optim_grads_params"]}[a["zero"]]
+    rep = a.get("dp_replicate", 1)
+    _need(rep == 1 or a["zero"] == 1, "megatron", f"dp_replicate {rep} outside the distributed "
+                                                  "optimizer")
+    out += ["--num-distributed-optimizer-instances", rep] if rep > 1 else []
     out += _megatron_layout(a)
     out += ["--micro-batch-size", a["micro_batch"], "--global-batch-size",
             a["micro_batch"] * a["micro_batches"] * a["dp"], "--seq-length", a["seq"]]
@@ -156,6 +160,8 @@ def to_torchtitan(a: dict, m) -> str:
     _need(prec in ("fsdp2-mixed", "bf16", "fp32", "amp"), "torchtitan", f"precision {prec}")
     _need(prec != "fsdp2-mixed" or a["zero"] == 3, "torchtitan", "fsdp2-mixed without FSDP")
     _need(prec != "amp" or a["zero"] == 0, "torchtitan", "autocast under FSDP")
+    _need(a["zero"] == 3 or a["cp"] == 1, "torchtitan", "CP without FSDP (torchtitan shards over "
+                                                        "cp: parallel_dims.py fsdp_enabled)")
     _need(a["schedule"] in TT_SCHED, "torchtitan", f"schedule {a['schedule']}")
     _need(a["vpp"] == (2 if a["schedule"] == "interleaved" else 1), "torchtitan",
           f"vpp {a['vpp']} (2 stages per rank for multi-stage schedules)")
@@ -167,8 +173,9 @@ def to_torchtitan(a: dict, m) -> str:
     training = {"local_batch_size": local, "global_batch_size": mb * a["micro_batches"] * dp,
                 "seq_len": a["seq"], "dtype": "bfloat16" if prec == "bf16" else "float32",
                 "mixed_precision_param": "float32" if prec == "fp32" else "bfloat16"}
-    par = {"data_parallel_replicate_degree": dp if a["zero"] == 0 else 1,
-           "data_parallel_shard_degree": dp if a["zero"] == 3 else 1,
+    rep = a.get("dp_replicate", 1) if a["zero"] == 3 else dp  # HSDP; DDP replicates all
+    par = {"data_parallel_replicate_degree": rep,
+           "data_parallel_shard_degree": dp // rep,
            "fsdp_reshard_after_forward": a["fsdp_reshard_after_forward"],
            "tensor_parallel_degree": a["tp"], "pipeline_parallel_degree": a["pp"],
            "context_parallel_degree": a["cp"], "expert_parallel_degree": a["ep"],
@@ -207,6 +214,7 @@ def to_torchtitan(a: dict, m) -> str:
 
 def to_deepspeed(a: dict, m=None) -> str:
     _need(a["pp"] == 1 and a["cp"] == 1, "deepspeed", "pipeline or context parallelism in its JSON")
+    _need(a.get("dp_replicate", 1) == 1, "deepspeed", "HSDP replicas (dp_replicate)")
     prec = a["precision"]
     _need(prec in ("mixed16", "fp16", "fp32"), "deepspeed", f"precision {prec}")
     zero = {"stage": a["zero"], "overlap_comm": bool(a["overlap_comm"]),
@@ -247,11 +255,12 @@ def to_accelerate(a: dict, m=None) -> str:
         _need(a["fsdp_reshard_after_forward"] != "always", "accelerate", "reshard always")
     _need(a["recompute"] in ("none", "full") and (fsdp or a["recompute"] == "none"),
           "accelerate", f"recompute {a['recompute']} here")
-    if a["tp"] > 1 or a["cp"] > 1:
+    rep = a.get("dp_replicate", 1) if fsdp else 1
+    if a["tp"] > 1 or a["cp"] > 1 or rep > 1:
         lines += ["parallelism_config:", f"  parallelism_config_tp_size: {a['tp']}",
                   f"  parallelism_config_cp_size: {a['cp']}",
-                  f"  parallelism_config_dp_shard_size: {a['dp']}",
-                  "  parallelism_config_dp_replicate_size: 1"]
+                  f"  parallelism_config_dp_shard_size: {a['dp'] // rep}",
+                  f"  parallelism_config_dp_replicate_size: {rep}"]
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,8 @@ Keys are Megatron field names (a flag `--tensor-model-parallel-size` is the fiel
 `tensor_model_parallel_size`, megatron/training/argument_utils.py). Mapping decisions
 (docs/configs.md): dp = world / (tp·pp·cp) with world = torchrun's nproc_per_node × nnodes;
 micro-batches = global_batch_size / (micro_batch_size · dp) (megatron/training/arguments.py);
---use-distributed-optimizer = ZeRO-1; Megatron-FSDP's data_parallel_sharding_strategy
+--use-distributed-optimizer = ZeRO-1, over dp·cp / --num-distributed-optimizer-instances ranks
+(dp_replicate: the optimizer state copied that many times); Megatron-FSDP's data_parallel_sharding_strategy
 optim / optim_grads / optim_grads_params = ZeRO 1 / 2 / 3 (zero3 implementation fsdp);
 sequence parallelism is forced off at tp = 1 (arguments.py); expert_tensor_parallel_size
 defaults to tp; recompute granularity full = every layer (uniform, 1 layer per group).
@@ -42,6 +43,8 @@ RULES = (
     Rule(key="sequence_parallel", dest="sp", conv=as_bool, default=False, source=MPC),
     Rule(key="use_distributed_optimizer", dest="zero",
          conv=lambda v: 1 if as_bool(v) else 0, default=False, source=ARGS),
+    Rule(key="num_distributed_optimizer_instances", dest="dp_replicate", conv=as_int,
+         source="megatron/core/distributed/distributed_data_parallel_config.py"),
     Rule(key="micro_batch_size", dest="micro_batch", conv=as_int, source=ARGS),
     Rule(key="global_batch_size", dest="_global_batch", conv=as_int, source=ARGS),
     Rule(key="seq_length", dest="seq", conv=as_int, source=ARGS, aliases=("encoder_seq_length",)),

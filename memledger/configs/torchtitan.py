@@ -15,7 +15,9 @@ without layers_per_stage hold 2 stages per rank (torchtitan/distributed/pipeline
 and the layers split as `_generate_llm_fqn_per_model_part` does (embedding and output count as
 first/last_stage_less_layers layers). Tensor parallelism is DTensor's (tp_engine dtensor).
 The 2024-12 / 2025-06 spellings (`training.*_degree`, `experimental.*parallel*`) are aliases.
-Ignores HSDP's replicate groups for the shard size (memledger shards over all of dp; named).
+HSDP (replicate > 1 beside FSDP) is dp_replicate: FSDP2 shards over dp_shard·cp, each replica
+holding the same shards (parallel_dims.py `fsdp` mesh; fully_shard on the (dp_replicate, fsdp)
+mesh).
 """
 from __future__ import annotations
 
@@ -211,14 +213,15 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
     compile_flags(f, src, imp)
     converters(f, src, imp)
     rep, shard = f["_dp_replicate"], f["_dp_shard"]
-    fsdp = shard != 1
+    # parallel_dims.py fsdp_enabled = dp_shard_enabled or cp_enabled (0.3; 2024-12's
+    # parallelize_llama.py: `if dp_shard_enabled or cp_enabled`): CP alone shards too
+    fsdp = shard != 1 or f.get("cp", 1) > 1
     imp.set("zero", 3 if fsdp else 0, src, "parallelism.data_parallel_shard_degree")
     imp.set("zero3_impl", "fsdp", src, "parallelism.data_parallel_shard_degree")
     if rep != -1 and shard != -1:
         imp.set("dp", rep * shard, src, "parallelism.data_parallel_shard_degree")
-    if rep > 1 and shard != 1:
-        imp.row("unmodelled", "parallelism.data_parallel_replicate_degree", src, value=rep,
-                why="HSDP: memledger shards parameters over all of dp, not dp_shard")
+    if rep > 1 and fsdp:  # HSDP: FSDP2 over dp_shard·cp, replicated rep times
+        imp.set("dp_replicate", rep, src, "parallelism.data_parallel_replicate_degree")
     precision = ("bf16" if f["_param_dtype"] == "bf16" else
                  "fsdp2-mixed" if fsdp and f["_mp_param"] == "bf16" else
                  "amp" if f["_mp_param"] == "bf16" else "fp32")

@@ -2,33 +2,30 @@
 term by term (docs/step-time.md explains every term and its source).
 
 Per layer per micro-batch on one rank (tokens = b·s/cp):
-  compute  = Σ GEMMs at their shape's efficiency (`gemm`) + attention core + element-wise
-             traffic; backward = 2 × forward (Narayanan et al. 2021 eq. 3), so × 3 per step
-  TP       = 4 all-gathers + 4 reduce-scatters of tokens·h (SP; 4 all-reduces without it),
-             exposed unless the framework hides them (`overlap`)
-  CP       = ring attention: cp − 1 hops of this rank's K/V forward, twice that backward, each
-             hop hidden behind one block's attention where the framework overlaps them
-  EP       = dispatch + combine all-to-alls forward and backward, T·K rows of h per rank,
-             × the busiest rank's top-k imbalance (`collectives.topk_imbalance`); the expert
-             GEMMs run on the busiest rank's rows too
-  ETP      = all-gather before / reduce-scatter after the experts over etp·T·K rows
-Per micro-batch: pipeline send/recv of tokens·h (÷ tp under SP; without SP, scatter/gather:
-÷ tp over the NIC + an NVLink all-gather) per chunk boundary, forward and backward (blocking
-in Megatron's 1F1B). Per step:
-  step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 traffic (exposed) + optimizer
-         + gradient accumulation
-with t_mb the slowest rank's micro-batch; DP sync hidden behind one micro-batch's backward
-when the framework overlaps it (Megatron-LM 2021: only without pipelining, `overlap`; ZeRO-2/3
-reduce-scatter every micro-batch, each behind its own backward; ZeRO-3's gathers behind the
-prefetching compute); the optimizer and, where the framework does not fuse it into the
-weight-gradient GEMMs, the gradient accumulation are memory-bound passes
-(`optimizer_bytes_per_param`, `accumulation_seconds`). `costs/stepscalar.py` assembles one
-configuration from these terms with scalars.
+  compute = Σ GEMMs at their shape's efficiency (`gemm`) + attention core + element-wise traffic;
+            backward = 2 × forward (Narayanan et al. 2021 eq. 3), so × 3 per step
+  TP  = 4 all-gathers + 4 reduce-scatters of tokens·h (SP; 4 all-reduces without it), exposed
+        unless the framework hides them (`overlap`)
+  CP  = ring attention: cp − 1 hops of this rank's K/V forward, twice that backward, each hop
+        hidden behind one block's attention where the framework overlaps them
+  EP  = dispatch + combine all-to-alls forward and backward, T·K rows of h per rank, × the
+        busiest rank's top-k imbalance (`collectives.topk_imbalance`), its rows in the GEMMs too
+  ETP = all-gather before / reduce-scatter after the experts over etp·T·K rows
+Per micro-batch: pipeline send/recv of tokens·h (÷ tp under SP; without SP, scatter/gather: ÷ tp
+over the NIC + an NVLink all-gather) per chunk boundary, forward and backward (blocking in
+Megatron's 1F1B). Per step: step = m · t_mb / (1 − bubble) + DP sync (exposed) + ZeRO-3 traffic
+(exposed) + optimizer + gradient accumulation, with t_mb the slowest rank's micro-batch; DP sync
+hidden behind one micro-batch's backward when the framework overlaps it (Megatron-LM 2021: only
+without pipelining, `overlap`; ZeRO-2/3 reduce-scatter every micro-batch, each behind its own
+backward; ZeRO-3's gathers behind the prefetching compute); the optimizer and, where the
+framework does not fuse it into the weight-gradient GEMMs, the gradient accumulation are
+memory-bound passes (`optimizer_bytes_per_param`, `accumulation_seconds`).
+`costs/stepscalar.py` assembles one configuration from these terms with scalars.
 Ignores: expert-data-parallel groups (all gradients sync over dp·cp), the communication a
-recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps; that
-the gradient adds run inside each micro-batch's backward (the bubble stretching with them:
-b/(1 − b) of a few-per-cent term); the tied word-embedding gradients' all-reduce between the
-first and last stages (5–15 ms a step for the Megatron 2021 models, ≤ 0.5 %).
+recomputed forward repeats except TP's, router skew beyond sampling, kernel launch gaps; that the
+gradient adds run inside each micro-batch's backward (the bubble stretching with them: b/(1 − b)
+of a few-per-cent term); the tied word-embedding gradients' all-reduce between the first and
+last stages (5–15 ms a step for the Megatron 2021 models, ≤ 0.5 %).
 """
 from __future__ import annotations
 
@@ -52,7 +49,6 @@ PARTS = ("compute", "recompute", "tp", "cp", "ep", "pp_p2p", "bubble", "dp_sync"
 @dataclass(frozen=True)
 class Setup:
     """The scalars of one (tp, cp, dp) block."""
-
     m: object  # ModelSpec
     hw: object  # Hardware
     fw: Framework
@@ -64,12 +60,14 @@ class Setup:
     act: int  # bytes per activation value
     pp: int = 1  # pipeline stages (what the framework overlaps can depend on it)
     fp8: bool = False  # the layers' linear GEMMs run in fp8 (the recipe's `fp8_matrices`)
+    dp_replicate: int = 1  # HSDP: copies of the ZeRO shard group (ParallelSpec.dp_replicate)
 
 
-def setup(m, hw, fw: Framework, t, tp: int, cp: int, dp: int, gpn: int, pp: int = 1) -> Setup:
+def setup(m, hw, fw: Framework, t, tp: int, cp: int, dp: int, gpn: int, pp: int = 1,
+          dp_replicate: int = 1) -> Setup:
     """The Setup of a layout running `t`: its seq; its recipe's activation bytes and fp8 GEMMs."""
     return Setup(m, hw, fw, t.seq, tp, cp, dp, gpn, format_bytes(t.recipe.act_fmt, 1), pp,
-                 t.recipe.fp8_matrices)
+                 t.recipe.fp8_matrices, dp_replicate)
 
 
 def _kv_dim(m) -> int:
@@ -208,18 +206,23 @@ def dp_terms(su: Setup, grads, weights, zs) -> DPTerms:
     """ZeRO-0 all-reduces and ZeRO-1 reduce-scatters the accumulated gradients once per step
     (+ all-gather of the updated weights); sharded gradients (ZeRO-2, 3) cannot accumulate, so
     they are reduce-scattered every micro-batch, and ZeRO-3 gathers the weights forward and
-    backward as well. grads / weights: the rank's unsharded rows in bytes."""
-    n = su.dp * su.cp
-    beta, alpha = co.link(su.hw, su.tp * su.cp * su.dp, su.gpn, stride=su.tp)
+    backward as well. grads / weights: the rank's unsharded rows in bytes. HSDP (R copies):
+    gathers inside a shard group of dp·cp/R neighbours, then the shard all-reduced over R
+    (torch fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce)."""
+    n, r = su.dp * su.cp // su.dp_replicate, su.dp_replicate
+    beta, alpha = co.link(su.hw, su.tp * n, su.gpn, stride=su.tp)
     rs, ag = co.gather_seconds(grads, n, beta, alpha), co.gather_seconds(weights, n, beta, alpha)
+    every = co.link(su.hw, su.tp * n * r, su.gpn, stride=su.tp)  # all of dp·cp (ZeRO-0)
+    if r > 1:  # the reduced shard, all-reduced over the R copies
+        rs = rs + co.all_reduce_seconds(np.asarray(grads, np.float64) / n, r,
+                                        *co.link(su.hw, su.tp * n * r, su.gpn, stride=su.tp * n))
     overlap = su.fw.dp_overlap or (su.fw.dp_overlap_no_pipeline and su.pp == 1)
     hide = HIDE_BACKWARD if overlap else HIDE_NONE
     none = np.full(np.shape(rs), -np.inf)
-    stage = {0: lambda: (co.all_reduce_seconds(grads, n, beta, alpha), none, False, hide),
+    stage = {0: lambda: (co.all_reduce_seconds(grads, n * r, *every), none, False, hide),
              1: lambda: (rs + ag, none, False, hide),
              2: lambda: (rs, ag, True, hide),
-             3: lambda: (rs + 2 * ag, none, True,
-                         HIDE_FORWARD if su.fw.prefetch else HIDE_NONE)}
+             3: lambda: (rs + 2 * ag, none, True, HIDE_FORWARD if su.fw.prefetch else HIDE_NONE)}
     x, y, per_mb, hides = zip(*(stage[z]() for z in zs))
     return DPTerms(x=np.stack(np.broadcast_arrays(*x)), y=np.stack(y),
                    per_mb=np.array(per_mb), hide=np.array(hides),
@@ -242,8 +245,7 @@ def dp_seconds(su: Setup, grads, weights, zs, micro_batches, window, compute_mb)
     d = dp_terms(su, grads, weights, zs)
     m = np.asarray(micro_batches, np.float64)
     shape = np.broadcast_shapes(d.x.shape[1:], np.shape(window), np.shape(compute_mb), m.shape)
-    # each stage writes its own slice; the other stays 0 (the planner's arrays are large:
-    # no zero arrays stacked)
+    # each stage writes its own slice, the other stays 0 (no zero arrays stacked: they're large)
     sync, z3 = np.zeros((len(zs),) + shape), np.zeros((len(zs),) + shape)
     for k in range(len(zs)):
         (z3 if d.zero3[k] else sync)[k] = exposed_seconds(d, k, m, window, compute_mb)
@@ -280,7 +282,7 @@ def optimizer_bytes_per_param(t) -> int:
 def optimizer_seconds(su: Setup, t, weights, zero):
     """Memory-bound optimizer step of the rank's parameter shard."""
     params = np.asarray(weights, np.float64) / format_bytes(t.recipe.weight_fmt, 1)
-    shard = np.where(np.asarray(zero) >= 1, su.dp * su.cp, 1)
+    shard = np.where(np.asarray(zero) >= 1, su.dp * su.cp // su.dp_replicate, 1)
     return gemm.elementwise_seconds(su.hw, params / shard * optimizer_bytes_per_param(t))
 
 
@@ -294,6 +296,5 @@ def accumulation_seconds(su: Setup, grads, micro_batches):
     m = np.asarray(micro_batches, np.float64)
     if su.fw.grad_accum_fused:
         return np.zeros(np.broadcast_shapes(np.shape(grads), m.shape))
-    autograd = su.pp == 1 and su.fw.dp_overlap_no_pipeline and not su.fw.dp_overlap
-    adds = m - 1 if autograd else m
+    adds = m - 1 if su.pp == 1 and su.fw.dp_overlap_no_pipeline and not su.fw.dp_overlap else m
     return adds * gemm.elementwise_seconds(su.hw, 3 * np.asarray(grads, np.float64))

@@ -78,7 +78,7 @@ def step_parts(m, hw, fw: Framework, p: ParallelSpec, t: TrainSpec, gpus_per_nod
                runtime=None) -> dict[str, float]:
     """Seconds per step of each term (PARTS) of the layout `p` running `t`; they sum to the
     step time."""
-    su = sm.setup(m, hw, fw, t, p.tp, p.cp, p.dp, gpus_per_node, p.pp)
+    su = sm.setup(m, hw, fw, t, p.tp, p.cp, p.dp, gpus_per_node, p.pp, p.dp_replicate)
     tokens = t.micro_batch * t.seq / p.cp
     vocab = padded_vocab(m, p.tp, t.pad_multiple()) if m.vocab else 0
     L, rec = _layer_terms(su, t, tokens, p.ep, p.etp, vocab)

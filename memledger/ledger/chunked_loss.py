@@ -71,4 +71,5 @@ def chunked_loss_transient(m, p, t, rt, loop, last: int) -> Item | None:
                 f"the larger of the reduce-scatter input ⌈V_l/z⌉·z·h × {red} + output ({rs})"
                 + (f" and the loss-parallel CE backward 4 × ⌈T/{NUM_CHUNKS}⌉·V_l × fp32 ({ce})"
                    if ce else "")
-                + f"; V_l = {v}, h = {h}, T = {tokens} (b·s/cp), z = {z} (dp·cp)", SRC)
+                + f"; V_l = {v}, h = {h}, T = {tokens} (b·s/cp), z = {z} (dp·cp"
+                + (f"/{p.dp_replicate} HSDP" if p.dp_replicate > 1 else "") + ")", SRC)

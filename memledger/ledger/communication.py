@@ -157,7 +157,7 @@ def fsdp_root_items(root_params, t, rt: RuntimeSpec) -> list[Item]:
 
 
 def grad_bucket_items(p, t, rt: RuntimeSpec) -> list[Item]:
-    if rt.grad_buckets == "megatron" or p.dense_dp == 1:
+    if rt.grad_buckets == "megatron" or p.dp * p.cp == 1:
         return [Item("communication", "gradient buckets", 0,
                      "views of the contiguous grad buffer: 0 extra", "Megatron-Core DDP")]
     n = rt.reduce_bucket_params + rt.allgather_bucket_params
@@ -169,8 +169,9 @@ def grad_bucket_items(p, t, rt: RuntimeSpec) -> list[Item]:
 
 
 def communicators(p: ParallelSpec) -> list[tuple[str, int]]:
-    groups = [("tp", p.tp), ("cp", p.cp), ("dp", p.dense_dp), ("pp", p.pp), ("ep", p.ep),
-              ("etp", p.etp), ("expert-dp", p.expert_dp if p.ep * p.etp > 1 else 1)]
+    groups = [("tp", p.tp), ("cp", p.cp), ("dp", p.dense_dp), ("dp-replicate", p.dp_replicate),
+              ("pp", p.pp), ("ep", p.ep), ("etp", p.etp),
+              ("expert-dp", p.expert_dp if p.ep * p.etp > 1 else 1)]
     return [(n, s) for n, s in groups if s > 1]
 
 

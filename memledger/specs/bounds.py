@@ -61,6 +61,7 @@ BOUNDS: dict[str, Bound] = {
     # ParallelSpec: every degree and their product (the world size)
     "world": _WORLD,
     "tp": _WORLD, "pp": _WORLD, "ep": _WORLD, "etp": _WORLD, "cp": _WORLD, "dp": _WORLD,
+    "dp_replicate": _WORLD,
     "vpp": Bound(1_280, "virtual stages hold at least one layer each"),
     # TrainSpec
     "seq": _SEQ,

@@ -3,8 +3,7 @@
 `--loop torchtitan` alone is torchtitan as it runs: the layout torchtitan builds from the
 parallel degrees, not memledger's dashboard defaults (Megatron's 18-byte recipe, ZeRO-1).
 Each rule names the torchtitan file it comes from; a setting the user gives (a flag, a config
-file, the sidebar) always wins. Ignores HSDP (`data_parallel_replicate_degree`): memledger's
-dp is one shard group, as in `configs/torchtitan.py`.
+file, the sidebar) always wins. Under HSDP (`dp_replicate`) FSDP follows the shard group.
 """
 from __future__ import annotations
 
@@ -110,10 +109,12 @@ def implied_accumulation(loop: str, given: set[str], pp: int) -> dict[str, objec
     return {"micro_batches": 1}
 
 
-def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int) -> dict[str, tuple[object, str]]:
+def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int,
+            dp_replicate: int = 1) -> dict[str, tuple[object, str]]:
     """dest → (value, source) the loop sets for these degrees; the first rule that holds wins
-    (the degrees themselves: `implied_degrees`)."""
-    fsdp = dp > 1 or cp > 1
+    (the degrees themselves: `implied_degrees`). FSDP shards when the shard group
+    dp/dp_replicate or cp is above 1; replicas alone are DDP (parallel_dims.py)."""
+    fsdp = dp // max(1, dp_replicate) > 1 or cp > 1
     out: dict[str, tuple[object, str]] = {}
     for r in RULES.get(loop, ()):
         if r.dest not in out and _holds(r.when, fsdp=fsdp, tp=tp, pp=pp):
@@ -124,7 +125,8 @@ def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int) -> dict[str, tuple
 def layout_warnings(parallel, train, rt) -> tuple[str, ...]:
     """A named loop asked with a setting it never runs at these degrees (the Python API and
     links take specs as given): one line per differing setting, naming what the loop uses."""
-    rules = implied(rt.loop, dp=parallel.dp, cp=parallel.cp, tp=parallel.tp, pp=parallel.pp)
+    rules = implied(rt.loop, dp=parallel.dp, cp=parallel.cp, tp=parallel.tp, pp=parallel.pp,
+                    dp_replicate=parallel.dp_replicate)
     have = {"zero": parallel.zero, "precision": train.precision, "tp_engine": rt.tp_engine,
             "zero3_impl": rt.zero3_impl if parallel.zero == 3 else "fsdp"}
     if parallel.tp == 1:

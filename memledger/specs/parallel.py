@@ -1,8 +1,12 @@
 """ParallelSpec: how the model is cut across GPUs, and the checks that need only these numbers.
 
-world = tp · pp · cp · dp. Experts are laid over the same non-pipeline ranks as ep · etp groups
-(Megatron-Core "MoE parallel folding"), so ep · etp must divide tp · cp · dp and the expert
-data-parallel size is world / (pp · ep · etp). Checks that also need the model (tp dividing the
+world = tp · pp · cp · dp. ZeRO / FSDP shard over dp·cp / dp_replicate ranks: dp_replicate > 1
+is HSDP (torchtitan `data_parallel_replicate_degree`, accelerate `dp_replicate_size`, FSDP1
+HYBRID_SHARD) or Megatron's `--num-distributed-optimizer-instances`: the shard group is copied
+dp_replicate times and each copy holds the same shards. Experts are laid over the same
+non-pipeline ranks as ep · etp groups (Megatron-Core "MoE parallel folding"), so ep · etp must
+divide one shard group's tp · cp · dp / dp_replicate, and experts shard over
+world / (pp · ep · etp · dp_replicate). Checks that also need the model (tp dividing the
 heads, ep dividing the experts, ...) live in `memledger.ledger.checks`.
 """
 from __future__ import annotations
@@ -37,15 +41,16 @@ class ParallelSpec:
     etp: int = 1
     cp: int = 1
     dp: int = 1
+    dp_replicate: int = 1  # copies of the ZeRO / FSDP shard group (HSDP); divides dp
     sp: bool = False
     zero: int = 0
     schedule: str = "1f1b"
     layout: tuple[int, ...] | None = None  # layers per virtual stage, in virtual-stage order
 
     def __post_init__(self):
-        for f in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp"):
+        for f in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "dp_replicate"):
             require_positive(f, getattr(self, f))
-        check_bounds(self, ("tp", "pp", "vpp", "ep", "etp", "cp", "dp"))
+        check_bounds(self, ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "dp_replicate"))
         check_bound("world", self.world)
         if self.zero not in ZERO_STAGES:
             raise SpecError("zero", f"ZeRO stage must be one of 0, 1, 2, 3, got {self.zero!r}")
@@ -56,10 +61,15 @@ class ParallelSpec:
                                         f"got pp={self.pp}")
         elif self.vpp != 1:
             raise SpecError("vpp", f"vpp={self.vpp} needs schedule=interleaved (got {self.schedule})")
-        dense_ranks = self.tp * self.cp * self.dp
+        require(self.dp % self.dp_replicate == 0, "dp_replicate",
+                f"dp_replicate={self.dp_replicate} must divide dp={self.dp} (HSDP: dp = "
+                f"dp_replicate x the shard group)")
+        dense_ranks = self.tp * self.cp * self.dp // self.dp_replicate
+        over = (f"tp*cp*dp = {self.tp}*{self.cp}*{self.dp}" if self.dp_replicate == 1 else
+                f"tp*cp*dp/dp_replicate = {self.tp}*{self.cp}*{self.dp}/{self.dp_replicate}")
         require(dense_ranks % (self.ep * self.etp) == 0, "ep",
                 f"ep*etp = {self.ep}*{self.etp} = {self.ep * self.etp} must divide "
-                f"tp*cp*dp = {self.tp}*{self.cp}*{self.dp} = {dense_ranks}")
+                f"{over} = {dense_ranks}")
         if self.schedule == "dualpipe":
             require(self.pp % 2 == 0, "pp", f"schedule=dualpipe needs an even pp, got pp={self.pp}")
         if self.layout is not None:
@@ -99,13 +109,15 @@ class ParallelSpec:
 
     @property
     def dense_dp(self) -> int:
-        """Group over which dense parameters' optimizer state is sharded (Megatron: dp·cp)."""
-        return self.dp * self.cp
+        """Group over which dense parameters' optimizer state is sharded (Megatron: dp·cp;
+        under HSDP one of the dp_replicate copies: torchtitan's `fsdp` mesh = dp_shard·cp)."""
+        return self.dp * self.cp // self.dp_replicate
 
     @property
     def expert_dp(self) -> int:
-        """Expert data-parallel size: world / (pp · ep · etp)."""
-        return self.world // (self.pp * self.ep * self.etp)
+        """Group over which expert parameters are sharded: world / (pp · ep · etp), over
+        dp_replicate under HSDP (torchtitan's `efsdp` = dp_shard·cp·tp / ep)."""
+        return self.world // (self.pp * self.ep * self.etp * self.dp_replicate)
 
     @property
     def seq_split(self) -> int:

@@ -87,7 +87,7 @@ def copy_as(cfg: Config, target: str) -> str:
     par, train = to_specs(cfg, m)
     rt = RuntimeSpec()
     a = {"tp": par.tp, "pp": par.pp, "vpp": par.vpp, "ep": par.ep, "etp": par.etp, "cp": par.cp,
-         "dp": par.dp, "zero": par.zero, "sp": par.sp, "schedule": par.schedule,
+         "dp": par.dp, "dp_replicate": par.dp_replicate, "zero": par.zero, "sp": par.sp, "schedule": par.schedule,
          "layout": cfg.layout, "layout_tuple": par.layout, "micro_batch": train.micro_batch,
          "micro_batches": train.micro_batches, "seq": train.seq, "precision": train.precision,
          "optimizer": train.optimizer, "recompute": train.recompute,

@@ -58,7 +58,8 @@ def describe(led: Ledger, schedule: bool = True) -> str:
     etp = f" · etp {p.etp}" if p.etp > 1 else ""
     sched = f" · {p.schedule}" if schedule else ""
     return (f"tp {p.tp} · pp {p.pp}{vpp if schedule else ''} · ep {p.ep}{etp} · cp {p.cp} · "
-            f"dp {p.dp} · ZeRO-{p.zero}{sched} · micro-batch {t.micro_batch} × {t.seq:,} tokens"
+            f"dp {p.dp}{f' ({p.dp_replicate} HSDP replicas)' if p.dp_replicate > 1 else ''}"
+            f" · ZeRO-{p.zero}{sched} · micro-batch {t.micro_batch} × {t.seq:,} tokens"
             f" · {t.micro_batches} micro-batches/step · {t.precision}/{t.optimizer}"
             f" · recompute {t.recompute}")
 

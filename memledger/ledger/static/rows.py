@@ -109,6 +109,8 @@ def zero_note(row: str, h: Held, p: ParallelSpec) -> str:
     if d == 1:
         return ""
     kind = "expert-dp" if h.group.expert else "dp·cp"
+    if p.dp_replicate > 1:
+        kind += f"/dp_replicate {p.dp_replicate} (HSDP)"
     return f", z = {kind} = {zero_group(h.group, p)} (ZeRO-{p.zero})"
 
 

@@ -31,10 +31,10 @@ class VecParallel:
     seq_split = ParallelSpec.seq_split
 
     def __init__(self, *, tp=1, pp=1, vpp=1, ep=1, etp=1, cp=1, dp=1, sp=False, zero=0,
-                 schedule="1f1b", layout=None):
+                 schedule="1f1b", layout=None, dp_replicate=1):
         self.tp, self.pp, self.vpp, self.ep, self.etp = tp, pp, vpp, ep, etp
         self.cp, self.dp, self.sp, self.zero = cp, dp, sp, zero
-        self.schedule, self.layout = schedule, layout
+        self.schedule, self.layout, self.dp_replicate = schedule, layout, dp_replicate
 
 
 class VecGroup:
