@@ -463,14 +463,16 @@ def test_a_megatron_local_spec_launch_runs_the_local_profile(capsys, tmp_path):
 
 
 def test_torchtitan_keys_that_change_memory_unmodelled_are_named(tmp_path, capsys):
-    """optimizer.early_step_in_backward frees each gradient inside the backward; a bf16 reduce
-    halves FSDP2's reduce-scatter input: both named, never silently ignored."""
+    """optimizer.early_step_in_backward frees each gradient inside the backward: named, never
+    silently ignored; a bf16 reduce is modelled (the fsdp2-bf16-reduce recipe)."""
     p = _bad(tmp_path, "job.toml", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\n'
                                    'seq_len = 4096\nmixed_precision_reduce = "bfloat16"\n'
                                    '[optimizer]\nearly_step_in_backward = true\n')
-    rows = {(r["kind"], r["key"]) for r in equivalent([p, "--world", "8"], capsys)["rows"]}
+    info = equivalent([p, "--world", "8"], capsys)
+    rows = {(r["kind"], r["key"]) for r in info["rows"]}
     assert ("unmodelled", "optimizer.early_step_in_backward") in rows
-    assert ("unmodelled", "training.mixed_precision_reduce") in rows
+    assert ("unmodelled", "training.mixed_precision_reduce") not in rows
+    assert "fsdp2-bf16-reduce" in info["flags"]
 
 
 def test_torchtitan_quantize_linear_float8_spelling_is_float8(tmp_path, capsys):

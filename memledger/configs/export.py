@@ -157,8 +157,9 @@ TT_AC = {"none": ("none", None), "full": ("full", None), "op": ("selective", "op
 def to_torchtitan(a: dict, m) -> str:
     _need(a["zero"] in (0, 3), "torchtitan", f"ZeRO-{a['zero']} (FSDP2 is ZeRO-3, DDP ZeRO-0)")
     prec = a["precision"]
-    _need(prec in ("fsdp2-mixed", "bf16", "fp32", "amp"), "torchtitan", f"precision {prec}")
-    _need(prec != "fsdp2-mixed" or a["zero"] == 3, "torchtitan", "fsdp2-mixed without FSDP")
+    _need(prec in ("fsdp2-mixed", "fsdp2-bf16-reduce", "bf16", "fp32", "amp"), "torchtitan",
+          f"precision {prec}")
+    _need(not prec.startswith("fsdp2") or a["zero"] == 3, "torchtitan", f"{prec} without FSDP")
     _need(prec != "amp" or a["zero"] == 0, "torchtitan", "autocast under FSDP")
     _need(a["zero"] == 3 or a["cp"] == 1, "torchtitan", "CP without FSDP (torchtitan shards over "
                                                         "cp: parallel_dims.py fsdp_enabled)")
@@ -173,6 +174,8 @@ def to_torchtitan(a: dict, m) -> str:
     training = {"local_batch_size": local, "global_batch_size": mb * a["micro_batches"] * dp,
                 "seq_len": a["seq"], "dtype": "bfloat16" if prec == "bf16" else "float32",
                 "mixed_precision_param": "float32" if prec == "fp32" else "bfloat16"}
+    if prec == "fsdp2-bf16-reduce":
+        training["mixed_precision_reduce"] = "bfloat16"
     rep = a.get("dp_replicate", 1) if a["zero"] == 3 else dp  # HSDP; DDP replicates all
     par = {"data_parallel_replicate_degree": rep,
            "data_parallel_shard_degree": dp // rep,

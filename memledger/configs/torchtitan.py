@@ -226,10 +226,12 @@ def read(src: Source, data: dict, fmt: str = "torchtitan") -> Imported:
                  "fsdp2-mixed" if fsdp and f["_mp_param"] == "bf16" else
                  "amp" if f["_mp_param"] == "bf16" else "fp32")
     imp.set("precision", precision, src, "training.mixed_precision_param")
-    if precision == "fsdp2-mixed" and f["_mp_reduce"] != "fp32":
-        imp.row("unmodelled", "training.mixed_precision_reduce", src, value=f["_mp_reduce"],
-                why="FSDP2 reduce_dtype bf16: the reduce-scatter input in bf16 (fsdp2-mixed keeps "
-                    "fp32's, twice its bytes)")
+    if precision == "fsdp2-mixed" and f["_mp_reduce"] == "bf16":  # FSDP2 reduce_dtype bf16
+        imp.set("precision", "fsdp2-bf16-reduce", src, "training.mixed_precision_reduce")
+    elif fsdp and precision != "fsdp2-mixed" and f["_mp_reduce"] == "bf16":
+        imp.row("unmodelled", "training.mixed_precision_reduce", src, value="bf16",
+                why=f"a bf16 reduce-scatter of {precision} gradients (memledger reduces them "
+                    "in their own dtype)")
     pp = f.get("pp", 1)
     schedule = f["schedule"] if pp > 1 else "1f1b"
     stages = 1

@@ -68,7 +68,7 @@ NO_ACCUMULATION = {  # loop -> why micro_batches = 1 without PP
 }
 # settings the loop also runs when asked, so no warning: torchtitan's training.dtype = bfloat16
 # trains parameters, gradients and optimizer states in bf16 (config/configs.py `dtype`)
-ALSO_RUNS = {"torchtitan": {"precision": ("bf16",)}}
+ALSO_RUNS = {"torchtitan": {"precision": ("bf16", "fsdp2-bf16-reduce")}}
 IMPLIED_DESTS = ("zero", "zero3_impl", "precision", "tp_engine", "layout")
 
 

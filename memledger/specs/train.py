@@ -62,6 +62,14 @@ RECIPES: dict[str, Recipe] = {
                description="torchtitan: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, "
                            "reduce_dtype=fp32) over fp32 parameters: 4 + 4 + 8 = 16 bytes/param "
                            "sharded, a bf16 unsharded copy of each unit while it computes"),
+        # reduce_dtype == param_dtype: FSDP2 clamps it to None (no cast), so the unsharded
+        # gradients stay bf16 — the reduce-scatter input, the PP-accumulated gradients
+        # (_fsdp_param.py init_dtype_attrs, to_accumulated_grad_if_needed)
+        Recipe(name="fsdp2-bf16-reduce", weight_fmt="fp32", grad_fmt="fp32", master_fmt=None,
+               state_fmt="fp32", act_fmt="bf16", param_fmt="bf16", reduce_fmt="bf16",
+               description="torchtitan mixed_precision_reduce = bfloat16: fsdp2-mixed with "
+                           "reduce_dtype=bf16 — the same 16 bytes/param sharded; unsharded "
+                           "gradients, the reduce-scatter and PP's held gradients in bf16"),
     )
 }
 

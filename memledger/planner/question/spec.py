@@ -128,9 +128,10 @@ class PlanSpec:
                 + "; check a layout with `memledger ledger`")
         # torchtitan's FSDP2 layout (ledger.fsdp2: PP-held unsharded copies, torchtitan's units)
         # is not vectorised
-        require(self.precision != "fsdp2-mixed", "precision",
-                "the planner does not sweep fsdp2-mixed (torchtitan's FSDP2 lifetimes); check a "
-                "layout with `memledger ledger --loop torchtitan --precision fsdp2-mixed`")
+        require(not self.precision.startswith("fsdp2"), "precision",
+                f"the planner does not sweep {self.precision} (torchtitan's FSDP2 lifetimes); "
+                f"check a layout with `memledger ledger --loop torchtitan --precision "
+                f"{self.precision}`")
         self._check_framework()
         self.base_train()  # validates precision, optimizer, profile, attention
         from memledger.ledger.activations.finetune import graphless_layers
