@@ -62,9 +62,10 @@ def apply_configs(args, parser, argv: list[str]):
 
 
 # The planner searches the layout, micro-batch and recompute: a file gives it the model, the
-# workload, the world size and the global batch only.
-PLANNER_SEARCHES = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp", "schedule",
-                    "layout", "micro_batch", "micro_batches", "recompute", "recompute_every")
+# workload, the world size and the global batch only (its layouts shard over all of dp: a
+# file's HSDP replica count is a layout choice it does not search).
+PLANNER_SEARCHES = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "dp_replicate", "zero", "sp",
+                    "schedule", "layout", "micro_batch", "micro_batches", "recompute", "recompute_every")
 
 
 def _for_planner(args, imp, values: dict, explicit: set) -> dict:
