@@ -33,6 +33,45 @@ def test_the_stored_run_is_torchtitans_at_real_scale():
                for s in specs), "no DeepSeek-V3 EP case at 512 ranks"
 
 
+# HSDP (data_parallel_replicate_degree R): each case and the FSDP case whose shard group it copies
+HSDP = {"llama3-8b hsdp4 fsdp8 op-ac": "llama3-8b fsdp8 op-ac",
+        "qwen3-30b-a3b hsdp2 fsdp64 ep8 op-ac": "qwen3-30b-a3b fsdp64 ep8 op-ac"}
+
+
+@pytest.mark.parametrize("name", sorted(HSDP))
+def test_hsdp_replicas_hold_the_shard_groups_states(name):
+    """torchtitan 0.3 applies fully_shard on the (dp_replicate, fsdp) mesh — Replicate over the
+    copies, Shard(0) inside one — and MoE experts on (dp_replicate, efsdp, ep)
+    (distributed/parallel_dims.py, models/*/parallelize.py): a rank of R copies of an FSDP group
+    holds that group's shards. Measured: weights, gradients and optimizer states (and the step's
+    activations and peak) equal the FSDP case's to the byte, and the ledger, told
+    dp_replicate = R, predicts the same static rows for both."""
+    from memledger.engine.titan_compare import predict
+    hsdp, fsdp = ENTRIES[name], ENTRIES[HSDP[name]]
+    case = case_from_dict(hsdp["spec"])
+    assert case.dp_replicate > 1 and case.world == case.dp_replicate * fsdp["spec"]["world"]
+    shard = case.dp // case.dp_replicate
+    assert hsdp["measured"]["param_meshes"][0] == {
+        "axes": ["dp_replicate", "fsdp"], "sizes": [case.dp_replicate, shard],
+        "placements": ["R", "S(0)"], "params": hsdp["measured"]["param_meshes"][0]["params"]}
+    for key in ("weights", "gradients", "optimizer", "activations", "peak_live"):
+        assert hsdp["measured"][key] == fsdp["measured"][key], key
+    led = [predict(case_from_dict(e["spec"])).ranks[0].rows for e in (hsdp, fsdp)]
+    for row in ("weights", "gradients", "optimizer"):
+        assert led[0][row] == led[1][row], row
+
+
+def test_hsdp4_over_fsdp8_holds_an_eighth_of_llama3_8b():
+    """Llama-3-8B (8,030,261,248 parameters, fp32 under FSDP2's mixed precision) on 32 ranks as
+    4 copies of an 8-rank shard group: the rank holds 1/8 of the model, not 1/32."""
+    got = ENTRIES["llama3-8b hsdp4 fsdp8 op-ac"]["measured"]
+    assert got["weights"] == got["gradients"] == 4 * 8_030_261_248 // 8 == 4_015_130_624
+    params = got["param_meshes"][0]["params"]  # 227 tensors, each with a 4-byte fp32 `step`
+    assert got["optimizer"] == 2 * 4_015_130_624 + 4 * params == 8_030_262_156  # exp_avg(_sq)
+    experts = ENTRIES["qwen3-30b-a3b hsdp2 fsdp64 ep8 op-ac"]["measured"]["param_meshes"][1]
+    assert experts["axes"] == ["dp_replicate", "efsdp", "ep"] and experts["sizes"] == [2, 8, 8]
+
+
 PP = {n: e for n, e in ENTRIES.items() if e["spec"].get("pp", 1) > 1}
 
 
@@ -114,6 +153,44 @@ def test_without_torchtitan_the_command_says_how_to_install_it():
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install" in lines[0] and "torchtitan" in lines[0], lines
+
+
+def test_a_case_names_the_bad_replicate_degree_and_the_ledger_is_told_it():
+    from memledger.engine.titan_cases import BY_NAME, CASES, TitanCase, ledger_config
+    from memledger.errors import SpecError
+    with pytest.raises(SpecError, match="dp_replicate"):  # dp = 24 / tp 2 = 12
+        TitanCase(name="x", family="llama3", config_fn="llama3_8b", preset="llama3-8b",
+                  world=24, tp=2, dp_replicate=5)
+    with pytest.raises(SpecError, match="ep"):  # efsdp = dp_shard·cp·tp / ep: 16 / 32
+        TitanCase(name="x", family="qwen3", config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b",
+                  world=32, dp_replicate=2, ep=32)
+    par = ledger_config(BY_NAME["llama3-8b hsdp4 fsdp8 op-ac"])["parallel"]
+    assert (par["dp"], par["dp_replicate"]) == (32, 4)
+    assert all(ledger_config(c)["parallel"]["dp_replicate"] == 1 for c in CASES
+               if c.dp_replicate == 1 and c.pp == 1)  # (PP cases need the layer count)
+
+
+def test_merge_replaces_namesakes_and_keeps_the_other_stored_measurements(tmp_path):
+    """`--merge`: the measured cases take their namesakes' place or join in the case list's
+    order; the rest of the stored file is kept as it is; another torch / torchtitan is refused."""
+    from memledger.cli.titan_cmd import merged
+    from memledger.engine.titan_cases import CASES
+    from memledger.errors import SpecError
+    path = tmp_path / "engine-torchtitan.json"
+    path.write_text(json.dumps(STORED))
+    new = {"case": CASES[4].name, "spec": {}, "measured": {"weights": 1}}
+    again = {**STORED["measurements"][0], "measured": {"weights": 2}}
+    doc = {**STORED, "measurements": [new, again]}
+    out = merged(path, doc, CASES)
+    names = [e["case"] for e in out["measurements"]]
+    assert names == [c.name for c in CASES if c.name in names]
+    assert out["measurements"][0] == again and new in out["measurements"]
+    assert len(out["measurements"]) == len({*ENTRIES, new["case"]})
+    assert [e for e in out["measurements"] if e not in (new, again)] == \
+        [e for e in STORED["measurements"] if e["case"] not in (new["case"], again["case"])]
+    with pytest.raises(SpecError, match="torchtitan"):
+        merged(path, {**doc, "environment": {**STORED["environment"], "torchtitan": "0.4"}},
+               CASES)
 
 
 def test_a_case_names_the_bad_expert_degree():

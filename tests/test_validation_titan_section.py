@@ -24,6 +24,7 @@ def test_the_section_shows_every_stored_torchtitan_case(app_test):
     assert "torchtitan's own code at real scale" in [h.value for h in at.subheader]
     box = next(s for s in at.selectbox if s.key == "titan_case")
     assert "llama3-70b fsdp32 tp8 full-ac" in box.options
+    assert "llama3-8b hsdp4 fsdp8 op-ac" in box.options  # HSDP: replicas of an FSDP group
     assert any("torchtitan 0.3" in c.value for c in at.caption)
 
 

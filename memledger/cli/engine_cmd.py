@@ -30,6 +30,10 @@ def add_flags(p) -> None:
                    help="with --engine torchtitan: fake (default: real sizes under fake tensors) "
                         "or gloo (small sizes for real, one CPU process per rank, each case also "
                         "run under fake mode; writes <out>/engine-torchtitan-gloo.json)")
+    p.add_argument("--merge", action="store_true",
+                   help="with --engine torchtitan --out: the measured cases replace their "
+                        "namesakes in the stored file or join it (in the case list's order); "
+                        "every other stored measurement is kept as it is (no --force needed)")
     p.add_argument("--timeout", type=float, default=180.0, help="with --engine: seconds per case")
     p.add_argument("--engine-config", default=None, metavar="K=V,...",
                    help="with --engine: one ad-hoc case, e.g. tp=2,pp=2,m=4,schedule=1f1b "
@@ -108,6 +112,8 @@ def _cases(args, scale: str):
 
 def run(args) -> int:
     from memledger.engine.workers import EngineError
+    if getattr(args, "merge", False):
+        raise SpecError("merge", "goes with --engine torchtitan only")
     try:
         import torch  # noqa: F401
     except ImportError:

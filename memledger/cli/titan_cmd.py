@@ -3,7 +3,9 @@
 Runs each case of `memledger.engine.titan_cases` (or the ones named by --cases) under
 FakeTensorMode with the fake process group, prints measured vs predicted per row, and with
 --out writes <out>/engine-torchtitan.json (measurements + environment; predictions are
-re-derived whenever the file is read: `memledger validate --rescore FILE`). `--backend gloo`
+re-derived whenever the file is read: `memledger validate --rescore FILE`); with --merge the
+measured cases replace their namesakes in that file or join it, the other stored measurements
+untouched (refused when the stored run's torch / torchtitan / backend differ). `--backend gloo`
 runs the small cases (`GLOO_CASES`) for real, one gloo CPU process per rank, and each again
 under fake mode at the same world size: <out>/engine-torchtitan-gloo.json, with the fake − real
 bytes per rank and row. torchtitan not installed → exit 2 with the line that installs it; an
@@ -15,6 +17,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from memledger.errors import SpecError
 
 
 FILES = {"fake": "engine-torchtitan.json", "gloo": "engine-torchtitan-gloo.json"}
@@ -88,7 +92,10 @@ def run(args) -> int:
     cases = [case_by_name(n, pool(args)) for n in args.cases.split(",")] if args.cases \
         else list(pool(args))
     name = FILES[backend]
-    if args.out:
+    merge = getattr(args, "merge", False)
+    if merge and not args.out:
+        raise SpecError("merge", "needs --out (the folder of the file to merge into)")
+    if args.out and not merge:
         from memledger.cli.outfiles import keep_existing
         keep_existing([Path(args.out) / name], args.force)
     doc = {"engine": "torchtitan", "scale": backend, "environment": environment(backend),
@@ -111,6 +118,35 @@ def run(args) -> int:
     if args.out:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(json.dumps(doc, indent=1))
-        print(f"wrote {folder}/{name}", file=sys.stderr)
+        stored = merged(folder / name, doc, pool(args)) if merge else doc
+        (folder / name).write_text(json.dumps(stored, indent=1))
+        print(f"wrote {folder}/{name}" + (f" ({len(doc['measurements'])} of "
+              f"{len(stored['measurements'])} measurements new)" if merge else ""),
+              file=sys.stderr)
     return report(doc)
+
+
+MERGE_KEYS = ("torch", "torchtitan", "backend", "spmd_backend")
+
+
+def merged(path: Path, doc: dict, cases) -> dict:
+    """The stored run at `path` with `doc`'s measurements in place of their namesakes (or added),
+    ordered as `cases`; the stored environment kept. A run of other versions is not mixed in."""
+    if not path.exists():
+        return doc
+    try:
+        stored = json.loads(path.read_text())
+        old = stored["measurements"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SpecError("merge", f"cannot read {path} to merge into: {e}") from None
+    env = stored.get("environment", {})
+    diff = [k for k in MERGE_KEYS if env.get(k) != doc["environment"][k]]
+    if diff:
+        raise SpecError("merge", f"{path} was measured with another {', '.join(diff)} ("
+                                 + ", ".join(str(env.get(k)) for k in diff)
+                                 + "): re-measure every case (--force) instead of merging")
+    new = {e["case"]: e for e in doc["measurements"]}
+    entries = [new.pop(e["case"], e) for e in old] + list(new.values())
+    order = {c.name: i for i, c in enumerate(cases)}
+    entries.sort(key=lambda e: order.get(e["case"], len(order)))  # stable: unknown names last
+    return {**stored, "measurements": entries}

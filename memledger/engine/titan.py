@@ -52,7 +52,7 @@ import time
 from memledger.engine.extras import require_module
 from memledger.engine.titan_cases import TitanCase
 from memledger.engine.titan_parallel import (balanced_token_counts, flex_shaped_attention,
-                                             step_inputs)
+                                             param_meshes, step_inputs)
 
 INSTALL = "pip install 'torchtitan==0.3.0' triton   (or: pip install -e '.[validation]')"
 
@@ -127,7 +127,8 @@ def _trainer_config(case: TitanCase):
     cfg.compile.enable = False  # the MoE configs compile the loss; inductor cannot run on fakes
     p = cfg.parallelism
     p.spmd_backend = "partial_dtensor"
-    p.data_parallel_shard_degree, p.data_parallel_replicate_degree = -1, 1
+    # HSDP: replicas of the shard group; dp_shard = -1 takes the rest (parallel_dims._validate)
+    p.data_parallel_shard_degree, p.data_parallel_replicate_degree = -1, case.dp_replicate
     p.tensor_parallel_degree, p.context_parallel_degree = case.tp, case.cp
     p.pipeline_parallel_degree, p.expert_parallel_degree = 1, case.ep
     if case.pp > 1:
@@ -208,6 +209,7 @@ def build_and_measure(case: TitanCase, cfg, fake: bool, on_model=None) -> dict:
         model = spec.parallelize_fn(model, parallel_dims=dims, training=cfg.training,
                                     parallelism=cfg.parallelism, compile_config=cfg.compile,
                                     ac_config=cfg.activation_checkpoint, dump_folder="")
+        meshes = param_meshes(model)  # HSDP: (dp_replicate, fsdp) meshes
         if on_model is not None:
             on_model(model)
         if fake:
@@ -227,7 +229,7 @@ def build_and_measure(case: TitanCase, cfg, fake: bool, on_model=None) -> dict:
             res = _measure(case, model, opt, loss_fn, inputs, probe, torch, chunked)
     finally:
         torch.nn.init._no_grad_trunc_normal_ = init
-    return {**res, "chunked_loss": chunked}
+    return {**res, "chunked_loss": chunked, "param_meshes": meshes}
 
 
 def _measure(case, model, opt, loss_fn, inputs, probe, torch, chunked: bool = True) -> dict:

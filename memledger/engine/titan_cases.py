@@ -4,7 +4,8 @@ A case names one of torchtitan's own training configurations (its config registr
 `torchtitan/models/llama3/config_registry.py: llama3_8b`) and the layout torchtitan would run it
 with at real scale: world size, tensor / context parallel degrees, the activation-checkpointing
 mode, sequence length and local batch. FSDP2 takes the leftover ranks
-(`data_parallel_shard_degree = -1`, torchtitan/config/configs.py ParallelismConfig). The
+(`data_parallel_shard_degree = -1`, torchtitan/config/configs.py ParallelismConfig), split
+into `dp_replicate` copies under HSDP (`data_parallel_replicate_degree`). The
 numbers the harness measures come from torchtitan's code; this module only says what to run
 and how memledger spells the same configuration:
 
@@ -13,6 +14,9 @@ and how memledger spells the same configuration:
 | fp32 params, MixedPrecisionPolicy(bf16, fp32)     | precision="fsdp2-mixed"                |
 |   (training.dtype / mixed_precision_param/_reduce) |                                        |
 | FSDP2 over dp_shard (fully_shard per block + root) | zero=3, zero3_impl="fsdp"              |
+| HSDP: data_parallel_replicate_degree R, fully_shard | dp_replicate=R (dp = R × dp_shard; the  |
+|   on the (dp_replicate, fsdp) mesh; experts on    |   states shard over dp·cp/R, experts   |
+|   (dp_replicate, efsdp) (parallel_dims.py)        |   over world/(pp·ep·R))                |
 | SelectiveAC (per-op save list)                    | recompute="op"                         |
 | FullAC                                            | recompute="full"                       |
 | AdamW (fused), zero_grad(set_to_none)             | loop="torchtitan"                      |
@@ -74,6 +78,7 @@ class TitanCase:
     microbatch_size: int = 1  # pipeline_parallel_microbatch_size
     pp_rank: int = 0  # the pipeline rank measured (global rank pp_rank · world / pp)
     loss: str = "chunked"  # LOSSES
+    dp_replicate: int = 1  # HSDP: copies of the FSDP shard group (data_parallel_replicate_degree)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -92,11 +97,18 @@ class TitanCase:
         if self.local_batch % self.microbatch_size:
             raise SpecError("microbatch_size", f"{self.microbatch_size} does not divide "
                                                f"local_batch = {self.local_batch}")
-        if self.ep < 1 or self.world % self.ep:  # torchtitan: efsdp = dp_shard·cp·tp / ep
-            raise SpecError("ep", f"{self.ep} must be ≥ 1 and divide world = {self.world}")
+        if self.dp_replicate < 1 or self.dp % self.dp_replicate:  # parallel_dims._validate
+            raise SpecError("dp_replicate", f"{self.dp_replicate} must be ≥ 1 and divide dp = "
+                                            f"world/(tp·cp·pp) = {self.dp}")
+        group = self.world // (self.pp * self.dp_replicate)  # one replica: dp_shard·cp·tp
+        if self.ep < 1 or group % self.ep:  # torchtitan: efsdp = dp_shard·cp·tp / ep
+            raise SpecError("ep", f"{self.ep} must be ≥ 1 and divide world/(pp·dp_replicate) "
+                                  f"= {group}")
 
     @property
     def dp(self) -> int:
+        """The data-parallel degree, replicas included (torchtitan's batch mesh: dp_replicate ×
+        dp_shard)."""
         return self.world // (self.tp * self.cp * self.pp)
 
     @property
@@ -114,6 +126,9 @@ CASES: tuple[TitanCase, ...] = (
               preset="llama3-8b", world=128, ac="selective"),
     TitanCase(name="llama3-8b fsdp8 no-ac seq2048", family="llama3", config_fn="llama3_8b",
               preset="llama3-8b", world=8, ac="none", seq=2048),
+    # HSDP: 4 copies of the FSDP-8 shard group (the replicas hold fsdp8 op-ac's shards)
+    TitanCase(name="llama3-8b hsdp4 fsdp8 op-ac", family="llama3", config_fn="llama3_8b",
+              preset="llama3-8b", world=32, dp_replicate=4, ac="selective"),
     TitanCase(name="llama3-8b fsdp4 tp2 op-ac", family="llama3", config_fn="llama3_8b",
               preset="llama3-8b", world=8, tp=2, ac="selective"),
     TitanCase(name="llama3-8b fsdp4 tp2 op-ac materialized loss", family="llama3",
@@ -145,6 +160,10 @@ CASES: tuple[TitanCase, ...] = (
     TitanCase(name="qwen3-30b-a3b fsdp64 ep8 op-ac", family="qwen3",
               config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=64, ep=8,
               ac="selective", seq=4096, local_batch=2),
+    # HSDP over EP: 2 copies of fsdp64 ep8 (dense states over fsdp 64, experts over efsdp 8)
+    TitanCase(name="qwen3-30b-a3b hsdp2 fsdp64 ep8 op-ac", family="qwen3",
+              config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=128, dp_replicate=2,
+              ep=8, ac="selective", seq=4096, local_batch=2),
     # pipeline parallel: torchtitan's pipeline_llm and schedule (titan_pp.py), pp rank 0
     TitanCase(name="llama3-8b fsdp2 pp4 1f1b full-ac", family="llama3", config_fn="llama3_8b",
               preset="llama3-8b", world=8, pp=4, ac="full", local_batch=8),
@@ -228,7 +247,8 @@ def ledger_config(case: TitanCase, n_layers: int = 0) -> dict:
     pp = case.pp > 1
     return {"model": case.preset or {"hf_config": dict(case.hf_config)},
             "parallel": {"tp": case.tp, "cp": case.cp, "dp": case.dp, "ep": case.ep, "zero": 3,
-                         "sp": case.tp > 1, **_pipeline(case, n_layers)},
+                         "dp_replicate": case.dp_replicate, "sp": case.tp > 1,
+                         **_pipeline(case, n_layers)},
             "train": {"seq": case.seq,
                       "micro_batch": case.microbatch_size if pp else case.local_batch,
                       "micro_batches": case.micro_batches,

@@ -66,6 +66,20 @@ def balanced_token_counts(torch) -> None:
     AllToAllTokenDispatcher.dispatch = counted
 
 
+def param_meshes(model) -> list[dict]:
+    """The parameters' layouts as fully_shard left them: mesh axes, sizes, placements, count
+    (HSDP: ["dp_replicate", "fsdp"], [R, dp_shard·cp], [Replicate, Shard(0)])."""
+    seen: dict[tuple, int] = {}
+    for p in model.parameters():
+        mesh = getattr(p, "device_mesh", None)
+        if mesh is not None:
+            key = (tuple(mesh.mesh_dim_names or ()), tuple(mesh.shape),
+                   tuple(map(str, p.placements)))
+            seen[key] = seen.get(key, 0) + 1
+    return [{"axes": list(a), "sizes": list(s), "placements": list(pl), "params": n}
+            for (a, s, pl), n in seen.items()]
+
+
 def step_inputs(case, dims, cfg, torch):
     """tokens, labels and the forward's keyword arguments, as post_dataloading_process makes."""
     # ids over the whole vocabulary: in a real run (titan_gloo) every vocab-parallel shard
