@@ -113,28 +113,30 @@ def test_torchtitan_degrees_are_read_as_torchtitan_builds_its_meshes(tmp_path, r
         assert "dp_replicate" not in f
 
 
-def test_accelerate_hybrid_shard_replicates_once_per_machine(tmp_path):
-    f = _flags(tmp_path, "acc.yaml", "distributed_type: FSDP\nfsdp_config:\n"
-               "  fsdp_sharding_strategy: HYBRID_SHARD\n  fsdp_version: 1\n"
-               "mixed_precision: bf16\nnum_machines: 4\nnum_processes: 32\n")
-    assert (f["world"], f["zero"], f["dp_replicate"]) == (32, 3, 4)
+HSDP_FILES = {  # accelerate's FSDP 1 HYBRID_SHARD: one copy per machine (the intra-node group)
+    "hybrid_shard.yaml": ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: "
+                          "HYBRID_SHARD\n  fsdp_version: 1\nmixed_precision: bf16\n"
+                          "num_machines: 4\nnum_processes: 32\n",
+                          dict(world=32, zero=3, dp_replicate=4)),
+    "parallelism_config.yaml": ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+                                "mixed_precision: bf16\nnum_processes: 32\nparallelism_config:\n"
+                                "  parallelism_config_dp_shard_size: 8\n"
+                                "  parallelism_config_dp_replicate_size: 4\n",
+                                dict(dp=32, zero=3, dp_replicate=4)),
+    "megatron.sh": ("torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py "
+                    "--tensor-model-parallel-size 8 --use-distributed-optimizer "
+                    "--num-distributed-optimizer-instances 2 --micro-batch-size 1 "
+                    "--global-batch-size 64 --seq-length 4096 --num-layers 2 --hidden-size 1024 "
+                    "--num-attention-heads 8 --vocab-size 32000\n",
+                    dict(zero=1, dp_replicate=2)),
+}
 
 
-def test_accelerate_parallelism_config_replicate_beside_shard_is_hsdp(tmp_path):
-    f = _flags(tmp_path, "acc.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
-               "mixed_precision: bf16\nnum_processes: 32\nparallelism_config:\n"
-               "  parallelism_config_dp_shard_size: 8\n"
-               "  parallelism_config_dp_replicate_size: 4\n")
-    assert (f["dp"], f["dp_replicate"], f["zero"]) == (32, 4, 3)
-
-
-def test_megatron_optimizer_instances_are_read(tmp_path):
-    f = _flags(tmp_path, "run.sh", "torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py "
-               "--tensor-model-parallel-size 8 --use-distributed-optimizer "
-               "--num-distributed-optimizer-instances 2 --micro-batch-size 1 "
-               "--global-batch-size 64 --seq-length 4096 --num-layers 2 --hidden-size 1024 "
-               "--num-attention-heads 8 --vocab-size 32000\n")
-    assert (f["zero"], f["dp_replicate"]) == (1, 2)
+@pytest.mark.parametrize("name", HSDP_FILES)
+def test_accelerate_and_megatron_files_that_say_hsdp_are_read_as_hsdp(tmp_path, name):
+    text, want = HSDP_FILES[name]
+    f = _flags(tmp_path, name, text)
+    assert {k: f.get(k) for k in want} == want
 
 
 def _ledger(argv, capsys):
