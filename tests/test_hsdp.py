@@ -166,3 +166,15 @@ def test_hsdp_written_out_reads_back_to_the_same_ledger(tmp_path, capsys, target
             if target == "accelerate" else [])  # accelerate's YAML has no model or batch
     assert _ledger(["ledger", "--config", p, *keep], capsys) == \
         _ledger(["ledger", *size, *flags], capsys)
+
+
+def test_the_advisor_offers_folding_the_replicas_into_one_shard_group():
+    from memledger.advisor.moves import static_candidates
+    m = model("llama3-8b")
+    led = build_ledger(m, ParallelSpec(dp=32, dp_replicate=4, zero=3), OP_8K, TITAN)
+    fold = [c for c in static_candidates(led) if "HSDP replicas 4 → 1" in c.label]
+    assert len(fold) == 1 and fold[0].parallel.dp_replicate == 1
+    # the states then shard over 32 ranks: the optimizer row of FSDP 32, 2,007,565,312 B
+    assert fold[0].ledger.ranks[0].rows["optimizer"] == 2_007_565_312
+    tp2 = [c for c in static_candidates(led) if c.label.startswith("tp 1 → 2")][0]
+    assert (tp2.parallel.dp, tp2.parallel.dp_replicate) == (16, 4)

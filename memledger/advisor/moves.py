@@ -53,15 +53,21 @@ def _halve_dp(p, **kw):
     if p.dp % 2:
         raise SpecError("dp", f"dp={p.dp} is odd: cannot double a degree at a fixed world size")
     fields = {**{f.name: getattr(p, f.name) for f in dataclass_fields(p)}, **kw, "dp": p.dp // 2}
+    if fields["dp"] % fields["dp_replicate"]:  # HSDP: the halved dp keeps what replicas it can
+        fields["dp_replicate"] //= 2
     if fields.get("tp", 1) > 1:
         fields["sp"] = True
     return fields
 
 
 def static_candidates(led: Ledger) -> list[Candidate]:
-    """ZeRO stages above the current one, ZeRO-Offload, then tp / pp / ep doubled (world kept)."""
+    """ZeRO stages above the current one, HSDP's replicas folded into one shard group (the states
+    over all of dp·cp), ZeRO-Offload, then tp / pp / ep doubled (world kept)."""
     p, rt, m = led.parallel, led.runtime, led.model
     out = [evaluate(f"ZeRO-{z}", led, parallel=replace(p, zero=z)) for z in range(p.zero + 1, 4)]
+    if p.dp_replicate > 1 and p.zero:
+        out.append(evaluate(f"shard over all dp (HSDP replicas {p.dp_replicate} → 1)", led,
+                            parallel=replace(p, dp_replicate=1)))
     if not rt.optimizer_offload:
         out.append(evaluate("optimizer offload to CPU (ZeRO-Offload)", led,
                             runtime=replace(rt, optimizer_offload=True)))
