@@ -82,6 +82,69 @@ def test_the_pipeline_ran_for_real_and_checks_the_fake_p2p_stand_ins():
         assert not [d for d in fake_vs_real(e) if d["diff_bytes"]]
 
 
+def test_hsdp_on_gloo_holds_the_fsdp2_shard_groups_rows_and_all_reduces_for_real():
+    """torchtitan's HSDP for real: replicate 2 × shard 2 on 4 gloo processes builds the
+    (dp_replicate, fsdp) mesh — Replicate over the copies, Shard(0) inside one — so every rank
+    holds what a rank of the 2-rank FSDP2 case holds: the debug model's 6,163,712 fp32
+    parameters over 2, 12,327,424 B of weights and of gradients, Adam's exp_avg, exp_avg_sq and
+    45 fp32 `step`s 24,655,028 B; the step's activations and peak equal too. After each
+    reduce-scatter FSDP2 all-reduced the fp32 shard over the rank's replica pair: 9 calls (8
+    units; the [norm, lm_head] unit twice, lm_head at ChunkedLossWrapper's last chunk, norm after
+    the decoder's backward), 3,081,856 elements = the rank's whole gradient shard, each result
+    exactly twice the replica's own (same ids and weights on every rank). The ledger, told
+    dp_replicate = 2, predicts shard 2's static rows, the same as for FSDP over 2."""
+    import dataclasses
+
+    from memledger.engine.titan_compare import predict
+    hsdp, fsdp = ENTRIES["llama3-debug hsdp2 fsdp2 op-ac"], ENTRIES["llama3-debug fsdp2 op-ac"]
+    case = case_from_dict(hsdp["spec"])
+    assert (case.world, case.dp_replicate, case.dp // case.dp_replicate) == (4, 2, 2)
+    assert case == dataclasses.replace(case_from_dict(fsdp["spec"]), name=case.name, world=4,
+                                       dp_replicate=2)  # the same model, step and AC
+    mesh = {"axes": ["dp_replicate", "fsdp"], "sizes": [2, 2], "placements": ["R", "S(0)"],
+            "params": 45}
+    assert hsdp["fake"]["param_meshes"] == [mesh]
+    rows = ("weights", "gradients", "optimizer", "activations", "peak_live")
+    want = {k: fsdp["ranks"][0][k] for k in rows}
+    assert len({tuple(r[k] for k in rows) for r in fsdp["ranks"]}) == 1
+    assert want["weights"] == want["gradients"] == 4 * 6_163_712 // 2 == 12_327_424
+    assert want["optimizer"] == 2 * 12_327_424 + 4 * 45 == 24_655_028
+    for r in hsdp["ranks"]:
+        assert r["param_meshes"] == [mesh], r["rank"]
+        assert {k: r[k] for k in rows} == want, r["rank"]
+        pair = [r["rank"] % 2, r["rank"] % 2 + 2]  # rank = replica · 2 + shard
+        assert r["all_reduces"] == [{"ranks": pair, "dtype": "float32", "calls": 9,
+                                     "numel": 12_327_424 // 4, "replica_sum": True}], r["rank"]
+    led = [predict(case_from_dict(e["spec"])).ranks[0] for e in (hsdp, fsdp)]
+    assert led[0].rows == led[1].rows
+    got = compare_rows(hsdp)
+    assert got["weights"] == got["gradients"] == (12_327_424, 12_327_424)
+    assert got["optimizer"] == (24_654_848, 24_655_028)  # the ledger counts no `step`: −180 B
+
+
+def compare_rows(entry: dict) -> dict:
+    from memledger.engine.titan_compare import compare
+    return {r["row"]: (r["predicted_bytes"], r["measured_bytes"])
+            for r in compare(case_from_dict(entry["spec"]), entry["measured"])}
+
+
+def test_merge_adds_a_gloo_case_and_keeps_the_other_stored_runs(tmp_path):
+    """`--backend gloo --merge` (how the HSDP case joined): the stored file without it, merged
+    with its run, is the stored file; a fake-backend run is not mixed in."""
+    from memledger.cli.titan_cmd import merged
+    from memledger.engine.titan_cases import GLOO_CASES
+    from memledger.errors import SpecError
+    name = "llama3-debug hsdp2 fsdp2 op-ac"
+    path = tmp_path / "engine-torchtitan-gloo.json"
+    path.write_text(json.dumps({**STORED, "measurements": [
+        e for e in STORED["measurements"] if e["case"] != name]}))
+    doc = {**STORED, "measurements": [ENTRIES[name]]}
+    assert merged(path, doc, GLOO_CASES) == STORED
+    fake_env = {**STORED["environment"], "backend": "fake process group + FakeTensorMode"}
+    with pytest.raises(SpecError, match="backend"):
+        merged(path, {**doc, "environment": fake_env}, GLOO_CASES)
+
+
 KNOWN_MISSES: dict[tuple[str, str], str] = {
     ("llama3-debug fsdp2 no-ac seq256", "peak_allocated"):
         "ledger +6.67 %: its FSDP communication items (two gathered units 3,409,920 B, a unit's "

@@ -211,6 +211,8 @@ GLOO_CASES: tuple[TitanCase, ...] = (
     _debug("llama3-debug fsdp2 op-ac", world=2, ac="selective"),
     _debug("llama3-debug fsdp2 full-ac", world=2, ac="full"),
     _debug("llama3-debug fsdp2 no-ac seq256", world=2, ac="none", seq=256, local_batch=1),
+    # HSDP: 2 copies of fsdp2 op-ac's shard group, FSDP2's all-reduce over gloo for real
+    _debug("llama3-debug hsdp2 fsdp2 op-ac", world=4, dp_replicate=2, ac="selective"),
     _debug("llama3-debug tp2 op-ac", world=2, tp=2, ac="selective"),
     _debug("llama3-debug cp2 op-ac", world=2, cp=2, ac="selective"),
     _debug("llama3-debug fsdp2 tp2 op-ac", world=4, tp=2, ac="selective"),

@@ -35,6 +35,13 @@ weight init. Three stand-ins more than under fake mode, for the CPU's kernels an
     with a 0.5 ms sleep so that those frees land before the next ops, not a switch interval
     later (seen without it: a block's all-gather output alive at the forward's end, 1 in ~10
     runs).
+HSDP (dp_replicate > 1): FSDP2 follows each unit's reduce-scatter over the shard group with
+`dist.all_reduce` of the rank's fp32 gradient shard over the replicate group (fsdp/_fully_shard/
+_fsdp_collectives.py `foreach_reduce`, SUM under `sum_reduction`). `count_all_reduces` records
+every such call: the group's global ranks, its elements, and whether the result is exactly the
+replicas' sum — every rank trains on the same ids and weights (same seed), so each replica
+holds the same shard and the sum is twice it, bit for bit (the check runs with the probe
+paused, its copy unseen by the measurement).
 Inputs: every rank draws its token and label ids from the same seed (identical across tp ranks,
 as torchtitan's data loader feeds them; values do not change memory).
 The parent spawns the ranks with `workers.spawn_ranks` (timeout, no processes left behind).
@@ -84,6 +91,47 @@ def quiet_waits() -> None:
     Work.wait = wait
 
 
+_ALL_REDUCES: list[dict] = []
+
+
+def count_all_reduces() -> None:
+    """Every `dist.all_reduce` of this rank recorded (see the module docstring)."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils._python_dispatch import _disable_current_modes
+    orig = dist.all_reduce
+    if getattr(orig, "_memledger", False):
+        return
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        with _disable_current_modes():
+            before = tensor.detach().clone()
+        work = orig(tensor, op=op, group=group, async_op=async_op)
+        if async_op:
+            work.wait()
+        with _disable_current_modes():
+            ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
+            _ALL_REDUCES.append({"ranks": ranks, "numel": tensor.numel(),
+                                 "dtype": str(tensor.dtype).removeprefix("torch."),
+                                 "replica_sum": bool(torch.equal(tensor, before * len(ranks)))})
+        return work
+    all_reduce._memledger = True
+    dist.all_reduce = all_reduce
+
+
+def all_reduce_summary() -> list[dict]:
+    """The rank's all-reduces per group (one backward ran: the measured step's): calls,
+    elements, and whether every result was the replicas' sum."""
+    by: dict[tuple, dict] = {}
+    for c in _ALL_REDUCES:
+        g = by.setdefault((tuple(c["ranks"]), c["dtype"]), {
+            "ranks": c["ranks"], "dtype": c["dtype"], "calls": 0, "numel": 0, "replica_sum": True})
+        g["calls"] += 1
+        g["numel"] += c["numel"]
+        g["replica_sum"] &= c["replica_sum"]
+    return list(by.values())
+
+
 def run_rank(rank: int, case: TitanCase, port: int, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -98,12 +146,16 @@ def run_rank(rank: int, case: TitanCase, port: int, out: str) -> None:
         cfg = prepare(case)
         cpu_rms_norm_backward(torch)
         quiet_waits()
+        if case.dp_replicate > 1:
+            count_all_reduces()
         if case.pp > 1:  # every rank its own pp rank; torch's P2P runs for real
             from memledger.engine.titan_pp_step import build_and_measure_pp
             res = build_and_measure_pp(case, cfg, fake=False, on_model=sum_reduction)
         else:
             res = build_and_measure(case, cfg, fake=False, on_model=sum_reduction)
         res.pop("timeline", None)
+        if case.dp_replicate > 1:
+            res["all_reduces"] = all_reduce_summary()
         res = {"rank": rank, **res, "seconds": round(time.perf_counter() - t0, 2)}
         Path(out, f"rank{rank}.json").write_text(json.dumps(res))
     finally:
@@ -119,7 +171,7 @@ def run_gloo(case: TitanCase, timeout_s: float = 300.0, start_method: str = "spa
 RANK_KEYS = ("weights", "gradients", "optimizer", "activations", "base_live", "peak_live",
              "unsharded_at_forward_end",  # and under PP the activations' parts (titan_pp_step):
              "unsharded_at_warmup_end", "outputs_at_warmup_end", "received_inputs_at_warmup_end",
-             "warmup_forwards", "stages")
+             "warmup_forwards", "stages", "param_meshes", "all_reduces")
 
 
 def measure_case(case: TitanCase, timeout_s: float = 300.0) -> dict:
