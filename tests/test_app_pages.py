@@ -45,6 +45,7 @@ def test_ledger_renders_with_defaults(app_test):
     ("select_slider", "sb_tp", 4, {"tp": "4"}),
     ("select_slider", "sb_pp", 8, {"pp": "8"}),
     ("select_slider", "sb_zero", 3, {"zero": "3"}),
+    ("select_slider", "sb_dp_replicate", 2, {"dp_replicate": "2"}),  # dp 2: ZeRO-1 unsharded
     ("number_input", "sb_world", 128, {"world": "128"}),
     ("number_input", "sb_seq", 8192, {"seq": "8192"}),
     ("toggle", "sb_sp", False, {"sp": "0"}),
@@ -182,6 +183,8 @@ def test_a_share_link_reproduces_the_view(app_test):
     ("world=1000000000000", "world"),
     ("schedule=interleaved&vpp=1", "vpp"),
     ("model=spec:eNoDAAAAAAE", "model"),
+    ("dp_replicate=two", "dp_replicate"),
+    ("world=32&tp=1&pp=1&dp_replicate=3", "dp_replicate"),  # 3 does not divide dp 32
     ("rank=99", None),  # a stale table rank quietly shows the most loaded one
 ])
 def test_a_bad_link_shows_an_error_and_falls_back(app_test, query, bad):
@@ -453,3 +456,58 @@ def test_a_named_loop_brings_its_model_codes_profile(app_test):
     at.selectbox(key="sb_profile").set_value("megatron").run()
     assert "profile" not in ok(at).query_params  # megatron is the default, so the link omits it
     assert any("profile megatron under loop torchtitan" in w.value for w in at.warning)
+
+
+HSDP = "world=32&tp=1&pp=1&zero=3&dp_replicate=4"
+
+
+def test_an_hsdp_link_opens_with_its_replicas_and_their_memory(app_test):
+    """32 GPUs at tp 1 pp 1 (dp 32), ZeRO-3 over 4 copies of an 8-rank shard group: the widget,
+    the caption, the chart's subtitle and bars, and the share link all carry the 4."""
+    at = ok(app_test(LEDGER, HSDP).run())
+    assert not [e.value for e in at.error if "Share link" in e.value]  # the verdict only (over)
+    widget = at.select_slider(key="sb_dp_replicate")
+    assert widget.value == 4 and list(widget.options) == ["1", "2", "4", "8", "16", "32"]
+    assert any("ZeRO-3 shards over dp·cp/R = 32·1/4 = 8 ranks" in c.value for c in at.caption)
+    (fig,) = figures(at)
+    assert "dp 32 (4 HSDP replicas)" in fig["layout"]["title"]["subtitle"]["text"]
+    cfg = parse_params(at.query_params)[0]
+    assert cfg.dp_replicate == 4 and at.query_params["dp_replicate"] == "4"
+    peak = sum(tr["x"][0] for tr in fig["data"])
+    assert peak == pytest.approx(
+        ledger_for(load_model("llama3-70b"), cfg).peak.peak_total_bytes / GIB)
+    assert round(peak, 2) == 256.98 and "dp_replicate=4" in at.code[0].value
+    widget.set_value(1).run()  # one shard group of 32 ranks: ZeRO-3's shards a quarter the size
+    assert "dp_replicate" not in ok(at).query_params
+    assert round(sum(tr["x"][0] for tr in figures(at)[0]["data"]), 2) == 140.49
+
+
+def test_a_replica_count_that_does_not_divide_dp_is_named_and_switched_off(app_test):
+    at = ok(app_test(LEDGER, "world=32&tp=1&pp=1&zero=3&dp_replicate=3").run())
+    (err,) = [e.value.replace("\\", "") for e in at.error if "`dp_replicate=" in e.value]
+    assert err == ("Share link: `dp_replicate=3`: not valid here: dp_replicate=3 must divide "
+                   "dp=32 (HSDP: dp = dp_replicate x the shard group). Using `dp_replicate=1`.")
+    assert at.select_slider(key="sb_dp_replicate").value == 1
+    assert "dp_replicate" not in at.query_params and len(figures(at)) == 1
+
+
+def test_torchtitan_with_only_replicas_runs_ddp(app_test):
+    """dp 2 as 2 replicas of a 1-rank shard group: torchtitan does not shard (fsdp_enabled is
+    dp_shard > 1 or cp > 1), so picking it leaves ZeRO-0, not ZeRO-3."""
+    at = ok(opened(app_test(LEDGER, "dp_replicate=2"), "more_open").run())
+    at.selectbox(key="sb_loop").set_value("torchtitan").run()
+    assert ok(at).query_params.get("zero") == "0" and at.query_params["dp_replicate"] == "2"
+
+
+def test_the_ab_legend_and_download_names_say_hsdp_only_when_it_is_on():
+    from memledger.views.compare import describe
+    from memledger.views.sync import Resolved
+    from memledger.views.ui import stem
+    hsdp = parse_params(dict(p.split("=") for p in HSDP.split("&")))[0]
+    assert describe(hsdp) == ("32 × h100, tp 1 pp 1 ep 1 cp 1 ZeRO-3 (4 HSDP replicas), "
+                              "mb 1 × 8, none")
+    assert "HSDP" not in describe(DEFAULT)
+    m = load_model("llama3-70b")
+    assert stem(Resolved(hsdp, m, {}), "ledger") == \
+        "memledger_ledger_llama3-70b_tp1_pp1_ep1_cp1_dp32_hsdp4_zero3_mb1x4096"
+    assert "hsdp" not in stem(Resolved(DEFAULT, m, {}), "ledger")

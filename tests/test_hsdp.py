@@ -178,3 +178,17 @@ def test_the_advisor_offers_folding_the_replicas_into_one_shard_group():
     assert fold[0].ledger.ranks[0].rows["optimizer"] == 2_007_565_312
     tp2 = [c for c in static_candidates(led) if c.label.startswith("tp 1 → 2")][0]
     assert (tp2.parallel.dp, tp2.parallel.dp_replicate) == (16, 4)
+
+
+def test_an_uploaded_config_sets_the_apps_replicas_and_one_without_them_clears_them():
+    from dataclasses import replace as _replace
+
+    from memledger.views.config_io import import_config
+    from memledger.views.state import Config
+    hsdp = TOML.format(rep=4, shard=8, cp=1).encode()
+    cfg, rows = import_config(Config(), hsdp, "job.toml")
+    assert (cfg.world, cfg.dp, cfg.dp_replicate, cfg.zero) == (32, 32, 4, 3)
+    assert not [r for r in rows if r["key"] == "dp_replicate" and r["kind"] == "CLI only"]
+    plain = TOML.format(rep=1, shard=8, cp=1).encode()
+    cfg, _ = import_config(_replace(cfg, dp_replicate=4), plain, "job.toml")
+    assert (cfg.world, cfg.dp_replicate) == (8, 1)

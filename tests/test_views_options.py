@@ -10,8 +10,8 @@ from memledger.presets import MODELS
 from memledger.views.options import CANDIDATES, divisors, problem, repair, valid_values, with_value
 from memledger.views.state import DEFAULT, Config, load_model, to_specs
 
-WIDGET_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp", "sp", "schedule", "layout", "precision",
-               "optimizer", "profile", "attention", "recompute")
+WIDGET_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp_replicate", "sp", "schedule", "layout",
+               "precision", "optimizer", "profile", "attention", "recompute")
 
 
 def test_divisors():
@@ -113,3 +113,32 @@ def test_a_sequence_length_cp_cannot_split_is_rounded(seq, expect):
     cfg = replace(DEFAULT, model="llama3-8b", cp=2, tp=4, pp=1, world=64, seq=seq)
     fixed, _ = repair(m, cfg, pinned=frozenset({"cp"}))
     assert fixed.cp == 2 and fixed.seq == expect
+
+
+def test_hsdp_replicas_offered_are_the_divisors_of_dp_the_core_accepts():
+    m = load_model("llama3-70b")
+    assert valid_values(m, DEFAULT, "dp_replicate") == (1, 2)  # 64 GPUs at tp 8 pp 4: dp 2
+    assert valid_values(m, replace(DEFAULT, world=32, tp=1, pp=1), "dp_replicate") == \
+        (1, 2, 4, 8, 16, 32)
+    moe = load_model("mixtral-8x7b")  # ep·etp must divide one shard group's tp·cp·dp/R
+    cfg = replace(DEFAULT, model="mixtral-8x7b", world=16, tp=1, pp=1, ep=8, zero=3)
+    assert valid_values(moe, cfg, "dp_replicate") == (1, 2)  # ep 8 divides 16/R: R <= 2
+    assert valid_values(moe, replace(cfg, world=8), "dp_replicate") == (1,)
+
+
+def test_a_replica_count_that_does_not_divide_dp_falls_back_to_one():
+    """dp_replicate=3 at dp 32 (a link): the core's reason, and HSDP off, not the nearest 4."""
+    m = load_model("llama3-70b")
+    fixed, moves = repair(m, replace(DEFAULT, world=32, tp=1, pp=1, zero=3, dp_replicate=3))
+    assert fixed.dp_replicate == 1 and (fixed.world, fixed.tp, fixed.zero) == (32, 1, 3)
+    assert [str(a) for a in moves] == ["dp_replicate 3 → 1: dp_replicate=3 must divide dp=32 "
+                                       "(HSDP: dp = dp_replicate x the shard group)"]
+
+
+def test_a_new_world_size_that_dp_replicate_no_longer_divides_switches_hsdp_off():
+    """256 GPUs at tp 8 pp 1 (dp 32) with 16 replicas; 64 GPUs leave dp 8: 1, not 8."""
+    m = load_model("llama3-70b")
+    cfg = replace(DEFAULT, world=64, tp=8, pp=1, dp_replicate=16)
+    fixed, moves = repair(m, cfg, pinned=frozenset({"world"}))
+    assert [a.key for a in moves] == ["dp_replicate"] and fixed.dp_replicate == 1
+    assert (fixed.world, fixed.tp, fixed.pp) == (64, 8, 1)

@@ -36,7 +36,7 @@ configs = st.builds(
     model=st.sampled_from(list(MODELS)),
     gpu=st.sampled_from(CHOICES["gpu"]),
     **{k: st.integers(*INT_LIMITS[k]) for k in ("world", "tp", "pp", "vpp", "ep", "etp", "cp",
-                                                 "zero", "mb", "seq", "m")},
+                                                 "dp_replicate", "zero", "mb", "seq", "m")},
     sp=st.booleans(),
     schedule=st.sampled_from(CHOICES["schedule"]),
     layout=st.sampled_from(["balanced", "even", "4,4,8"]),
@@ -62,6 +62,9 @@ def test_any_configuration_round_trips_through_the_url(cfg):
     ("layout", "4,x,8", "layers per stage"),
     ("zero", "4", "0..3"),
     ("seq", "-5", "1.."),
+    ("dp_replicate", "two", "integer"),
+    ("dp_replicate", "0", "1..262144"),
+    ("dp_replicate", "4.0", "integer"),
 ])
 def test_a_bad_value_names_its_parameter_and_falls_back(key, value, words):
     cfg, issues = parse_params({key: value, "mb": "2"})
@@ -85,6 +88,40 @@ def test_dp_contradicting_world_is_reported_and_world_wins():
     cfg, issues = parse_params({"world": "64", "tp": "8", "pp": "4", "dp": "3"})
     assert [i.key for i in issues] == ["dp"] and cfg.world == 64
     assert "64" in issues[0].message
+
+
+def test_an_hsdp_configuration_round_trips_through_its_link():
+    """HSDP at world 32 (tp 1, pp 1: dp 32), ZeRO-3, four copies of an 8-rank shard group."""
+    cfg = replace(DEFAULT, world=32, tp=1, pp=1, zero=3, dp_replicate=4)
+    params = to_params(cfg)
+    assert params == {"world": "32", "tp": "1", "pp": "1", "dp_replicate": "4", "zero": "3"}
+    assert parse_params(params) == (cfg, [])
+    par, _ = to_specs(cfg, load_model(cfg.model))
+    assert (par.dp, par.dp_replicate, par.dense_dp) == (32, 4, 8)
+
+
+def test_a_link_made_before_hsdp_opens_with_one_replica_and_keeps_it_out():
+    cfg, issues = parse_params({"world": "32", "tp": "1", "pp": "1", "zero": "3"})
+    assert issues == [] and cfg.dp_replicate == 1
+    assert "dp_replicate" not in to_params(cfg)
+    assert to_specs(cfg, load_model(cfg.model))[0].dense_dp == 32
+
+
+def test_a_bad_replica_count_falls_back_to_one_and_says_so():
+    cfg, issues = parse_params({"world": "32", "tp": "1", "pp": "1", "dp_replicate": "many"})
+    assert cfg.dp_replicate == 1 and cfg.world == 32
+    assert str(issues[0]) == ("`dp_replicate=many`: expected an integer 1..262144. "
+                              "Using dp_replicate=1.")
+
+
+def test_a_replica_count_that_does_not_divide_dp_is_the_cores_call():
+    """Parsing checks the value alone; 3 copies of dp 32 is refused by the core, naming the
+    key, and the repair (tests/test_views_options.py) moves it back to 1."""
+    cfg, issues = parse_params({"world": "32", "tp": "1", "pp": "1", "dp_replicate": "3"})
+    assert issues == [] and cfg.dp_replicate == 3
+    with pytest.raises(SpecError, match="dp_replicate=3 must divide dp=32") as e:
+        to_specs(cfg, load_model(cfg.model))
+    assert e.value.field == "dp_replicate"
 
 
 def test_an_absurdly_long_value_is_refused_without_parsing():

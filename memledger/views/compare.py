@@ -84,5 +84,6 @@ def staircases(a: Ledger, b: Ledger, label_a: str, label_b: str) -> go.Figure:
 
 def describe(cfg: Config) -> str:
     """A layout in one short line (the A/B legend and headers)."""
+    hsdp = f" ({cfg.dp_replicate} HSDP replicas)" if cfg.dp_replicate > 1 else ""
     return (f"{cfg.world:,} × {cfg.gpu}, tp {cfg.tp} pp {cfg.pp} ep {cfg.ep} cp {cfg.cp} "
-            f"ZeRO-{cfg.zero}, mb {cfg.mb} × {cfg.m}, {cfg.recompute}")
+            f"ZeRO-{cfg.zero}{hsdp}, mb {cfg.mb} × {cfg.m}, {cfg.recompute}")

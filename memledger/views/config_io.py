@@ -24,7 +24,8 @@ APP_KEYS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp"
             "optimizer": "optimizer", "profile": "profile", "recompute": "recompute",
             "loop": "loop", "recompute_every": "recompute_every",
             "recompute_budget_pct": "budget", "fsdp_reshard_after_forward": "reshard",
-            "torch_compile": "compile", "loss_parallel": "loss_parallel", "hidden_dropout": "dropout"}
+            "torch_compile": "compile", "loss_parallel": "loss_parallel", "hidden_dropout": "dropout",
+            "dp_replicate": "dp_replicate"}
 MAX_BYTES = 1_000_000
 COPY_AS = {"Megatron flags": "megatron", "torchtitan config": "torchtitan",
            "DeepSpeed JSON": "deepspeed"}
@@ -50,6 +51,7 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     imp = read_text(data.decode("utf-8", errors="replace"), name)
     flags = imp.flags()
     new = {APP_KEYS[d]: v for d, v in flags.items() if d in APP_KEYS}
+    new.setdefault("dp_replicate", 1)  # a file that names no replicas runs without HSDP
     if "dropout" in new:  # the file's probability as the dashboard's whole percentage
         from memledger.specs.train import dropout_pct
         new["dropout"] = dropout_pct(new["dropout"])

@@ -31,10 +31,12 @@ FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp
              "recompute_every": "recompute_every", "recompute_budget_pct": "budget",
              "finetune": "ft", "lora_rank": "lora_r", "lora_targets": "lora_targets",
              "base_weights": "base", "freeze": "freeze", "lora_dropout": "lora_dropout",
-             "hidden_dropout_pct": "dropout"}
-# Settings a repair may move, most expendable first (after the one the error names).
+             "hidden_dropout_pct": "dropout", "dp_replicate": "dp_replicate"}
+# Settings a repair may move, most expendable first (after the one the error names). HSDP's
+# replica count is last: unless the core names it, the other settings are tried first.
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
-                "profile", "seq", "lora_targets", "lora_r", "freeze", "base", "ft")
+                "profile", "seq", "lora_targets", "lora_r", "freeze", "base", "ft",
+                "dp_replicate")
 # Values that make any model valid on any world size (the last resort of a repair).
 SIMPLEST = dict(tp=1, pp=1, vpp=1, ep=1, etp=1, cp=1, sp=False, schedule="1f1b",
                 layout="balanced", attention="flash", profile="megatron")
@@ -64,6 +66,9 @@ CANDIDATES = {
     "ep": lambda m, c: divisors(c.world),
     "etp": lambda m, c: divisors(c.world),
     "cp": lambda m, c: divisors(c.world),
+    # HSDP replicas divide dp; not NUMERIC, so a count that no longer divides falls back to the
+    # first candidate, 1 (HSDP off), rather than to another replica count
+    "dp_replicate": lambda m, c: divisors(max(c.dp, 1)),
     "zero": lambda m, c: (0, 1, 2, 3),
     "sp": lambda m, c: (True, False),
     "schedule": lambda m, c: tuple(SCHEDULES),

@@ -31,8 +31,8 @@ from memledger.views.options import CANDIDATES, problem, with_value
 from memledger.views.palette import CAPACITY_COLOR, ROW_COLORS, ROW_SHORT
 from memledger.views.state import Config, hardware
 
-AXES = {"tp": "TP", "pp": "PP", "vpp": "VPP", "ep": "EP", "cp": "CP", "zero": "ZeRO",
-        "mb": "micro-batch", "seq": "sequence"}
+AXES = {"tp": "TP", "pp": "PP", "vpp": "VPP", "ep": "EP", "cp": "CP",
+        "dp_replicate": "HSDP replicas", "zero": "ZeRO", "mb": "micro-batch", "seq": "sequence"}
 KINDS = ("ledger", "staircase")
 
 

@@ -20,7 +20,7 @@ from memledger.views import safe_text
 from memledger.views.gpu_widget import gpu_choice
 from memledger.views.model_codec import PREFIX, decode_model, encode_model
 from memledger.views.options import DEGREE_KEYS, valid_values
-from memledger.views.state import CONFIG_KEYS, INT_LIMITS, PageParam
+from memledger.views.state import CONFIG_KEYS, INT_LIMITS, PageParam, to_specs
 from memledger.views.sync import Resolved, W, resolve
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -42,6 +42,11 @@ HELP = {
     "ep": "Expert parallel: the routed experts are spread over ep GPUs (MoE models only).",
     "etp": "Expert tensor parallel: each expert's matrices split over etp GPUs (MoE only).",
     "cp": "Context parallel: each sequence is split over cp GPUs (ring attention).",
+    "dp_replicate": "HSDP: copies of the ZeRO/FSDP shard group; states shard over dp·cp/R ranks "
+                    "and each copy holds the same shards (R must divide dp). torchtitan "
+                    "data_parallel_replicate_degree, accelerate dp_replicate_size, FSDP1 "
+                    "HYBRID_SHARD, Megatron --num-distributed-optimizer-instances. No effect at "
+                    "ZeRO-0.",
     "zero": "ZeRO / distributed optimizer: 1 shards optimizer states over the data-parallel "
             "group, 2 also gradients, 3 also weights.",
     "sp": "Sequence parallel: with tp > 1, norms and dropout work on seq/tp tokens, so their "
@@ -114,9 +119,10 @@ def _loop_profile() -> None:
     profile = LOOP_PROFILES.get(loop)
     if profile is not None:
         ss[W + "profile"] = profile
-    tp, pp, cp = (int(ss.get(W + k) or 1) for k in ("tp", "pp", "cp"))
+    tp, pp, cp, replicas = (int(ss.get(W + k) or 1) for k in ("tp", "pp", "cp", "dp_replicate"))
     dp = max(1, int(ss.get(W + "world") or 1) // (tp * pp * cp))
-    for key, (value, _src) in implied(loop, dp=dp, cp=cp, tp=tp, pp=pp).items():
+    for key, (value, _src) in implied(loop, dp=dp, cp=cp, tp=tp, pp=pp,
+                                      dp_replicate=replicas).items():
         if key in ("zero", "precision"):  # the sidebar's own widgets; the runtime follows the loop
             ss[W + key] = value
 
@@ -243,12 +249,33 @@ def _parallel_section(res: Resolved) -> None:
         st.select_slider(DEGREE_LABELS[k], opts, key=W + k, help=HELP[k], disabled=len(opts) < 2)
     st.caption(f"**DP: data parallel = {cfg.dp}** = world / (tp·pp·cp) = "
                f"{cfg.world} / ({cfg.tp}·{cfg.pp}·{cfg.cp})")
+    _hsdp(res)
     st.select_slider("ZeRO stage", (0, 1, 2, 3), key=W + "zero", help=HELP["zero"],
                      format_func=lambda z: f"ZeRO-{z}")
     sp = valid_values(res.model, cfg, "sp")
     st.toggle("Sequence parallel", key=W + "sp", help=HELP["sp"], disabled=len(sp) < 2)
     _choice("schedule", "Pipeline schedule", res)
     _choice("layout", "Layer layout", res)
+
+
+def _hsdp(res: Resolved) -> None:
+    """The HSDP replica count (divisors of dp the core accepts) and, above 1, what it means
+    for this configuration: the size of the group ZeRO shards over, or that ZeRO-0 ignores it."""
+    opts = valid_values(res.model, res.cfg, "dp_replicate")
+    st.select_slider("HSDP: shard-group replicas", opts, key=W + "dp_replicate",
+                     help=HELP["dp_replicate"], disabled=len(opts) < 2)
+    if res.cfg.dp_replicate > 1:
+        st.caption(_hsdp_caption(res))
+
+
+def _hsdp_caption(res: Resolved) -> str:
+    """The shard group in numbers, from the core's ParallelSpec (dense_dp = dp·cp/R)."""
+    par, _ = to_specs(res.cfg, res.model)
+    r = par.dp_replicate
+    if par.zero == 0:
+        return f"HSDP {r} replicas: no effect at ZeRO-0 (every rank holds the whole states)"
+    return (f"ZeRO-{par.zero} shards over dp·cp/R = {par.dp}·{par.cp}/{r} = {par.dense_dp} "
+            f"ranks; {r} copies of that group")
 
 
 def _train_section(res: Resolved) -> None:

@@ -29,11 +29,11 @@ from memledger.views.model_codec import PREFIX as SPEC_PREFIX
 from memledger.views.model_codec import decode_model
 
 # The share-link keys, in URL order (the planner builds links with the same names).
-KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "zero", "sp",
-        "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile", "attention",
-        "recompute", "loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel",
-        "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",
-        "freeze", "dropout")
+KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "dp_replicate",
+        "zero", "sp", "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
+        "attention", "recompute", "loop", "recompute_every", "budget", "reshard", "compile",
+        "loss_parallel", "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype",
+        "base", "freeze", "dropout")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -52,6 +52,9 @@ class Config:
     ep: int = D["ep"]
     etp: int = D["etp"]
     cp: int = D["cp"]
+    # HSDP: copies of the ZeRO / FSDP shard group (ParallelSpec.dp_replicate); divides dp. At 1
+    # it stays out of the link, so links made before HSDP existed open unchanged
+    dp_replicate: int = 1
     zero: int = D["zero"]
     sp: bool = D["sp"]
     schedule: str = D["schedule"]
@@ -95,8 +98,9 @@ CONFIG_KEYS = tuple(f.name for f in fields(Config))
 # hand-edited link from asking for absurd arrays of ranks; the core decides the rest.
 INT_LIMITS: dict[str, tuple[int, int]] = {
     "world": (1, 262_144), "tp": (1, 1024), "pp": (1, 1024), "vpp": (1, 64), "ep": (1, 4096),
-    "etp": (1, 1024), "cp": (1, 1024), "dp": (1, 262_144), "zero": (0, 3), "mb": (1, 1024),
-    "seq": (1, 4_194_304), "m": (1, 65_536), "recompute_every": (0, 1024), "budget": (0, 100),
+    "etp": (1, 1024), "cp": (1, 1024), "dp": (1, 262_144), "dp_replicate": (1, 262_144),
+    "zero": (0, 3), "mb": (1, 1024), "seq": (1, 4_194_304), "m": (1, 65_536),
+    "recompute_every": (0, 1024), "budget": (0, 100),
     "lora_r": (1, 204_800), "lora_alpha": (1, 1_000_000), "lora_dropout": (0, 99),
     "dropout": (0, 99),
 }
@@ -294,7 +298,8 @@ def runtime(cfg: Config, **kw) -> RuntimeSpec:
     """The runtime spec a configuration implies: its training loop and FSDP2 / compile / loss
     knobs (the rest at defaults)."""
     from memledger.specs.loop_implied import implied
-    rules = implied(cfg.loop, dp=cfg.dp, cp=cfg.cp, tp=cfg.tp, pp=cfg.pp)
+    rules = implied(cfg.loop, dp=cfg.dp, cp=cfg.cp, tp=cfg.tp, pp=cfg.pp,
+                    dp_replicate=cfg.dp_replicate)
     tp_engine = rules.get("tp_engine", ("megatron",))[0]
     return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
                        torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel,
@@ -316,7 +321,7 @@ def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] |
 def to_specs(cfg: Config, m: ModelSpec) -> tuple[ParallelSpec, TrainSpec]:
     """The core's specs for a configuration; raises SpecError exactly as the core does."""
     kw = dict(tp=cfg.tp, pp=cfg.pp, vpp=cfg.vpp, ep=cfg.ep, etp=cfg.etp, cp=cfg.cp, sp=cfg.sp,
-              zero=cfg.zero, schedule=cfg.schedule)
+              dp_replicate=cfg.dp_replicate, zero=cfg.zero, schedule=cfg.schedule)
     probe = ParallelSpec.from_world(cfg.world, **kw)
     layout = _layout(cfg, m, probe)
     par = replace(probe, layout=layout) if layout is not None else probe

@@ -134,10 +134,12 @@ def model_key(res: Resolved) -> str:
 
 
 def stem(res: Resolved, page: str) -> str:
+    """A download's file name: the layout's degrees (HSDP replicas only when on)."""
     c = res.cfg
     model = model_key(res)
+    hsdp = f"hsdp{c.dp_replicate}" if c.dp_replicate > 1 else ""
     return export.file_stem(page, model, f"tp{c.tp}", f"pp{c.pp}", f"ep{c.ep}", f"cp{c.cp}",
-                            f"dp{c.dp}", f"zero{c.zero}", f"mb{c.mb}x{c.seq}")
+                            f"dp{c.dp}", hsdp, f"zero{c.zero}", f"mb{c.mb}x{c.seq}")
 
 
 def grid(items, n_cols: int):

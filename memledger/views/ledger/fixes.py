@@ -1,10 +1,11 @@
 """What would fit, for a configuration that does not: one-setting changes that bring the most
 loaded GPU under its capacity, and a lower bound on the GPUs the model needs.
 
-Each candidate changes one sidebar setting (in this order of preference: ZeRO stage, expert,
-pipeline and tensor parallelism, recompute, a smaller micro-batch with more of them per step,
-more GPUs), is repaired to a valid configuration by the same rules as the sidebar and rebuilt
-through the ledger; the ones that fit are offered, cheapest first. Pure (no Streamlit).
+Each candidate changes one sidebar setting (in this order of preference: ZeRO stage, HSDP's
+replicas folded into one shard group, expert, pipeline and tensor parallelism, recompute, a
+smaller micro-batch with more of them per step, more GPUs), is repaired to a valid configuration
+by the same rules as the sidebar and rebuilt through the ledger; the ones that fit are offered,
+cheapest first. Pure (no Streamlit).
 Ignores: changes of two settings at once (the Planner page searches those).
 """
 from __future__ import annotations
@@ -33,13 +34,23 @@ class Fix:
     peak_bytes: int  # the most loaded GPU after the change
 
 
+def _halving_dp(cfg: Config, **changes) -> dict:
+    """A degree doubled at the same world size halves dp: HSDP keeps the replicas that still
+    divide it (half of them otherwise)."""
+    r = cfg.dp_replicate
+    return {**changes, "dp_replicate": r if (cfg.dp // 2) % r == 0 else max(1, r // 2)}
+
+
 def _candidates(m: ModelSpec, cfg: Config) -> list[tuple[str, dict]]:
     out = [(f"ZeRO-{cfg.zero} → ZeRO-{z}", {"zero": z}) for z in range(cfg.zero + 1, 4)]
+    if cfg.dp_replicate > 1 and cfg.zero:
+        out.append((f"HSDP replicas {cfg.dp_replicate} → 1 (shard over all dp)",
+                    {"dp_replicate": 1}))
     if m.moe is not None:
         out.append((f"EP {cfg.ep} → {cfg.ep * 2}", {"ep": cfg.ep * 2}))
-    out.append((f"PP {cfg.pp} → {cfg.pp * 2}", {"pp": cfg.pp * 2}))
+    out.append((f"PP {cfg.pp} → {cfg.pp * 2}", _halving_dp(cfg, pp=cfg.pp * 2)))
     if cfg.tp < 8:
-        out.append((f"TP {cfg.tp} → {cfg.tp * 2}", {"tp": cfg.tp * 2}))
+        out.append((f"TP {cfg.tp} → {cfg.tp * 2}", _halving_dp(cfg, tp=cfg.tp * 2)))
     for rc in ("selective", "full"):
         if rc != cfg.recompute and not (rc == "selective" and cfg.recompute == "full"):
             out.append((f"recompute {cfg.recompute} → {rc}", {"recompute": rc}))
@@ -80,8 +91,9 @@ def fixes(m: ModelSpec, cfg: Config, limit: int = MAX_FIXES) -> tuple[Fix, ...]:
     tried = _tried(m, cfg)
     out += [Fix(label, changes, peak) for peak, label, changes in tried if peak <= cap]
     if len(out) < limit:
-        chained = _chain(m, cfg, cap, tried)
-        out += [chained] if chained is not None else []
+        chained = _chain(m, cfg, cap, tried)  # its first step may be a fix already offered
+        out += [chained] if chained is not None and all(
+            f.changes != chained.changes for f in out) else []
     return tuple(out[:limit])
 
 
