@@ -9,7 +9,7 @@ spec in Float16Module, DistributedDataParallel, DistributedOptimizer over torch'
 rank on every run: static rows within 0.5 %, activations within 3 %, peak allocated within 5 %
 (MoE cases: TopKRouter top-2 of 8 with the switch loss, alltoall / allgather dispatch, EP 2, one
 with a shared expert, TP 2 x EP 2 with and without ETP 2; their activations and peaks as the mean
-over the ranks).
+over the ranks; partial DistOpt: 2 optimizer instances over dp 4, the ledger's dp_replicate).
 One case also runs live when megatron-core is installed (it is not part of `make test`'s extras).
 """
 from __future__ import annotations
@@ -39,8 +39,42 @@ def test_the_stored_run_is_megatron_cores_on_every_rank():
         spec = case_from_dict(e["spec"])
         assert [r["rank"] for r in e["ranks"]] == list(range(spec.world))
         assert all(r["steps_ok"] == [True, True] for r in e["ranks"]), e["case"]
-    assert {case_from_dict(e["spec"]).world for e in STORED["measurements"]} >= {1, 2}
+    assert {case_from_dict(e["spec"]).world for e in STORED["measurements"]} >= {1, 2, 4}
     assert any(case_from_dict(e["spec"]).pp == 2 for e in STORED["measurements"])
+    assert any(case_from_dict(e["spec"]).instances == 2 for e in STORED["measurements"])
+
+
+def test_two_distributed_optimizer_instances_over_dp4_hold_what_dp2_holds():
+    """num_distributed_optimizer_instances = 2 at dp 4 (the ledger's dp_replicate = 2): DDP lays
+    its param / fp32 grad buffers out over the intra-instance group of dp/N = 2 ranks
+    (distributed_data_parallel.py:291-293; param_and_grad_buffer.py:652-654 pads each bucket to
+    lcm(2, 128)), reduce-scatters over it and all-reduces the shard in place across the instances
+    (param_and_grad_buffer.py:433-487), and the DistributedOptimizer shards over the same group
+    (optimizer/__init__.py:637): every rank r holds, row by row and at its peaks, exactly what
+    rank r mod 2 of the plain dp-2 DistributedOptimizer holds, half the optimizer bytes of one
+    sharded over all 4 ranks; the ledger predicts both cases the same."""
+    from dataclasses import replace
+
+    from memledger.engine.megatron_cases import ledger_config
+    from memledger.engine.megatron_compare import predict
+    name, twin = "gpt-local tp1 dp4 distopt instances2", "gpt-local tp1 dp2 distopt"
+    spec = case_from_dict(ENTRIES[name]["spec"])
+    assert (spec.world, spec.dp, spec.instances) == (4, 4, 2)
+    assert ledger_config(spec)["parallel"]["dp_replicate"] == 2
+    for r in ENTRIES[name]["ranks"]:
+        same = ENTRIES[twin]["ranks"][r["rank"] % 2]
+        for key in ("weights", "gradients", "optimizer", "activations", "activations_per_layer",
+                    "peak_live", "peak_live_grad_sync", "phases"):
+            assert r[key] == same[key], (r["rank"], key)
+        for row in TOLERANCE:
+            assert RECORDS[name, r["rank"], row]["predicted_bytes"] == \
+                RECORDS[twin, r["rank"] % 2, row]["predicted_bytes"], (r["rank"], row)
+        assert (r["weights"], r["gradients"], r["optimizer"]) == (30_942_208, 61_884_416,
+                                                                  92_826_680)
+        # 12 B per parameter over 2 ranks, + AdamW's 4-byte step for each of the 14 tensors
+        assert RECORDS[name, r["rank"], "optimizer"]["predicted_bytes"] == 92_826_624
+    flat = predict(replace(spec, instances=1)).ranks[0].rows["optimizer"]
+    assert 2 * flat == predict(spec).ranks[0].rows["optimizer"]
 
 
 def test_the_pipeline_holds_megatrons_1f1b_staircase():
@@ -229,6 +263,29 @@ def test_the_cases_are_listed_without_megatron_core(capsys):
     assert capsys.readouterr().out.split("\n")[:-1] == [c.name for c in CASES]
 
 
+def test_merge_replaces_namesakes_and_keeps_the_other_stored_measurements(tmp_path):
+    """`--merge` (how the partial-DistOpt case joined): the stored file without it, merged with
+    its run, is the stored file; another megatron-core is refused; --merge goes with
+    --engine megatron-core and torchtitan only."""
+    from memledger.cli import main
+    from memledger.cli.megatron_cmd import merged
+    from memledger.engine.megatron_cases import CASES
+    from memledger.errors import SpecError
+    name = "gpt-local tp1 dp4 distopt instances2"
+    path = tmp_path / "engine-megatron-core.json"
+    path.write_text(json.dumps({**STORED, "measurements": [
+        e for e in STORED["measurements"] if e["case"] != name]}))
+    doc = {**STORED, "measurements": [ENTRIES[name]]}
+    assert merged(path, doc, CASES) == STORED
+    again = {**ENTRIES["gpt-local tp1 dp1"], "ranks": []}
+    out = merged(path, {**doc, "measurements": [again]}, CASES)
+    assert out["measurements"][0] == again and len(out["measurements"]) == len(ENTRIES) - 1
+    with pytest.raises(SpecError, match="megatron_core"):
+        merged(path, {**doc, "environment": {**STORED["environment"], "megatron_core": "0.17"}},
+               CASES)
+    assert main(["validate", "--engine", "torch", "--merge"]) == 2
+
+
 def test_an_unknown_case_names_the_valid_ones():
     from memledger.engine.megatron_cases import MegatronCase, case_by_name
     from memledger.errors import SpecError
@@ -236,3 +293,7 @@ def test_an_unknown_case_names_the_valid_ones():
         case_by_name("gpt-local tp9")
     with pytest.raises(SpecError, match="layers 4 must be divisible by pp = 3"):
         MegatronCase(name="x", pp=3)
+    with pytest.raises(SpecError, match="instances"):
+        MegatronCase(name="x", dp=4, instances=3)
+    with pytest.raises(SpecError, match="expert dp 2"):
+        MegatronCase(name="x", dp=4, experts=8, ep=2, instances=4)

@@ -31,8 +31,9 @@ def add_flags(p) -> None:
                         "or gloo (small sizes for real, one CPU process per rank, each case also "
                         "run under fake mode; writes <out>/engine-torchtitan-gloo.json)")
     p.add_argument("--merge", action="store_true",
-                   help="with --engine torchtitan --out: the measured cases replace their "
-                        "namesakes in the stored file or join it (in the case list's order); "
+                   help="with --engine torchtitan or megatron-core --out: the measured cases "
+                        "replace their namesakes in the stored file or join it (in the case "
+                        "list's order); "
                         "every other stored measurement is kept as it is (no --force needed)")
     p.add_argument("--timeout", type=float, default=180.0, help="with --engine: seconds per case")
     p.add_argument("--engine-config", default=None, metavar="K=V,...",
@@ -113,7 +114,7 @@ def _cases(args, scale: str):
 def run(args) -> int:
     from memledger.engine.workers import EngineError
     if getattr(args, "merge", False):
-        raise SpecError("merge", "goes with --engine torchtitan only")
+        raise SpecError("merge", "goes with --engine torchtitan or megatron-core only")
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -4,14 +4,19 @@ the truth for the `megatron` profile.
 Runs each case of `memledger.engine.megatron_cases` (or the ones named by --cases) with one
 spawned process per rank, prints measured vs predicted per rank and row, and with --out writes
 <out>/engine-megatron-core.json (measurements + environment; predictions are re-derived whenever
-the file is read: `memledger validate --rescore FILE`). megatron-core not installed → exit 2 with
-the line that installs it. Exit 1 when a row misses its bar.
+the file is read: `memledger validate --rescore FILE`); with --merge the measured cases replace
+their namesakes in that file or join it, the other stored measurements untouched (refused when
+the stored run's torch / megatron-core / device / backend / threads differ; as titan_cmd's).
+megatron-core not installed → exit 2 with the line that installs it. Exit 1 when a row misses
+its bar.
 """
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+
+from memledger.errors import SpecError
 
 FILE = "engine-megatron-core.json"
 
@@ -31,9 +36,12 @@ def environment() -> dict:
                          "scaled_dot_product_attention (flash's saved set) unless "
                          "attention=local; RMSNorm -> one function keeping input + fp32 "
                          "rstd (the CUDA kernels') unless norm=torch-cpu; MoE: "
-                         "one CUDA stream for the dispatcher's D2H copies, split sizes as numpy, "
+                         "split sizes as numpy, "
                          "the router gemm's unbound te_general_gemm -> None (torch.mm); etp > 1: "
-                         "uneven all_gather / reduce_scatter padded to equal sizes"}
+                         "uneven all_gather / reduce_scatter padded to equal sizes; one object for "
+                         "every torch.cuda.Stream (the MoE dispatcher's D2H copy stream; partial "
+                         "DistOpt's communication stream, which DDP makes with instances > 1 and "
+                         "uses only with overlap_grad_reduce)"}
 
 
 def report(doc: dict) -> int:
@@ -53,7 +61,10 @@ def run(args) -> int:
     from memledger.engine.megatron_core import require_megatron_core, run_case
     require_megatron_core()
     cases = [case_by_name(n) for n in args.cases.split(",")] if args.cases else list(CASES)
-    if args.out:
+    merge = getattr(args, "merge", False)
+    if merge and not args.out:
+        raise SpecError("merge", "needs --out (the folder of the file to merge into)")
+    if args.out and not merge:
         from memledger.cli.outfiles import keep_existing
         keep_existing([Path(args.out) / FILE], args.force)
     doc = {"engine": "megatron-core", "scale": "cpu", "environment": environment(),
@@ -70,6 +81,37 @@ def run(args) -> int:
     if args.out:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / FILE).write_text(json.dumps(doc, indent=1))
-        print(f"wrote {folder}/{FILE}", file=sys.stderr)
+        stored = merged(folder / FILE, doc, CASES) if merge else doc
+        (folder / FILE).write_text(json.dumps(stored, indent=1))
+        print(f"wrote {folder}/{FILE}" + (f" ({len(doc['measurements'])} of "
+              f"{len(stored['measurements'])} measurements new)" if merge else ""),
+              file=sys.stderr)
     return report(doc)
+
+
+MERGE_KEYS = ("torch", "megatron_core", "device", "backend", "threads_per_rank")
+
+
+def merged(path: Path, doc: dict, cases) -> dict:
+    """The stored run at `path` with `doc`'s measurements in place of their namesakes (or added),
+    ordered as `cases` (titan_cmd.merged's rule); the stored environment kept but for its
+    stand-ins line, this run's (the code's list, a superset). Other versions are not mixed in."""
+    if not path.exists():
+        return doc
+    try:
+        stored = json.loads(path.read_text())
+        old = stored["measurements"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SpecError("merge", f"cannot read {path} to merge into: {e}") from None
+    env = stored.get("environment", {})
+    diff = [k for k in MERGE_KEYS if env.get(k) != doc["environment"][k]]
+    if diff:
+        raise SpecError("merge", f"{path} was measured with another {', '.join(diff)} ("
+                                 + ", ".join(str(env.get(k)) for k in diff)
+                                 + "): re-measure every case (--force) instead of merging")
+    new = {e["case"]: e for e in doc["measurements"]}
+    entries = [new.pop(e["case"], e) for e in old] + list(new.values())
+    order = {c.name: i for i, c in enumerate(cases)}
+    entries.sort(key=lambda e: order.get(e["case"], len(order)))  # stable: unknown names last
+    return {**stored, "environment": {**env, "stand_ins": doc["environment"]["stand_ins"]},
+            "measurements": entries}

@@ -52,8 +52,8 @@ def run(args) -> int:
     if getattr(args, "backend", None) and args.engine != "torchtitan":
         raise SpecError("backend", f"{args.backend} goes with --engine torchtitan only "
                                    "(--engine torch: --scale cpu|fake)")
-    if getattr(args, "merge", False) and args.engine != "torchtitan":
-        raise SpecError("merge", "goes with --engine torchtitan only")
+    if getattr(args, "merge", False) and args.engine not in ("torchtitan", "megatron-core"):
+        raise SpecError("merge", "goes with --engine torchtitan or megatron-core only")
     if args.engine == "torchtitan":
         from memledger.cli import titan_cmd
         if args.list:

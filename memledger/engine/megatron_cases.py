@@ -12,6 +12,7 @@ spells the same run:
 | bf16 params, fp32 main grads (DDP grad_reduce_in_fp32),    | precision="megatron"              |
 |   fp32 main params + AdamW moments in the DistributedOptimizer |                               |
 | DistributedOptimizer over dp                               | zero=1                            |
+| num_distributed_optimizer_instances N (partial DistOpt)    | dp_replicate = N                  |
 | TP; sequence parallel (the local spec's torch norm refuses it: a stand-in) | tp, sp           |
 | PP with 1F1B, deallocate_pipeline_outputs (as Megatron-LM sets it) | pp, schedule="1f1b"  |
 | recompute_granularity full, uniform, 1 layer               | recompute="full"                  |
@@ -73,6 +74,10 @@ class MegatronCase:
     # hidden_dropout (0: none): the bias-dropout-add after attention and after the MLP and the
     # embedding dropout keep their masks; attention dropout stays 0 (flash runs it in-kernel)
     hidden_dropout: float = 0.0
+    # DistributedDataParallelConfig / initialize_model_parallel num_distributed_optimizer_instances
+    # (Megatron-LM --num-distributed-optimizer-instances): the optimizer shards over dp/N ranks
+    # (experts: expert dp/N), N copies of that group, an all-reduce of the shard across them
+    instances: int = 1
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:
@@ -85,7 +90,7 @@ class MegatronCase:
         if self.norm not in NORMS:
             raise SpecError("norm", f"{self.norm!r}; valid: {', '.join(NORMS)}")
         for name in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq",
-                     "micro_batch", "tp", "pp", "micro_batches", "dp"):
+                     "micro_batch", "tp", "pp", "micro_batches", "dp", "instances"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.hidden_dropout < 1.0:
@@ -101,6 +106,11 @@ class MegatronCase:
                                       f"{self.tp * self.dp} and etp the moe_ffn {self.moe_ffn}")
         elif self.ep != 1 or self.etp != 1:
             raise SpecError("ep", f"ep {self.ep} / etp {self.etp} need experts > 0")
+        expert_dp = self.tp * self.dp // (self.ep * self.etp)
+        if self.dp % self.instances or (self.experts and expert_dp % self.instances):
+            raise SpecError("instances", f"{self.instances} distributed optimizer instances must "
+                                         f"divide dp {self.dp} (and expert dp {expert_dp}): "
+                                         "parallel_state.py:833-836, :1263-1265")
         if self.heads % self.kv_heads or self.kv_heads % self.tp:
             raise SpecError("kv_heads", f"heads {self.heads} / kv_heads {self.kv_heads} / tp "
                                         f"{self.tp} must divide: heads % kv_heads == kv_heads % tp == 0")
@@ -134,6 +144,8 @@ CASES: tuple[MegatronCase, ...] = (
     MegatronCase(name="gpt-local tp2 dp1", tp=2),
     MegatronCase(name="gpt-local tp2 sp dp1", tp=2, sp=True),
     MegatronCase(name="gpt-local tp1 dp2 distopt", dp=2),
+    # partial DistOpt: 2 instances of the dp-2 distributed optimizer over dp 4
+    MegatronCase(name="gpt-local tp1 dp4 distopt instances2", dp=4, instances=2),
     MegatronCase(name="gpt-local pp2 1f1b m4", pp=2, micro_batches=4),
     MegatronCase(name="gpt-local tp1 dp1 torch-cpu rmsnorm", norm="torch-cpu"),
     MegatronCase(name="gpt-local tp1 dp1 DotProductAttention", attention="local"),
@@ -165,7 +177,7 @@ def ledger_config(case: MegatronCase) -> dict:
     """The same run in memledger's specs, as plain keyword dicts."""
     return {"model": {"hf_config": case.hf_config()},
             "parallel": {"tp": case.tp, "pp": case.pp, "dp": case.dp, "zero": 1, "sp": case.sp,
-                         "ep": case.ep, "etp": case.etp},
+                         "ep": case.ep, "etp": case.etp, "dp_replicate": case.instances},
             "train": {"seq": case.seq, "micro_batch": case.micro_batch, "micro_batches": case.micro_batches,
                       "precision": "megatron", "recompute": case.recompute,
                       "profile": "megatron-local", "vocab_pad": 1,

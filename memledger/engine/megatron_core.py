@@ -7,8 +7,9 @@ training.py `train_step`): `parallel_state.initialize_model_parallel`, `GPTModel
 Apex: torch's RMSNorm, Megatron's Column/RowParallelLinear, bias-SwiGLU fusion; MoE: TopKRouter,
 the alltoall or allgather dispatcher, SequentialMLP experts; `engine/megatron_parts.py`) in
 `Float16Module`, its `DistributedDataParallel` (contiguous param and fp32 grad buffers, bucketed
-reduce-scatter), `get_megatron_optimizer` (DistributedOptimizer over torch's AdamW: fp32
-main-param shards), `zero_grad_buffer` / `zero_grad`, `get_forward_backward_func()` (forward with
+reduce-scatter; with N optimizer instances over dp/N, then an all-reduce of the shard across the
+N), `get_megatron_optimizer` (DistributedOptimizer over torch's AdamW: fp32 main-param shards),
+`zero_grad_buffer` / `zero_grad`, `get_forward_backward_func()` (forward with
 the vocab-parallel cross entropy, backward, `finalize_model_grads`) and `optimizer.step()`.
 Stand-ins: `engine/megatron_stand_ins.py` (each with why). Measured per rank (bytes): weights /
 gradients from DDP's param and grad buffers (their padding included), optimizer from the
@@ -120,7 +121,8 @@ def _build(case: MegatronCase, torch):
     # as megatron/training/training.py get_model wraps it under --bf16: every parameter in bf16
     # (torch.nn.RMSNorm's weights are built in the default dtype, fp32)
     ddp = DistributedDataParallel(cfg, DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=True),
+        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=True,
+        num_distributed_optimizer_instances=case.instances),
         Float16Module(cfg, gpt))
     opt = get_megatron_optimizer(OptimizerConfig(
         optimizer="adam", lr=1e-4, bf16=True, use_distributed_optimizer=True), [ddp])
@@ -142,7 +144,8 @@ def measure_rank(case: MegatronCase, rank: int) -> dict:
         ps.initialize_model_parallel(tensor_model_parallel_size=case.tp,
                                      pipeline_model_parallel_size=case.pp,
                                      expert_model_parallel_size=case.ep,
-                                     expert_tensor_parallel_size=case.etp)
+                                     expert_tensor_parallel_size=case.etp,
+                                     num_distributed_optimizer_instances=case.instances)
         torch.manual_seed(0)
         gpt, ddp, opt, cfg = _build(case, torch)
         gen = torch.Generator().manual_seed(1)  # the same batch on every tp rank

@@ -9,7 +9,8 @@ the last three put what the GPU kernels keep in place of a CPU kernel that keeps
     rotary_pos_embedding.py:162, distributed/param_and_grad_buffer.py, optimizer/optimizer.py,
     pipeline_parallel/p2p_communication.py's receive buffers), and `torch.cuda.synchronize()`
     (p2p_communication.py:398, after batch_isend_irecv) returns at once: CPU ops and gloo's
-    waited requests are complete when they return;
+    waited requests are complete when they return; `torch.cuda.Stream` is one object standing
+    for every stream (MoE's copy stream, partial DistOpt's communication stream: `_one_stream`);
   - a TorchFunctionMode maps a literal `device="cuda"` to the CPU (optimizer/optimizer.py:485
     `_scale_one`, pipeline_parallel/schedules.py:596 `total_num_tokens`,
     transformer/utils.py:35 the causal mask) and lets `Tensor.type()` answer the
@@ -75,8 +76,9 @@ def stand_ins(torch, case: MegatronCase) -> None:
     from megatron.core.tensor_parallel import random as mrandom
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.synchronize = lambda *a, **k: None  # CPU ops are done when they return
-    if case.experts:
+    if case.experts or case.instances > 1:
         _one_stream(torch)
+    if case.experts:
         from megatron.core.transformer.moe import moe_utils
         # moe_utils.py:1192 tests `te_general_gemm is not None`, a name bound only when TE imports
         # (:34): without TE it is unbound, and the router's gate takes torch.mm (:1196) if None
@@ -138,7 +140,10 @@ def _cuda_dropout(torch):
 
 def _one_stream(torch):
     """One stream that is every stream: the alltoall dispatcher's device-to-host copy stream
-    (transformer/moe/token_dispatcher.py:445, :871-899) orders nothing on the CPU."""
+    (transformer/moe/token_dispatcher.py:445, :871-899) orders nothing on the CPU; nor does
+    partial DistOpt's communication stream, which DDP makes whenever
+    num_distributed_optimizer_instances > 1 (distributed/distributed_data_parallel.py:229) and
+    uses only with overlap_grad_reduce (param_and_grad_buffer.py:411-422, :527-529)."""
     class Stream:
         def __new__(cls, *a, **k):
             return ONE
