@@ -96,22 +96,5 @@ def merged(path: Path, doc: dict, cases) -> dict:
     """The stored run at `path` with `doc`'s measurements in place of their namesakes (or added),
     ordered as `cases` (titan_cmd.merged's rule); the stored environment kept but for its
     stand-ins line, this run's (the code's list, a superset). Other versions are not mixed in."""
-    if not path.exists():
-        return doc
-    try:
-        stored = json.loads(path.read_text())
-        old = stored["measurements"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SpecError("merge", f"cannot read {path} to merge into: {e}") from None
-    env = stored.get("environment", {})
-    diff = [k for k in MERGE_KEYS if env.get(k) != doc["environment"][k]]
-    if diff:
-        raise SpecError("merge", f"{path} was measured with another {', '.join(diff)} ("
-                                 + ", ".join(str(env.get(k)) for k in diff)
-                                 + "): re-measure every case (--force) instead of merging")
-    new = {e["case"]: e for e in doc["measurements"]}
-    entries = [new.pop(e["case"], e) for e in old] + list(new.values())
-    order = {c.name: i for i, c in enumerate(cases)}
-    entries.sort(key=lambda e: order.get(e["case"], len(order)))  # stable: unknown names last
-    return {**stored, "environment": {**env, "stand_ins": doc["environment"]["stand_ins"]},
-            "measurements": entries}
+    from memledger.cli.outfiles import merge_measurements
+    return merge_measurements(path, doc, cases, MERGE_KEYS, ("stand_ins",))
