@@ -155,6 +155,9 @@ def _ledger(argv, capsys):
     ("accelerate", "yaml", ["--precision", "fsdp2-mixed", "--zero", "3", "--zero3-impl", "fsdp",
                             "--recompute", "full", "--no-sp", "--loop", "hf-trainer",
                             "--profile", "hf", "--fsdp-reshard-after-forward", "default"]),
+    ("deepspeed", "json", ["--precision", "mixed16", "--zero", "3", "--zero3-impl", "deepspeed",
+                           "--recompute", "none", "--no-sp", "--loop", "deepspeed", "--profile",
+                           "hf", "--grad-buckets", "deepspeed", "--overlap-comm"]),
 ])
 def test_hsdp_written_out_reads_back_to_the_same_ledger(tmp_path, capsys, target, suffix, flags):
     size = ["--hf-id", "meta-llama/Llama-3.1-8B", "--tp", "1", "--pp", "1", "--dp", "32",
@@ -162,8 +165,9 @@ def test_hsdp_written_out_reads_back_to_the_same_ledger(tmp_path, capsys, target
     assert main(["config", "--to", target, *size, *flags]) == 0
     p = tmp_path / f"out.{suffix}"
     p.write_text(capsys.readouterr().out)
-    keep = (["--hf-id", "meta-llama/Llama-3.1-8B", "--seq", "2048", "--micro-batch", "1"]
-            if target == "accelerate" else [])  # accelerate's YAML has no model or batch
+    keep = {"accelerate": ["--hf-id", "meta-llama/Llama-3.1-8B", "--seq", "2048",
+                           "--micro-batch", "1"],  # accelerate's YAML has no model or batch
+            "deepspeed": ["--hf-id", "meta-llama/Llama-3.1-8B", "--seq", "2048"]}.get(target, [])
     assert _ledger(["ledger", "--config", p, *keep], capsys) == \
         _ledger(["ledger", *size, *flags], capsys)
 
@@ -192,3 +196,29 @@ def test_an_uploaded_config_sets_the_apps_replicas_and_one_without_them_clears_t
     plain = TOML.format(rep=1, shard=8, cp=1).encode()
     cfg, _ = import_config(_replace(cfg, dp_replicate=4), plain, "job.toml")
     assert (cfg.world, cfg.dp_replicate) == (8, 1)
+
+
+MICS = ('{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, '
+        '"bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "mics_shard_size": 8}}')
+
+
+def test_deepspeed_mics_shards_inside_groups_of_its_size(tmp_path, capsys):
+    """DeepSpeed MiCS (ZeRO-3, zero_optimization.mics_shard_size 8) on 32 GPUs: model states
+    shard inside 4 groups of 8 — dp_replicate 4 once dp is known; a size that does not divide dp
+    is an error naming the key."""
+    p = tmp_path / "ds.json"
+    p.write_text(MICS)
+    model = ["--hf-id", "meta-llama/Llama-3.1-8B", "--seq", "4096"]
+    explicit = [*model, "--world", "32", "--tp", "1", "--pp", "1", "--zero", "3",
+                "--zero3-impl", "deepspeed", "--precision", "mixed16", "--dp-replicate", "4",
+                "--micro-batch", "1", "--micro-batches", "1", "--loop", "deepspeed",
+                "--profile", "hf", "--grad-buckets", "deepspeed", "--overlap-comm", "--no-sp"]
+    got = _ledger(["ledger", "--config", p, *model, "--world", "32"], capsys)
+    assert got == _ledger(["ledger", *explicit], capsys)
+    assert main(["ledger", "--config", str(p), *model, "--world", "12"]) == 2
+    err = capsys.readouterr().err
+    assert "mics_shard_size" in err and "does not divide dp 12" in err
+    from memledger.views.config_io import import_config
+    from memledger.views.state import Config
+    cfg, _ = import_config(Config(world=32, tp=1, pp=1), MICS.encode(), "ds.json")
+    assert (cfg.dp, cfg.dp_replicate, cfg.zero) == (32, 4, 3)

@@ -55,6 +55,8 @@ def equivalent(args, parser, imp) -> list[str]:
     known = getattr(args, "config_model", None) or args.model or args.hf_id or args.hf_config \
         or args.model_spec
     derived = {"micro_batches"} if {"_global_batch", "_local_batch"} & set(f) else set()
+    if f.get("_mics_shard", -1) > 0 and getattr(args, "dp_replicate", 1) > 1:
+        derived.add("dp_replicate")  # DeepSpeed MiCS, resolved once dp is known
     if f.get("finetune") == "freeze" and "_lf_trainable_layers" in f:
         derived.add("freeze")
     set_by_files = set(f) | derived | {  # DeepSpeed "auto" buckets, once sized

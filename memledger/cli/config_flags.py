@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from memledger.configs import read_files
-from memledger.configs.resolve import data_parallel, micro_batches
+from memledger.configs.resolve import data_parallel, micro_batches, replicas
 from memledger.presets.defaults import DEFAULTS as D
 
 MODEL_DESTS = ("model", "hf_config", "hf_id", "model_spec")
@@ -52,6 +52,8 @@ def apply_configs(args, parser, argv: list[str]):
         setattr(args, dest, value)
     if "micro_batches" not in explicit and args.command != "plan":
         _micro_batches(args, imp, values)
+    if "dp_replicate" not in explicit and hasattr(args, "dp_replicate"):
+        _replicas(args, imp, values)
     _auto_buckets(args, imp, values, explicit)
     if values.get("finetune") == "freeze" and "_lf_trainable_layers" in values \
             and "freeze" not in explicit:
@@ -82,6 +84,15 @@ def _for_planner(args, imp, values: dict, explicit: set) -> dict:
     if gb not in (None, -1) and "global_batch" not in explicit:
         args.global_batch = gb
     return {k: v for k, v in f.items() if k not in PLANNER_SEARCHES and k != "world"}
+
+
+def _replicas(args, imp, values: dict) -> None:
+    """HSDP copies the files imply once dp is known (DeepSpeed MiCS: configs.resolve)."""
+    world = args.world if args.world is not None else D["world"]
+    dp = data_parallel(imp, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp, world=world)
+    r = replicas(imp, {**values, "zero": args.zero}, dp=dp)
+    if r is not None:
+        args.dp_replicate = r
 
 
 def _micro_batches(args, imp, values: dict) -> None:

@@ -1,15 +1,17 @@
 """DeepSpeed JSON and Hugging Face TrainingArguments → memledger flags: the rule tables.
 
-Mapping decisions (docs/configs.md): zero_optimization.stage N = ZeRO-N, stage 3 with
-zero3_impl deepspeed (deepspeed/runtime/zero/config.py), gradient buckets DeepSpeed's;
+Mapping decisions (docs/configs.md): zero_optimization.stage N = ZeRO-N, stage 3 with zero3_impl
+deepspeed (deepspeed/runtime/zero/config.py), gradient buckets DeepSpeed's;
 offload_optimizer.device cpu/nvme = ZeRO-Offload (deepspeed/runtime/zero/offload_config.py);
-overlap_comm defaults to true at stage 3 only; bf16.enabled = the mixed16 recipe (bf16 weights
-and gradients, fp32 master and AdamW states: deepspeed/runtime/bf16_optimizer.py); fp16 = the
-fp16 recipe. `"auto"` values are the HF Trainer's to fill (transformers/integrations/deepspeed.py):
-batch sizes from TrainingArguments (a file given beside it, else its defaults), reduce_bucket_size
-= hidden², stage3_prefetch_bucket_size = 0.9·hidden². dp = train_batch_size / (micro · GA) when
-all three are numbers. DeepSpeed has no pipeline degree in the JSON (PipelineModule, in code):
-pp = 1. Loop deepspeed, profile hf (a transformers model).
+overlap_comm defaults to true at stage 3 only; bf16.enabled = the mixed16 recipe (bf16 weights and
+gradients, fp32 master and AdamW states: deepspeed/runtime/bf16_optimizer.py); fp16 = the fp16
+recipe; zero_optimization.mics_shard_size at stage 3 (MiCS) = HSDP with dp_replicate = dp /
+mics_shard_size (resolved once dp is known, configs/resolve.py). `"auto"` values are the HF
+Trainer's to fill (transformers/integrations/deepspeed.py): batch sizes from TrainingArguments (a
+file given beside it, else its defaults), reduce_bucket_size = hidden²,
+stage3_prefetch_bucket_size = 0.9·hidden². dp = train_batch_size / (micro · GA) when all three are
+numbers. DeepSpeed has no pipeline degree in the JSON (PipelineModule, in code): pp = 1. Loop
+deepspeed, profile hf (a transformers model).
 """
 from __future__ import annotations
 
@@ -61,6 +63,12 @@ DS_RULES = (
          source="deepspeed/runtime/config.py"),
     Rule(key="tensor_parallel.autotp_size", dest="tp", conv=as_int, default=1,
          source="deepspeed/runtime/tensor_parallel/config.py"),
+    # MiCS (ZeRO-3 only): model states shard inside groups of mics_shard_size ranks, one copy
+    # per group (deepspeed/runtime/zero/mics.py MiCS_Init) — HSDP, dp_replicate = dp / size once
+    # dp is known (configs/resolve.py replicas)
+    Rule(key="zero_optimization.mics_shard_size", dest="_mics_shard", default=-1,
+         conv=lambda v: as_int(v, -1),
+         source=ZC),
 )
 DS_UNMODELLED = {
     "zero_optimization.offload_param.device": "ZeRO-Infinity parameter offload",
@@ -70,7 +78,6 @@ DS_UNMODELLED = {
     "zero_optimization.zero_hpz_partition_size": "ZeRO++ secondary weight partition",
     "zero_optimization.zero_quantized_weights": "ZeRO++ quantised weight all-gather",
     "zero_optimization.zero_quantized_gradients": "ZeRO++ quantised gradients",
-    "zero_optimization.mics_shard_size": "MiCS sub-group sharding",
     "zero_optimization.sub_group_size": "the optimizer step's fp32 sub-group buffer",
     "activation_checkpointing.partition_activations": "checkpoints partitioned over tp",
     "activation_checkpointing.cpu_checkpointing": "checkpoints offloaded to the CPU",

@@ -217,7 +217,8 @@ def to_torchtitan(a: dict, m) -> str:
 
 def to_deepspeed(a: dict, m=None) -> str:
     _need(a["pp"] == 1 and a["cp"] == 1, "deepspeed", "pipeline or context parallelism in its JSON")
-    _need(a.get("dp_replicate", 1) == 1, "deepspeed", "HSDP replicas (dp_replicate)")
+    rep = a.get("dp_replicate", 1)
+    _need(rep == 1 or a["zero"] == 3, "deepspeed", f"dp_replicate {rep} below ZeRO-3 (MiCS)")
     prec = a["precision"]
     _need(prec in ("mixed16", "fp16", "fp32"), "deepspeed", f"precision {prec}")
     zero = {"stage": a["zero"], "overlap_comm": bool(a["overlap_comm"]),
@@ -227,6 +228,8 @@ def to_deepspeed(a: dict, m=None) -> str:
             "stage3_max_live_parameters": int(a["zero3_max_live"])}
     if a["optimizer_offload"]:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if rep > 1:  # MiCS: ZeRO-3 inside groups of dp / rep ranks
+        zero["mics_shard_size"] = a["dp"] // rep
     d = {"train_micro_batch_size_per_gpu": a["micro_batch"],
          "gradient_accumulation_steps": a["micro_batches"],
          "train_batch_size": a["micro_batch"] * a["micro_batches"] * a["dp"],

@@ -24,6 +24,19 @@ def data_parallel(imp: Imported, *, tp: int, pp: int, cp: int, dp: int | None, w
     return world // (tp * pp * cp)
 
 
+def replicas(imp: Imported, values: dict, *, dp: int) -> int | None:
+    """HSDP copies a file implies once dp is known: DeepSpeed MiCS at stage 3 shards inside
+    groups of mics_shard_size ranks (None when the file says nothing of it)."""
+    shard = values.get("_mics_shard", -1)
+    if shard is None or shard <= 0 or values.get("zero") != 3:
+        return None
+    if dp % shard:
+        name, line, key = where(imp, "_mics_shard")
+        raise ConfigError(name, f"mics_shard_size {shard} does not divide dp {dp}", line=line,
+                          key=key or "zero_optimization.mics_shard_size")
+    return dp // shard
+
+
 def micro_batches(imp: Imported, values: dict, *, dp: int, micro_batch: int) -> int | None:
     """Micro-batches per step from the files' global/local batch; None when they give neither."""
     gb, local = values.get("_global_batch"), values.get("_local_batch")

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from memledger.configs import read_text
 from memledger.configs.export import WRITERS
-from memledger.configs.resolve import data_parallel, micro_batches
+from memledger.configs.resolve import data_parallel, micro_batches, replicas
 from memledger.specs.runtime import RuntimeSpec
 from memledger.views.model_codec import encode_model
 from memledger.views.state import Config, load_model, to_specs
@@ -60,6 +60,9 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     tp, pp, cp = new.get("tp", cfg.tp), new.get("pp", cfg.pp), new.get("cp", cfg.cp)
     world = flags.get("world") or (flags["dp"] * tp * pp * cp if "dp" in flags else cfg.world)
     dp = data_parallel(imp, tp=tp, pp=pp, cp=cp, dp=None, world=world)
+    r = replicas(imp, {**flags, "zero": new.get("zero", cfg.zero)}, dp=dp)
+    if r is not None:  # DeepSpeed MiCS: HSDP once dp is known
+        new["dp_replicate"] = r
     mb = micro_batches(imp, flags, dp=dp, micro_batch=new.get("mb", cfg.mb))
     if mb is not None:
         new["m"] = mb
