@@ -9,7 +9,8 @@ spec in Float16Module, DistributedDataParallel, DistributedOptimizer over torch'
 rank on every run: static rows within 0.5 %, activations within 3 %, peak allocated within 5 %
 (MoE cases: TopKRouter top-2 of 8 with the switch loss, alltoall / allgather dispatch, EP 2, one
 with a shared expert, TP 2 x EP 2 with and without ETP 2; their activations and peaks as the mean
-over the ranks; partial DistOpt: 2 optimizer instances over dp 4, the ledger's dp_replicate).
+over the ranks; partial DistOpt: 2 optimizer instances over dp 4, dense and with EP 2, the
+ledger's dp_replicate).
 One case also runs live when megatron-core is installed (it is not part of `make test`'s extras).
 """
 from __future__ import annotations
@@ -75,6 +76,41 @@ def test_two_distributed_optimizer_instances_over_dp4_hold_what_dp2_holds():
         assert RECORDS[name, r["rank"], "optimizer"]["predicted_bytes"] == 92_826_624
     flat = predict(replace(spec, instances=1)).ranks[0].rows["optimizer"]
     assert 2 * flat == predict(spec).ranks[0].rows["optimizer"]
+
+
+def test_with_experts_each_instance_shards_the_expert_optimizer_over_expert_dp_over_n():
+    """The same 2 instances at dp 4 with EP 2 (8 experts): the dense DistributedOptimizer shards
+    over dp/N = 2 ranks, the experts' over the intra expert group of expert dp/N = (4/2)/2 = 1
+    rank (parallel_state.py:1263-1309; optimizer/__init__.py:675; DDP's expert buffers over it,
+    distributed_data_parallel.py:296-301), the whole expert shard all-reduced over the instances
+    {0,2}, {1,3} (param_and_grad_buffer.py:484; an ad-hoc run logged it): each rank keeps the fp32
+    main params and AdamW moments of all its 4 x 4 local experts, what rank r mod 2 of ep2 dp2
+    keeps, as the ledger's world/(pp·ep·etp·dp_replicate) = 1 says. Routing is the router's (its
+    numerics); the compared rows are the means over the ranks, equal to the twin's."""
+    from dataclasses import replace
+
+    from memledger.engine.megatron_compare import predict
+    name = "gpt-local moe e8 top2 ep2 dp4 distopt instances2 alltoall"
+    twin = "gpt-local moe e8 top2 ep2 dp2 alltoall"
+    spec = case_from_dict(ENTRIES[name]["spec"])
+    assert (spec.world, spec.dp, spec.ep, spec.instances) == (4, 4, 2, 2)
+    expert = spec.layers * spec.experts // spec.ep * 3 * spec.hidden * spec.moe_ffn
+    for r in ENTRIES[name]["ranks"]:
+        same = ENTRIES[twin]["ranks"][r["rank"] % 2]
+        dense = r["weights_unpadded"] // 2 - expert  # bf16 parameters, no bucket padding
+        assert (dense, expert, r["weights"]) == (6_836_736, 17_301_504, r["weights_unpadded"])
+        # 12 B per parameter: dense over 2 ranks, experts over 1; + 176 B of AdamW steps
+        assert r["optimizer"] == 12 * (dense // 2 + expert) + 176 == 248_638_640
+        for key in ("weights", "gradients", "optimizer", "peak_live_grad_sync"):
+            assert r[key] == same[key], (r["rank"], key)
+        for row in TOLERANCE:
+            got, want = RECORDS[name, r["rank"], row], RECORDS[twin, r["rank"] % 2, row]
+            assert got["measured_bytes"] == want["measured_bytes"], (r["rank"], row)
+            assert got["predicted_bytes"] == want["predicted_bytes"], (r["rank"], row)
+        assert RECORDS[name, r["rank"], "optimizer"]["predicted_bytes"] == 248_638_464
+    # experts over all of expert dp (2), dense over dp 4: what one instance would hold
+    assert predict(replace(spec, instances=1)).ranks[0].rows["optimizer"] == \
+        12 * (6_836_736 // 4 + 17_301_504 // 2) == 124_319_232
 
 
 def test_the_pipeline_holds_megatrons_1f1b_staircase():

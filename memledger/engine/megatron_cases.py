@@ -157,6 +157,10 @@ CASES: tuple[MegatronCase, ...] = (
     MegatronCase(name="gpt-local moe e8 top2 ep2 dp2 alltoall", experts=8, dp=2, ep=2),
     MegatronCase(name="gpt-local moe e8 top2 shared ep2 dp2 alltoall", experts=8, dp=2, ep=2,
                  shared_ffn=1024),
+    # partial DistOpt with experts: dp 4 / 2 instances (dense intra group 2), expert dp 4/ep 2
+    # = 2 / 2 instances (intra expert group 1: whole expert states): ep2 dp2's ranks again
+    MegatronCase(name="gpt-local moe e8 top2 ep2 dp4 distopt instances2 alltoall", experts=8,
+                 dp=4, ep=2, instances=2),
     MegatronCase(name="gpt-local moe e8 top2 ep2 dp2 allgather", experts=8, dp=2, ep=2,
                  dispatcher="allgather"),
     MegatronCase(name="gpt-local moe e8 top2 tp2 sp ep2 dp2 alltoall", experts=8, tp=2, sp=True,
