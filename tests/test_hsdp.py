@@ -222,3 +222,21 @@ def test_deepspeed_mics_shards_inside_groups_of_its_size(tmp_path, capsys):
     from memledger.views.state import Config
     cfg, _ = import_config(Config(world=32, tp=1, pp=1), MICS.encode(), "ds.json")
     assert (cfg.dp, cfg.dp_replicate, cfg.zero) == (32, 4, 3)
+
+
+def test_hsdp_step_time_is_one_nodes_fsdp_plus_the_shards_all_reduce_over_the_copies():
+    """Step time (costs/stepmodel.dp_terms): HSDP 4 × 8 on four 8-GPU nodes moves what FSDP over
+    one node moves (gathers and reduce-scatters over NVLink) plus an all-reduce of the reduced
+    1/8 shard over the 4 copies, one per node (one NIC each); the optimizer steps an 1/8 shard."""
+    from memledger.costs import collectives as co
+    from memledger.costs import stepmodel as sm
+    from memledger.costs.overlap import FRAMEWORKS
+    from memledger.presets import gpu
+    hw, fw = gpu("h100"), FRAMEWORKS["megatron-core"]
+    t = TrainSpec(seq=8192, micro_batch=1, micro_batches=1, recompute="full")
+    m, grads = model("llama3-8b"), 16_060_522_496
+    hsdp, node = (sm.setup(m, hw, fw, t, 1, 1, dp, 8, 1, r) for dp, r in ((32, 4), (8, 1)))
+    x = [sm.dp_terms(su, grads, grads, [3]).x[0] for su in (hsdp, node)]
+    beta, alpha = co.link(hw, 32, 8, stride=8)
+    assert x[0] - x[1] == pytest.approx(co.all_reduce_seconds(grads / 8, 4, beta, alpha))
+    assert sm.optimizer_seconds(hsdp, t, grads, 3) == sm.optimizer_seconds(node, t, grads, 3)
