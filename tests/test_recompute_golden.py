@@ -7,7 +7,7 @@ stage's tensors before the layers' backward, so on the 10 last-stage ranks under
 recompute the recompute working set meets the staircase less those tensors (runtime row and
 peak lower by 8.5 MB – 4.5 GB; every other row and rank unchanged; docs/timeline.md). Updated
 on branch hmoe (issue 27), the megatron profile measured against megatron-core 0.16.1
-(docs/engine-validation.md): its selective set is Megatron's default core_attn (selective rows
+(docs/megatron-validation.md): its selective set is Megatron's default core_attn (selective rows
 keep the norm and activation outputs: llama3-8b rank 0 +15.0 GiB, 70b +3.4 GiB) and its MoE
 layers keep what 0.16.1 keeps (no expert output, the row's probability, the dispatcher's
 routing map and order: mixtral none −2.0 GiB, qwen3-30b-a3b −3.0 GiB); full and every-k move by

@@ -28,7 +28,7 @@ from memledger.model.params import layer_groups, padded_vocab
 from memledger.units import format_bytes
 
 SRC = {"megatron": "Megatron-Core + TE saved tensors (docs/design.md §5)",
-       "megatron-local": "Megatron-Core local layer spec saved tensors (docs/engine-validation.md)",
+       "megatron-local": "Megatron-Core local layer spec saved tensors (docs/megatron-validation.md)",
        "paper": "Korthikanti et al. 2022 (arXiv 2205.05198) §4",
        "hf": "traced from Hugging Face transformers modules"}
 SRC_MODE = {"op": SRC_AC, "interval": "torchtitan 0.2 activation_checkpoint.py (ac_freq)",

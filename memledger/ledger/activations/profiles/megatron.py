@@ -4,7 +4,7 @@ dropout inside the kernel), hidden dropout's bool masks when `hidden_dropout_pct
 attention output a·dh (+ fp32 log-sum-exp a), norm-2 input h, MLP input h, fc1 output 2f
 (SwiGLU) or f, activation output f; norms keep fp32 rstd (and mean for LayerNorm).
 MoE (megatron-core 0.16.1, softmax top-k router with a load-balancing loss, unfused permute;
-measured by `memledger validate --engine megatron-core`, docs/engine-validation.md): per token
+measured by `memledger validate --engine megatron-core`, docs/megatron-validation.md): per token
 the router's input h, the top-k indices (int64 K) and fp32 top-k probabilities (K), the
 load-balancing loss's fp32 scores (E), the dispatcher's expert-major routing map (bool E) and
 probabilities (E) and its token order (int64 K); per routed row the permuted input h, the
@@ -158,7 +158,7 @@ class MegatronProfile:
 
 def local_extras(m: ModelSpec) -> list[A]:
     """What Megatron-Core's local (non-Transformer-Engine) layer spec keeps beyond TE's, per
-    layer (measured to the byte: docs/engine-validation.md): the unfused RoPE's cos and sin,
+    layer (measured to the byte: docs/megatron-validation.md): the unfused RoPE's cos and sin,
     computed and saved once for q and once for k (`rope_utils.py` `_apply_rotary_pos_emb_bshd`:
     four (tokens, rotary dim) tensors in the activation dtype, not split by tp), and V taken as a
     view of the fused QKV projection (`attention.py` `get_query_key_value_tensors`), which keeps
