@@ -14,6 +14,7 @@ from dataclasses import replace
 from memledger.errors import SpecError
 from memledger.ledger import Ledger, build_ledger
 from memledger.ledger.pipeline.schedules import balanced_layout
+from memledger.specs.parallel import replicas_kept
 from memledger.specs.policy import CLASSES, QUANT_FORMATS, TensorPolicy
 
 CURRENCIES = ("recompute",) + tuple(QUANT_FORMATS) + ("offload-cpu", "offload-pp")
@@ -53,8 +54,7 @@ def _halve_dp(p, **kw):
     if p.dp % 2:
         raise SpecError("dp", f"dp={p.dp} is odd: cannot double a degree at a fixed world size")
     fields = {**{f.name: getattr(p, f.name) for f in dataclass_fields(p)}, **kw, "dp": p.dp // 2}
-    if fields["dp"] % fields["dp_replicate"]:  # HSDP: the halved dp keeps what replicas it can
-        fields["dp_replicate"] //= 2
+    fields["dp_replicate"] = replicas_kept(fields["dp"], p.dp_replicate)
     if fields.get("tp", 1) > 1:
         fields["sp"] = True
     return fields

@@ -86,19 +86,20 @@ def _for_planner(args, imp, values: dict, explicit: set) -> dict:
     return {k: v for k, v in f.items() if k not in PLANNER_SEARCHES and k != "world"}
 
 
+def _dp(args, imp) -> int:
+    world = args.world if args.world is not None else D["world"]
+    return data_parallel(imp, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp, world=world)
+
+
 def _replicas(args, imp, values: dict) -> None:
     """HSDP copies the files imply once dp is known (DeepSpeed MiCS: configs.resolve)."""
-    world = args.world if args.world is not None else D["world"]
-    dp = data_parallel(imp, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp, world=world)
-    r = replicas(imp, {**values, "zero": args.zero}, dp=dp)
+    r = replicas(imp, {**values, "zero": args.zero}, dp=_dp(args, imp))
     if r is not None:
         args.dp_replicate = r
 
 
 def _micro_batches(args, imp, values: dict) -> None:
-    world = args.world if args.world is not None else D["world"]
-    dp = data_parallel(imp, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp, world=world)
-    m = micro_batches(imp, values, dp=dp, micro_batch=args.micro_batch)
+    m = micro_batches(imp, values, dp=_dp(args, imp), micro_batch=args.micro_batch)
     if m is not None:
         args.micro_batches = m
         args.config_resolved = {"micro_batches"}  # set by the files: a loop's default yields

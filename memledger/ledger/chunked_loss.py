@@ -40,6 +40,7 @@ from __future__ import annotations
 from memledger.ledger.activations.inventory import tokens_on_rank
 from memledger.ledger.fsdp2 import fsdp2, torchtitan_runs
 from memledger.ledger.items import Item
+from memledger.ledger.static.sharding import dense_group_label
 from memledger.model.params import padded_vocab
 from memledger.specs.loop import CHUNKED_LOSS_CHUNKS
 from memledger.units import ceil_div, format_bytes
@@ -71,5 +72,4 @@ def chunked_loss_transient(m, p, t, rt, loop, last: int) -> Item | None:
                 f"the larger of the reduce-scatter input ⌈V_l/z⌉·z·h × {red} + output ({rs})"
                 + (f" and the loss-parallel CE backward 4 × ⌈T/{NUM_CHUNKS}⌉·V_l × fp32 ({ce})"
                    if ce else "")
-                + f"; V_l = {v}, h = {h}, T = {tokens} (b·s/cp), z = {z} (dp·cp"
-                + (f"/{p.dp_replicate} HSDP" if p.dp_replicate > 1 else "") + ")", SRC)
+                + f"; V_l = {v}, h = {h}, T = {tokens} (b·s/cp), z = {z} ({dense_group_label(p)})", SRC)

@@ -12,6 +12,7 @@ heads, ep dividing the experts, ...) live in `memledger.ledger.checks`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
 from memledger.errors import SpecError, require, require_choice, require_positive
 from memledger.specs.bounds import BOUNDS, check_bound, check_bounds
@@ -135,6 +136,11 @@ class ParallelSpec:
         require(world % per_replica == 0, "world",
                 f"world={world} is not divisible by tp*pp*cp={per_replica}")
         return cls(dp=world // per_replica, **kw)
+
+
+def replicas_kept(dp: int, dp_replicate: int) -> int:
+    """HSDP copies a changed dp keeps: the most of them that still divide it."""
+    return gcd(dp, dp_replicate)
 
 
 def _shown(values: tuple, n: int = 8) -> str:

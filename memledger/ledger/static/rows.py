@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memledger.ledger.fsdp2 import expert_local, n_experts
-from memledger.ledger.static.sharding import ZERO_SHARDED, shard_divisor, zero_divisor, zero_group
+from memledger.ledger.static.sharding import (ZERO_SHARDED, dense_group_label, shard_divisor,
+                                             zero_divisor, zero_group)
 from memledger.model.params import ParamGroup
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.train import Optimizer, Recipe, TrainSpec
@@ -108,9 +109,7 @@ def zero_note(row: str, h: Held, p: ParallelSpec) -> str:
     d = zero_divisor(row, h.group, p)
     if d == 1:
         return ""
-    kind = "expert-dp" if h.group.expert else "dp·cp"
-    if p.dp_replicate > 1:
-        kind += f"/dp_replicate {p.dp_replicate} (HSDP)"
+    kind = "expert-dp" if h.group.expert else dense_group_label(p)
     return f", z = {kind} = {zero_group(h.group, p)} (ZeRO-{p.zero})"
 
 

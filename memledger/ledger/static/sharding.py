@@ -34,5 +34,10 @@ def zero_group(g: ParamGroup, p: ParallelSpec) -> int:
     return p.expert_dp if g.expert else p.dense_dp
 
 
+def dense_group_label(p: ParallelSpec) -> str:
+    """How the dense shard group is spelled in formulas: dp·cp, over HSDP's copies."""
+    return "dp·cp" if p.dp_replicate == 1 else f"dp·cp/{p.dp_replicate} (HSDP)"
+
+
 def zero_divisor(row: str, g: ParamGroup, p: ParallelSpec) -> int:
     return zero_group(g, p) if row in ZERO_SHARDED[p.zero] else 1

@@ -18,6 +18,7 @@ from memledger.errors import SpecError
 from memledger.presets import gpu
 from memledger.presets.layouts import LAYOUT_KEYS, start_layout
 from memledger.specs import ModelSpec, TrainSpec
+from memledger.specs.parallel import replicas_kept
 from memledger.specs.runtime import RuntimeSpec
 from memledger.views.compute import ledger_for
 from memledger.views.options import problem
@@ -35,10 +36,8 @@ class Fix:
 
 
 def _halving_dp(cfg: Config, **changes) -> dict:
-    """A degree doubled at the same world size halves dp: HSDP keeps the replicas that still
-    divide it (half of them otherwise)."""
-    r = cfg.dp_replicate
-    return {**changes, "dp_replicate": r if (cfg.dp // 2) % r == 0 else max(1, r // 2)}
+    """A degree doubled at the same world size halves dp, which keeps what HSDP copies it can."""
+    return {**changes, "dp_replicate": replicas_kept(cfg.dp // 2, cfg.dp_replicate)}
 
 
 def _candidates(m: ModelSpec, cfg: Config) -> list[tuple[str, dict]]:
