@@ -113,8 +113,6 @@ def _cases(args, scale: str):
 
 def run(args) -> int:
     from memledger.engine.workers import EngineError
-    if getattr(args, "merge", False):
-        raise SpecError("merge", "goes with --engine torchtitan or megatron-core only")
     try:
         import torch  # noqa: F401
     except ImportError:
