@@ -148,8 +148,9 @@ def prepare(case: TitanCase):
     from memledger.engine.fake import _real_mesh_concatenate
     _real_mesh_concatenate()
     _stand_ins(torch)
-    from memledger.engine.titan_speed import one_scan_per_op
+    from memledger.engine.titan_speed import fast_cache_keys, one_scan_per_op
     one_scan_per_op(torch)  # fused AdamW's O(N²) propagation, same result (titan_speed)
+    fast_cache_keys(torch)  # FakeTensor dispatch-cache keys, the same keys (titan_speed)
     if case.ep > 1:
         balanced_token_counts(torch)
     cfg = _trainer_config(case)

@@ -1,5 +1,6 @@
-"""A speed-up of torch 2.13's DTensor sharding propagation for list ops, same results (torch;
-imported inside the torchtitan harness).
+"""Two speed-ups of torch 2.13 inside the torchtitan harness, same results (torch; imported by
+engine/titan.py): DTensor's sharding propagation of list ops (`one_scan_per_op`, below) and
+FakeTensorMode's dispatch-cache keys (`fast_cache_keys`).
 
 Fused AdamW (`torch._fused_adamw_`) takes every parameter's tensors as lists, so DTensor
 propagates it as a TupleStrategy of one child per parameter, and for each child
@@ -54,3 +55,71 @@ def one_scan_per_op(torch) -> None:
 
     propagate._memledger = True
     sp._propagate_use_strided_shard_flag = propagate
+
+
+def fast_cache_keys(torch) -> None:
+    """FakeTensorMode's dispatch-cache key, the same list built with fewer Python calls.
+
+    torch 2.13 `_subclasses/fake_tensor.py` keys every cached op on its arguments, a FakeTensor
+    flattened field by field (`extract_tensor_metadata(t)._flatten_into`, one recursive
+    `_prep_args_for_hash` per shape and stride): a quarter of a fake-scale case's CPU time.
+    For the arguments this harness passes — this mode's dense, strided, non-symbolic
+    FakeTensors and plain scalars — the same entries in the same order are appended directly;
+    every other argument (a SymInt, a Parameter, a sparse or another mode's tensor, a graph
+    module) goes through torch's own function, which raises its own bypasses. Checked: the key
+    equals torch's on every call of a case (tests/test_titan_speed.py), and every stored case
+    re-measures byte for byte (`benchmarks/bench_engine.py --torchtitan`)."""
+    from torch._prims_common import suggest_memory_format
+    from torch._subclasses import fake_tensor as ft
+    mode_cls = ft.FakeTensorMode
+    if getattr(mode_cls._prep_args_for_hash, "_memledger", False):
+        return
+    orig = mode_cls._prep_args_for_hash
+    fake, strided, contiguous, size = ft.FakeTensor, torch.strided, torch.contiguous_format, \
+        torch.Size
+    scalars = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device,
+                         torch.layout, torch.memory_format))
+
+    def tensor_into(out: list, t) -> None:  # TensorMetadata's fields, flattened, in order
+        shape, stride = t.shape, t.stride()
+        mf = suggest_memory_format(t) if len(shape) in (4, 5) else contiguous
+        out.append(t.dtype)
+        out.append(size)
+        out.append(f"length_{len(shape)}")
+        for d in shape:
+            out.append(int)
+            out.append(d)
+        out.append(tuple)
+        out.append(f"length_{len(stride)}")
+        for d in stride:
+            out.append(int)
+            out.append(d)
+        out.extend((t.device, strided, mf if t.is_contiguous(memory_format=mf) else None,
+                    t.storage_offset(), t.untyped_storage().nbytes(), t.requires_grad,
+                    t.is_quantized, t.is_conj(), t.is_neg(), t.is_inference(), False, None,
+                    None, None))
+
+    def prep(self, result, args, state, id_hashed_objects):
+        if isinstance(args, (list, tuple, dict)):
+            result.append(type(args))
+            result.append(f"length_{len(args)}")
+        if isinstance(args, dict):
+            prep(self, result, args.keys(), state, id_hashed_objects)
+            prep(self, result, args.values(), state, id_hashed_objects)
+            return
+        for arg in args:
+            tp = type(arg)
+            if tp in scalars:
+                result.append(tp)
+                result.append(arg)
+            elif tp is fake and arg.fake_mode is self and arg.constant is None \
+                    and arg.layout is strided and not arg._has_symbolic_sizes_strides:
+                tensor_into(result, arg)
+            elif tp is list or tp is tuple or tp is dict:
+                prep(self, result, arg, state, id_hashed_objects)
+            else:  # torch's own branch for it (an iterator: no length prefix)
+                orig(self, result, iter((arg,)), state, id_hashed_objects)
+
+    prep._memledger = True
+    prep._torch = orig
+    mode_cls._prep_args_for_hash = prep

@@ -13,10 +13,13 @@ The measured step must find what every later step of a run finds; a first step l
   - ChunkedLossWrapper's FSDP settings on the head unit (components/loss.py `__call__`: it
     ends with set_reshard_after_forward(True), set_reshard_after_backward(True),
     set_requires_gradient_sync(True, recurse=False)): the same calls;
-  - the optimizer states: torchtitan's `init_optim_state` (components/optimizer/utils.py, what
-    `OptimizersContainer.state_dict` runs), a step of zero gradients at lr 0 that lets Adam's
-    `_init_group` create `step`, `exp_avg`, `exp_avg_sq`, then `zero_grad(set_to_none=True)`
-    — the gradients are None, as after the first step's `zero_grad`.
+  - the optimizer states, as torchtitan's `init_optim_state` makes them (components/optimizer/
+    utils.py, what `OptimizersContainer.state_dict` runs): zero gradients, Adam's
+    `_init_group` creating `step`, `exp_avg`, `exp_avg_sq` (torch/optim/adam.py), then
+    `zero_grad(set_to_none=True)` — the gradients are None, as after the first step's
+    `zero_grad`. torchtitan's function reaches `_init_group` through a whole fused step at lr
+    0, whose kernel changes no byte; for Adam and AdamW (every case here) `_init_group` is
+    called directly (5-7 % of a 70B case's CPU time), any other optimizer runs torchtitan's.
 What a first step also leaves is not held by anything the probe follows: the reduce-scatter
 input buffers are released at the end of its backward (`_root_post_backward_final_callback`
 clears `reduce_scatter_states`), the MoE load-balancing hook updates `expert_bias` in place,
@@ -37,12 +40,29 @@ def fsdp_states(model):
     return list(seen.values())
 
 
+def init_states(optim) -> None:
+    """torchtitan's `init_optim_state` without its step's kernel, for torch's Adam family."""
+    import torch
+    from torchtitan.components.optimizer.utils import init_optim_state
+    if not isinstance(optim, torch.optim.Adam) or optim.state:
+        return init_optim_state(optim)
+    params = [p for g in optim.param_groups for p in g["params"]]
+    if any(p.grad is not None for p in params):  # init_optim_state's own guard
+        return None
+    for p in params:
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    for group in optim.param_groups:
+        optim._init_group(group, [], [], [], [], [], [])
+    optim.zero_grad(set_to_none=True)
+    return None
+
+
 def warm_state(model, opt, head=None) -> None:
     """The first step's lasting state on `model` (a root FSDP module) and `opt` (torchtitan's
     OptimizersContainer); `head`: the lm_head ChunkedLossWrapper drives, or None."""
     import torch
     from torch.distributed.fsdp import FSDPModule
-    from torchtitan.components.optimizer.utils import init_optim_state
     if isinstance(model, FSDPModule):  # torchtitan applies no FSDP when dp_shard = 1
         model._get_fsdp_state()._lazy_init()
         with torch.no_grad():
@@ -54,7 +74,7 @@ def warm_state(model, opt, head=None) -> None:
         head.set_reshard_after_backward(True)
         head.set_requires_gradient_sync(True, recurse=False)
     for o in getattr(opt, "optimizers", [opt]):
-        init_optim_state(o)
+        init_states(o)
 
 
 def warm_pipeline(sched, stages, opt, args: tuple, target, losses, loss_kwargs) -> None:
@@ -71,7 +91,6 @@ def warm_pipeline(sched, stages, opt, args: tuple, target, losses, loss_kwargs) 
     (the next step's `clear_runtime_states` drops the receive buffers' gradients)."""
     from torch.distributed.pipelining.microbatch import _split_tensor
     from torch.distributed.pipelining.schedules import _TARGET_CHUNK_SPEC, PipelineScheduleMulti
-    from torchtitan.components.optimizer.utils import init_optim_state
     for s in stages:
         s.has_backward = sched._has_backward
         s.clear_runtime_states()
@@ -86,4 +105,4 @@ def warm_pipeline(sched, stages, opt, args: tuple, target, losses, loss_kwargs) 
         s.perform_reduce_grad(1)  # torchtitan's schedules run scale_grads=False
     opt.zero_grad()
     for o in getattr(opt, "optimizers", [opt]):
-        init_optim_state(o)
+        init_states(o)
