@@ -69,3 +69,13 @@ def served_app():
     from memledger.views.devserver import chromium, streamlit_app
     with streamlit_app() as base, chromium() as browser:
         yield base, browser
+
+
+def stored_without(tmp_path, stored: dict, name: str, filename: str):
+    """A copy of a stored engine file without case `name` (written to tmp_path/filename), and
+    a run's document holding only that case: what `--merge` must put back together."""
+    path = tmp_path / filename
+    path.write_text(json.dumps({**stored, "measurements": [
+        e for e in stored["measurements"] if e["case"] != name]}))
+    entry = next(e for e in stored["measurements"] if e["case"] == name)
+    return path, {**stored, "measurements": [entry]}

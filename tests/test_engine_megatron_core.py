@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import stored_without
 
 from memledger.engine.megatron_compare import TOLERANCE, case_from_dict, compare
 
@@ -307,11 +308,8 @@ def test_merge_replaces_namesakes_and_keeps_the_other_stored_measurements(tmp_pa
     from memledger.cli.megatron_cmd import merged
     from memledger.engine.megatron_cases import CASES
     from memledger.errors import SpecError
-    name = "gpt-local tp1 dp4 distopt instances2"
-    path = tmp_path / "engine-megatron-core.json"
-    path.write_text(json.dumps({**STORED, "measurements": [
-        e for e in STORED["measurements"] if e["case"] != name]}))
-    doc = {**STORED, "measurements": [ENTRIES[name]]}
+    path, doc = stored_without(tmp_path, STORED, "gpt-local tp1 dp4 distopt instances2",
+                               "engine-megatron-core.json")
     assert merged(path, doc, CASES) == STORED
     again = {**ENTRIES["gpt-local tp1 dp1"], "ranks": []}
     out = merged(path, {**doc, "measurements": [again]}, CASES)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import stored_without
 
 from memledger.engine.titan_compare import TOLERANCE, case_from_dict, fake_vs_real, row_verdict
 
@@ -134,11 +135,8 @@ def test_merge_adds_a_gloo_case_and_keeps_the_other_stored_runs(tmp_path):
     from memledger.cli.titan_cmd import merged
     from memledger.engine.titan_cases import GLOO_CASES
     from memledger.errors import SpecError
-    name = "llama3-debug hsdp2 fsdp2 op-ac"
-    path = tmp_path / "engine-torchtitan-gloo.json"
-    path.write_text(json.dumps({**STORED, "measurements": [
-        e for e in STORED["measurements"] if e["case"] != name]}))
-    doc = {**STORED, "measurements": [ENTRIES[name]]}
+    path, doc = stored_without(tmp_path, STORED, "llama3-debug hsdp2 fsdp2 op-ac",
+                               "engine-torchtitan-gloo.json")
     assert merged(path, doc, GLOO_CASES) == STORED
     fake_env = {**STORED["environment"], "backend": "fake process group + FakeTensorMode"}
     with pytest.raises(SpecError, match="backend"):
