@@ -335,7 +335,8 @@ def test_config_text_names_every_kind_and_the_missing_world(capsys):
     for title in ("read:", "framework defaults used", "change memory, NOT modelled",
                   "ignored:", "note: world size", "note: model", "equivalent flags:"):
         assert title in out, title
-    assert "offload_param" not in out or "NOT modelled" in out
+    # an absent offload_param is DeepSpeed's default: parameters stay on the GPU
+    assert "zero_optimization.offload_param.device = none → param_offload=False" in out
 
 
 def test_an_absent_key_is_a_default_on_no_line_even_where_its_leaf_is_elsewhere(tmp_path, capsys):

@@ -62,7 +62,8 @@ def _halve_dp(p, **kw):
 
 def static_candidates(led: Ledger) -> list[Candidate]:
     """ZeRO stages above the current one, HSDP's replicas folded into one shard group (the states
-    over all of dp·cp), ZeRO-Offload, then tp / pp / ep doubled (world kept)."""
+    over all of dp·cp), ZeRO-Offload, ZeRO-3 parameter offload, then tp / pp / ep doubled
+    (world kept)."""
     p, rt, m = led.parallel, led.runtime, led.model
     out = [evaluate(f"ZeRO-{z}", led, parallel=replace(p, zero=z)) for z in range(p.zero + 1, 4)]
     if p.dp_replicate > 1 and p.zero:
@@ -71,6 +72,12 @@ def static_candidates(led: Ledger) -> list[Candidate]:
     if not rt.optimizer_offload:
         out.append(evaluate("optimizer offload to CPU (ZeRO-Offload)", led,
                             runtime=replace(rt, optimizer_offload=True)))
+    if p.zero == 3 and not rt.param_offload:  # FSDP moves all three; DeepSpeed the parameters
+        fsdp = rt.zero3_impl == "fsdp"
+        out.append(evaluate("parameter offload to CPU (FSDP CPU offload)" if fsdp else
+                            "parameter offload to CPU (DeepSpeed offload_param)", led,
+                            runtime=replace(rt, param_offload=True,
+                                            optimizer_offload=rt.optimizer_offload or fsdp)))
     changes = [("tp", p.tp * 2), ("pp", p.pp * 2)] + ([("ep", p.ep * 2)] if m.moe else [])
     for name, value in changes:
         dp = f" (dp {p.dp} → {p.dp // 2})" if p.dp % 2 == 0 else ""

@@ -149,6 +149,9 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="ZeRO-Offload: optimizer states and step on the CPU")
     r.add_argument("--grad-offload", action="store_true",
                    help="gradient shards on the CPU, two-chunk double buffer on the GPU")
+    r.add_argument("--param-offload", action="store_true",
+                   help="ZeRO-3 parameter shards on the CPU (DeepSpeed offload_param); with "
+                        "--optimizer-offload the gradient shards too (FSDP CPU offload); --zero 3")
     r.add_argument("--grad-offload-chunk", type=float, default=0,
                    help="params per double-buffer chunk (0 = bucket size)")
     r.add_argument("--muon-gather", choices=MUON_GATHER, default="on-demand")
@@ -332,6 +335,7 @@ def runtime_from_args(args) -> RuntimeSpec:
                        nccl_ll_buffer_bytes=NCCL_LL_DEFAULT_BYTES if allp else 0,
                        nccl_ll128_buffer_bytes=NCCL_LL128_DEFAULT_BYTES if allp else 0,
                        optimizer_offload=args.optimizer_offload, grad_offload=args.grad_offload,
+                       param_offload=args.param_offload,
                        grad_offload_chunk_params=_count("grad_offload_chunk", args.grad_offload_chunk),
                        muon_gather=args.muon_gather, pp_engine=args.pp_engine,
                        zb_w_holds=args.zb_w_holds, tp_engine=args.tp_engine,

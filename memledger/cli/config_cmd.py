@@ -15,7 +15,7 @@ SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "dp_replicate", "z
          "micro_batch", "seq", "micro_batches", "precision", "optimizer", "profile", "recompute",
          "recompute_every", "recompute_budget_pct", "hidden_dropout", "a2a", "capacity_factor",
          "reduce_bucket", "allgather_bucket", "overlap_comm", "zero3_impl", "zero3_prefetch_bucket",
-         "zero3_max_live", "optimizer_offload", "grad_buckets", "tp_engine",
+         "zero3_max_live", "optimizer_offload", "param_offload", "grad_buckets", "tp_engine",
          "fsdp_reshard_after_forward", "torch_compile", "loss_parallel", "torchtitan_version", "loss",
          "compile_loss", "float8",
          "float8_fsdp_all_gather", "float8_precompute_scale", "float8_force_recompute_weight",

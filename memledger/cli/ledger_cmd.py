@@ -61,6 +61,12 @@ def render(led, with_items: bool = False) -> str:
         verdict = f"fits, {diff:.2f} GiB free" if diff >= 0 else f"OVER by {-diff:.2f} GiB"
         lines.append(f"{led.hardware.name} ({gib(cap):.1f} GiB): {verdict}")
     lines += [f"WARNING: {w}" for w in led.warnings]
+    host = peak.host
+    if host is not None and host.host_bytes:
+        lines.append(f"static rows in host memory: optimizer {gib(host.optimizer_bytes):.2f}, "
+                     f"gradients {gib(host.gradient_bytes):.2f}, weights "
+                     f"{gib(host.weight_bytes):.2f} GiB; PCIe per step {host.params_up_bytes_per_step / 1e9:,.1f} "
+                     f"GB up, {host.grads_down_bytes_per_step / 1e9:,.1f} GB down")
     pay = payments(peak.moves, t.micro_batches)
     if pay["saved_bytes"] or peak.transfers:
         lines.append(f"storage policy ({t.policy}): saves {gib(pay['saved_bytes']):.2f} GiB on this rank; "

@@ -59,13 +59,17 @@ ACC_RULES = (
          source=DC, default=2),  # DeepSpeedPlugin: None -> ACCELERATE_DEEPSPEED_ZERO_STAGE or 2
     Rule(key="deepspeed_config.offload_optimizer_device", dest="optimizer_offload", source=CA,
          conv=lambda v: choice(v, {"none": False, "cpu": True, "nvme": True})),
+    Rule(key="deepspeed_config.offload_param_device", dest="param_offload", source=CA,
+         conv=lambda v: choice(v, {"none": False, "cpu": True, "nvme": True})),
+    # FSDP1 CPUOffload(offload_params=True) / FSDP2 CPUOffloadPolicy: parameters, gradients and
+    # the optimizer step on the CPU (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin)
+    Rule(key="fsdp_config.fsdp_offload_params", dest="", default=False, source=DC,
+         conv=lambda v: {"param_offload": True, "optimizer_offload": True} if as_bool(v) else {}),
     Rule(key="deepspeed_config.gradient_accumulation_steps", dest="micro_batches", conv=as_int,
          source=CA),
 )
 ACC_UNMODELLED = {
-    "fsdp_config.fsdp_offload_params": "FSDP CPU offload of parameters, gradients and states",
     "fsdp_config.fsdp_cpu_ram_efficient_loading": "loading only", "fp8_config.": "FP8 training",
-    "deepspeed_config.offload_param_device": "ZeRO-Infinity parameter offload",
     "parallelism_config.parallelism_config_sp_size": "sequence parallelism outside TP",
 }
 ACC_IGNORED = {k: "no effect on per-GPU memory (launch or I/O)" for k in (

@@ -2,7 +2,8 @@
 
 Mapping decisions (docs/configs.md): zero_optimization.stage N = ZeRO-N, stage 3 with zero3_impl
 deepspeed (deepspeed/runtime/zero/config.py), gradient buckets DeepSpeed's;
-offload_optimizer.device cpu/nvme = ZeRO-Offload (deepspeed/runtime/zero/offload_config.py);
+offload_optimizer.device cpu/nvme = ZeRO-Offload, offload_param.device cpu/nvme = parameter offload
+(deepspeed/runtime/zero/offload_config.py);
 overlap_comm defaults to true at stage 3 only; bf16.enabled = the mixed16 recipe (bf16 weights and
 gradients, fp32 master and AdamW states: deepspeed/runtime/bf16_optimizer.py); fp16 = the fp16
 recipe; zero_optimization.mics_shard_size at stage 3 (MiCS) = HSDP with dp_replicate = dp /
@@ -46,6 +47,8 @@ DS_RULES = (
          source=ZC),
     Rule(key="zero_optimization.offload_optimizer.device", dest="optimizer_offload",
          conv=lambda v: choice(v, DEVICE), default="none", source=OC),
+    Rule(key="zero_optimization.offload_param.device", dest="param_offload",
+         conv=lambda v: choice(v, DEVICE), default="none", source=OC),
     Rule(key="zero_optimization.reduce_bucket_size", dest="reduce_bucket", conv=_bucket,
          default=500_000_000, source=ZC),
     Rule(key="zero_optimization.allgather_bucket_size", dest="allgather_bucket", conv=_bucket,
@@ -71,8 +74,8 @@ DS_RULES = (
          source=ZC),
 )
 DS_UNMODELLED = {
-    "zero_optimization.offload_param.device": "ZeRO-Infinity parameter offload",
-    "zero_optimization.offload_param.": "ZeRO-Infinity parameter offload buffers",
+    "zero_optimization.offload_param.": "ZeRO-Infinity NVMe swap buffers (buffer_count, "
+                                        "buffer_size, max_in_cpu)",
     "zero_optimization.offload_optimizer.ratio": "a partial optimizer offload",
     "zero_optimization.stage3_param_persistence_threshold": "small parameters kept unsharded",
     "zero_optimization.zero_hpz_partition_size": "ZeRO++ secondary weight partition",
@@ -90,6 +93,7 @@ DS_IGNORED = {p: "no effect on per-GPU memory (schedule, logging or numerics)" f
     "zero_optimization.stage3_gather_16bit_weights_on_model_save", "fp16.loss_scale",
     "fp16.loss_scale_window", "fp16.initial_scale_power", "fp16.hysteresis", "fp16.min_loss_scale",
     "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_optimizer.nvme_path",
+    "zero_optimization.offload_param.pin_memory", "zero_optimization.offload_param.nvme_path",
     "zero_allow_untested_optimizer", "flops_profiler.", "tensorboard.", "wandb.", "csv_monitor.",
     "zero_optimization.reduce_scatter", "zero_optimization.stage3_max_reuse_distance",
     "zero_optimization.allgather_partitions", "bf16.immediate_grad_update", "prescale_gradients")}

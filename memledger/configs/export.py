@@ -88,6 +88,7 @@ def to_megatron(a: dict, m) -> str:
             a["micro_batch"] * a["micro_batches"] * a["dp"], "--seq-length", a["seq"]]
     out += MEG_PRECISION[a["precision"]]
     out += ["--optimizer", "adam" if a["optimizer"] == "adamw" else "sgd"]
+    _need(not a.get("param_offload"), "megatron", "parameter offload (ZeRO-3 shards on the CPU)")
     out += ["--optimizer-cpu-offload"] if a["optimizer_offload"] else []
     out += {"none": [], "selective": ["--recompute-granularity", "selective"],
             "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
@@ -167,6 +168,9 @@ def to_torchtitan(a: dict, m) -> str:
     _need(a["vpp"] == (2 if a["schedule"] == "interleaved" else 1), "torchtitan",
           f"vpp {a['vpp']} (2 stages per rank for multi-stage schedules)")
     _need(a["sp"] == (a["tp"] > 1), "torchtitan", "TP without sequence parallelism")
+    off = bool(a.get("param_offload"))  # enable_cpu_offload: FSDP2 CPUOffloadPolicy, all three
+    _need(a["optimizer_offload"] == off, "torchtitan", "an optimizer offload without the "
+                                                       "parameters (enable_cpu_offload moves both)")
     rec = a["recompute"]
     _need(rec in TT_AC or rec in ("interval", "memory-budget"), "torchtitan", f"recompute {rec}")
     mb, dp = a["micro_batch"], a["dp"]
@@ -176,6 +180,8 @@ def to_torchtitan(a: dict, m) -> str:
                 "mixed_precision_param": "float32" if prec == "fp32" else "bfloat16"}
     if prec == "fsdp2-bf16-reduce":
         training["mixed_precision_reduce"] = "bfloat16"
+    if off:
+        training["enable_cpu_offload"] = True
     rep = a.get("dp_replicate", 1) if a["zero"] == 3 else dp  # HSDP; DDP replicates all
     par = {"data_parallel_replicate_degree": rep,
            "data_parallel_shard_degree": dp // rep,
@@ -228,6 +234,8 @@ def to_deepspeed(a: dict, m=None) -> str:
             "stage3_max_live_parameters": int(a["zero3_max_live"])}
     if a["optimizer_offload"]:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if a.get("param_offload"):
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     if rep > 1:  # MiCS: ZeRO-3 inside groups of dp / rep ranks
         zero["mics_shard_size"] = a["dp"] // rep
     d = {"train_micro_batch_size_per_gpu": a["micro_batch"],
@@ -244,6 +252,9 @@ def to_accelerate(a: dict, m=None) -> str:
     _need(a["pp"] == 1, "accelerate", "pipeline parallelism")
     fsdp = a["zero"] in (2, 3) and a["zero3_impl"] == "fsdp"
     _need(fsdp or a["zero"] == 0, "accelerate", f"ZeRO-{a['zero']} outside FSDP")
+    off = bool(a.get("param_offload"))  # fsdp_offload_params: parameters, gradients, optimizer
+    _need(a["optimizer_offload"] == off, "accelerate", "an optimizer offload without the "
+                                                       "parameters (fsdp_offload_params moves both)")
     prec = a["precision"]
     want = "fsdp2-mixed" if fsdp else "amp"
     _need(prec in (want, "fp32"), "accelerate", f"precision {prec} here (bf16 is {want})")
@@ -258,6 +269,7 @@ def to_accelerate(a: dict, m=None) -> str:
                   f"  fsdp_reshard_after_forward: "
                   f"{'false' if a['fsdp_reshard_after_forward'] == 'never' else 'true'}",
                   f"  fsdp_activation_checkpointing: {'true' if a['recompute'] == 'full' else 'false'}"]
+        lines += ["  fsdp_offload_params: true"] if off else []
         _need(a["fsdp_reshard_after_forward"] != "always", "accelerate", "reshard always")
     _need(a["recompute"] in ("none", "full") and (fsdp or a["recompute"] == "none"),
           "accelerate", f"recompute {a['recompute']} here")

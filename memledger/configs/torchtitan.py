@@ -103,14 +103,16 @@ RULES = (
     Rule(key="compile.enable", dest="_compile", conv=as_bool, default=False, source=JC),
     Rule(key="compile.components", dest="_compile_parts", default=["model", "loss"], source=JC,
          conv=lambda v: list(map(str, v))),
+    # distributed/fsdp.py: fully_shard(offload_policy=CPUOffloadPolicy()); trainer.py keeps the
+    # buffers on the GPU (init_weights(buffer_device=...)) and the optimizer steps on the CPU
+    Rule(key="training.enable_cpu_offload", dest="", default=False, source=JC,
+         conv=lambda v: {"param_offload": True, "optimizer_offload": True} if as_bool(v) else {}),
     Rule(key="optimizer.name", dest="optimizer", conv=lambda v: choice(str(v).lower(), OPT),
          default="AdamW", source=JC),
     Rule(key="optimizer.implementation", dest="optimizer_impl", conv=lambda v: choice(v, IMPL),
          default="fused", source=JC),
 ) + OPTION_RULES
 UNMODELLED = {
-    "training.enable_cpu_offload": "FSDP2 CPUOffloadPolicy (parameters, gradients and optimizer "
-                                   "states on the CPU)",
     "float8.": "float8 option (torchao) not modelled: only the recipe, the FSDP float8 "
                "all-gather and the weight recompute are", "quantize.": "float8 / MX linears (torchao)",
     "mx.": "MX linears (torchao)",

@@ -73,6 +73,9 @@ def check_runtime(p: ParallelSpec, t: TrainSpec, rt) -> None:
         raise SpecError("torch_compile", "recompute=memory-budget is torch.compile's partitioner "
                                          "(torchtitan MemoryBudgetAC requires compile); set "
                                          "torch_compile=True (--torch-compile)")
+    if rt.param_offload and p.zero != 3:
+        raise SpecError("param_offload", f"parameter offload moves ZeRO-3 / FSDP shards to the "
+                                         f"host; needs zero=3, got zero={p.zero}")
     if p.pp > 1 and rt.pipeline_engine != rt.pp_engine:  # auto made concrete by the loop
         try:
             resolve_engine(p.schedule, rt.pipeline_engine, p.pp, t.micro_batches)

@@ -214,10 +214,36 @@ def comm_items(m, p, t, rt, held: list[Held], pp: list[Item] | None = None,
         z3 = zero3_items(max(per_layer.values(), default=0), p, t, rt)
         root = root_unit_params(held, p, torchtitan_units(p, t, rt, loop))
         items += z3 + (fsdp_root_items(root, t, rt) if root else [])
+        items += param_offload_items(max(per_layer.values(), default=0), p, t, rt)
         if fsdp2(p, rt):
             items += fsdp2_held_items(held, p, t, rt, loop, z3[0].bytes, root)
             items += last_block_items(max(per_layer.values(), default=0), p, t, rt, loop)
     return items
+
+
+def param_offload_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> list[Item]:
+    """FSDP with its shards in host memory (rt.param_offload; specs.runtime requires the
+    optimizer there too): each gathered unit's shard copied to the GPU before the all-gather
+    (FSDP2 `FSDPParam.all_gather_inputs`: `.to(device)`, then the cast to param_dtype, both
+    alive until copied into the all-gather input), and one unit's reduce-scatter output before
+    its copy to the CPU (`foreach_reduce`). DeepSpeed's
+    offload_param fetches into its gather buffer and drains gradients through its reduce
+    bucket, both counted above. Ignores: a MoE unit's experts shard over fewer ranks than the
+    dense group used here."""
+    if not rt.param_offload or rt.zero3_impl != "fsdp" or largest_layer_params == 0:
+        return []
+    shard = ceil_div(largest_layer_params, p.dense_dp)
+    units = 1 + rt.zero3_prefetch_layers
+    w, cast = t.recipe.weight_fmt, t.recipe.param_fmt
+    up = units * (format_bytes(w, shard) + (format_bytes(cast, shard) if cast and cast != w else 0))
+    g = t.recipe.reduce_fmt or t.recipe.grad_fmt
+    src = "torch fsdp/_fully_shard/_fsdp_param.py (all_gather_inputs), _fsdp_collectives.py"
+    return [Item("communication", "param offload: gathered units' shards copied up", up,
+                 f"{units} units × ⌈{largest_layer_params} / dp·cp {p.dense_dp}⌉ = {shard} "
+                 f"params × {w}" + (f" + its {cast} cast" if cast and cast != w else ""), src),
+            Item("communication", "param offload: reduce-scatter output before its copy down",
+                 format_bytes(g, shard), f"one unit's gradient shard: {shard} params × {g}",
+                 src)]
 
 
 def fsdp2_held_items(held, p, t, rt, loop, gathered: int, root: int) -> list[Item]:

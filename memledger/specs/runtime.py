@@ -1,5 +1,6 @@
 """RuntimeSpec: framework knobs that size the communication-buffer and runtime rows, and the
-moves of the static rows (ZeRO-Offload, gradient offload, Muon's gather).
+moves of the static rows (ZeRO-Offload, gradient offload, ZeRO-3 parameter offload, Muon's
+gather).
 
 Defaults follow Megatron-Core (gradient buckets are views of the contiguous grad buffer, fused
 Adam) and PyTorch/NCCL defaults (NCCL_BUFFSIZE 4 MiB for the Simple protocol; the LL and LL128
@@ -97,6 +98,8 @@ class RuntimeSpec:
     optimizer_offload: bool = False  # ZeRO-Offload: master + states and the step on the CPU
     grad_offload: bool = False  # gradient shards on the CPU, a two-chunk double buffer on the GPU
     grad_offload_chunk_params: int = 0  # chunk of the double buffer; 0 = bucket_params
+    param_offload: bool = False  # ZeRO-3 parameter shards in host memory (+ gradients with
+    # optimizer_offload): FSDP CPU offload, DeepSpeed offload_param
     muon_gather: str = "on-demand"  # Muon: gather one matrix at a time, or all at once
     pp_engine: str = "auto"  # whose pipeline order: auto, megatron, pytorch, deepseek
     zb_w_holds: str = "graph"  # zero-bubble I..W: whole graph (torch) or only W's inputs
@@ -148,7 +151,7 @@ class RuntimeSpec:
         require_choice("torchtitan_version", self.torchtitan_version, TORCHTITAN_VERSIONS)
         require_choice("compile_loss", self.compile_loss, COMPILE_LOSS)
         require_choice("float8", self.float8, FLOAT8_RECIPES)
-        for f in ("torch_compile", "loss_parallel", "float8_fsdp_all_gather",
+        for f in ("torch_compile", "loss_parallel", "float8_fsdp_all_gather", "param_offload",
                   "float8_precompute_scale", "float8_force_recompute_weight"):
             require(isinstance(getattr(self, f), bool), f,
                     f"must be true or false, got {getattr(self, f)!r}")
@@ -156,6 +159,12 @@ class RuntimeSpec:
         if self.grad_offload and not self.optimizer_offload:
             raise SpecError("grad_offload", "gradient offload needs optimizer_offload=True: the "
                                             "optimizer step must run where the gradients are (CPU)")
+        if self.param_offload and self.zero3_impl == "fsdp" and not self.optimizer_offload:
+            raise SpecError("param_offload", "FSDP's CPU offload moves parameters, gradients and "
+                                             "the optimizer step to the CPU together: add "
+                                             "optimizer_offload=True (--optimizer-offload); "
+                                             "parameters alone are DeepSpeed's offload_param "
+                                             "(zero3_impl='deepspeed')")
 
     def _check_float8(self) -> None:
         """torchtitan's own checks (its float8 converter: components/quantization/float8.py;

@@ -98,6 +98,7 @@ def copy_as(cfg: Config, target: str) -> str:
          "optimizer": train.optimizer, "recompute": train.recompute,
          "recompute_every": train.recompute_every,
          "recompute_budget_pct": train.recompute_budget_pct, "optimizer_offload": False,
+         "param_offload": False,
          "hidden_dropout": train.hidden_dropout_pct / 100,
          "a2a": rt.a2a, "capacity_factor": rt.capacity_factor_pct / 100,
          "model": cfg.model if not cfg.model.startswith("spec:") else None, "hf_id": None,

@@ -8,6 +8,17 @@
 - grad_offload (needs optimizer_offload): gradients stream to host memory as buckets fill; the
   GPU keeps a two-chunk double buffer (one chunk being filled, one in flight) of
   `grad_chunk_params` values. The gradient row becomes that buffer.
+- param_offload (ZeRO-3 only): the rank's parameter shards live in host memory, and with
+  optimizer_offload its gradient shards too — FSDP2 `CPUOffloadPolicy` (torch
+  `fsdp/_fully_shard/_fsdp_param.py`: the padded shard moved to pinned CPU memory, copied to
+  the GPU for each all-gather; `_fsdp_collectives.py`: each reduce-scatter output copied to
+  the CPU), FSDP1 `CPUOffload(offload_params=True)` (both always with the optimizer on the
+  CPU), DeepSpeed ZeRO-3 `offload_param` (alone: the optimizer partition stays on the GPU;
+  with `offload_optimizer`: gradients partitioned to the CPU too, `stage3.py`
+  `partition_grads`). Those rows become 0 (the explicit grad_offload double buffer stays);
+  the GPU-side copies of the gathered shards are communication items
+  (ledger.communication.param_offload_items). PCIe per step: every unit's shard up at its
+  forward and again at its backward gather, its gradient shard down, per micro-batch.
 - muon_gather: Muon orthogonalises whole matrices (Newton–Schulz), so a sharded matrix (TP, ZeRO)
   is gathered in fp32 during the optimizer step: "on-demand" gathers one matrix at a time (the
   largest is the transient), "full" gathers all the rank's matrices at once (Moonlight,
@@ -28,6 +39,8 @@ from memledger.specs.train import TrainSpec
 from memledger.units import ceil_div, format_bytes
 
 SRC_OFFLOAD = "ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840) §4"
+SRC_PARAM_OFFLOAD = ("torch fsdp/_fully_shard/_fsdp_param.py (CPUOffloadPolicy: sharded parameter "
+                     "on the CPU); DeepSpeed zero/offload_config.py (offload_param)")
 SRC_MUON = "Muon (Jordan et al. 2024); Moonlight distributed Muon (arXiv 2502.16982)"
 
 
@@ -37,12 +50,13 @@ class HostSide:
 
     optimizer_bytes: int = 0  # master + states in host memory
     gradient_bytes: int = 0  # gradient shards in host memory
+    weight_bytes: int = 0  # ZeRO-3 parameter shards in host memory (param_offload)
     grads_down_bytes_per_step: int = 0  # device → host
     params_up_bytes_per_step: int = 0  # host → device
 
     @property
     def host_bytes(self) -> int:
-        return self.optimizer_bytes + self.gradient_bytes
+        return self.optimizer_bytes + self.gradient_bytes + self.weight_bytes
 
     @property
     def pcie_bytes_per_step(self) -> int:
@@ -55,16 +69,20 @@ def move_static(items: list[Item], opt_params: int, p: ParallelSpec, t: TrainSpe
 
     `opt_params`: the values of this rank's optimizer partition (local params ÷ ZeRO group).
     """
-    if not rt.optimizer_offload:
+    if not rt.optimizer_offload and not rt.param_offload:
         return items, HostSide()
     r = t.recipe
-    opt_host = sum(i.bytes for i in items if i.row == "optimizer")
-    grad_host = sum(i.bytes for i in items if i.row == "gradients") if rt.grad_offload else 0
+    off = rt.optimizer_offload
+    moved = ({"optimizer"} if off else set()) | (
+        {"gradients"} if rt.grad_offload or (off and rt.param_offload) else set()) | (
+        {"weights"} if rt.param_offload else set())
+    host = {row: sum(i.bytes for i in items if i.row == row) for row in moved}
     out = []
     for i in items:
-        if i.row == "optimizer" or (rt.grad_offload and i.row == "gradients"):
+        if i.row in moved:
+            src = SRC_PARAM_OFFLOAD if rt.param_offload and i.row != "optimizer" else SRC_OFFLOAD
             out.append(Item(i.row, i.name, 0, f"on the CPU ({i.bytes} B in host memory): {i.formula}",
-                            SRC_OFFLOAD))
+                            src))
         else:
             out.append(i)
     if rt.grad_offload:
@@ -73,9 +91,16 @@ def move_static(items: list[Item], opt_params: int, p: ParallelSpec, t: TrainSpe
                         2 * format_bytes(r.grad_fmt, chunk),
                         f"2 × {chunk} params × {r.grad_fmt}; shards stream to host memory",
                         "seed 1 (静态三行也能动); " + SRC_OFFLOAD))
-    side = HostSide(optimizer_bytes=opt_host, gradient_bytes=grad_host,
-                    grads_down_bytes_per_step=format_bytes(r.grad_fmt, opt_params),
-                    params_up_bytes_per_step=format_bytes(r.weight_fmt, opt_params))
+    up = down = 0
+    if rt.param_offload:  # every gather brings the shard up, every reduce-scatter its grad down
+        up = 2 * t.micro_batches * host["weights"]
+        down = t.micro_batches * format_bytes(r.reduce_fmt or r.grad_fmt, opt_params) if off else 0
+    elif off:
+        up = format_bytes(r.weight_fmt, opt_params)
+        down = format_bytes(r.grad_fmt, opt_params)
+    side = HostSide(optimizer_bytes=host.get("optimizer", 0), gradient_bytes=host.get("gradients", 0),
+                    weight_bytes=host.get("weights", 0), grads_down_bytes_per_step=down,
+                    params_up_bytes_per_step=up)
     return out, side
 
 

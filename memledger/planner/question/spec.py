@@ -138,10 +138,10 @@ class PlanSpec:
         require(graphless_layers(self.model, self.base_train()) == 0, "freeze",
                 "leading frozen layers keep no activations, which the planner's per-kind "
                 "tables do not express; check this fine-tuning with `memledger ledger`")
-        for knob in ("optimizer_offload", "grad_offload"):
+        for knob in ("optimizer_offload", "grad_offload", "param_offload"):
             require(not getattr(self.runtime, knob), knob,
-                    "the planner does not model ZeRO-Offload; check such a layout with "
-                    "`memledger ledger`")
+                    "the planner does not model ZeRO-Offload or parameter offload; check such "
+                    "a layout with `memledger ledger`")
 
     def _check_framework(self) -> None:
         """A fixed value the framework cannot run is refused here, with what it can run."""
