@@ -150,3 +150,64 @@ def test_the_advisor_offers_it_at_zero3_with_what_it_leaves(capsys):
     assert "static 0.00 GiB" in line  # weights, gradients and optimizer all on the host
     assert main([*argv, "--zero", "1"]) == 0
     assert "parameter offload" not in capsys.readouterr().out
+
+
+# --- the dashboard: one "offload" setting, in the link, the sidebar, an uploaded file ---
+
+def test_the_link_carries_it_and_a_bad_value_falls_back_with_the_valid_ones():
+    from dataclasses import replace
+
+    from memledger.views.state import DEFAULT, parse_params, runtime, to_params
+    cfg = replace(DEFAULT, world=64, tp=8, pp=1, zero=3, offload="params")
+    params = to_params(cfg)
+    assert params["offload"] == "params" and "offload" not in to_params(DEFAULT)
+    back, issues = parse_params(params)
+    assert issues == [] and back == cfg
+    rt = runtime(back)
+    assert rt.param_offload and rt.optimizer_offload
+    bad, issues = parse_params({"offload": "gpu"})
+    assert bad.offload == "none" and "valid: none, optimizer, params" in str(issues[0])
+
+
+def test_params_is_offered_at_zero3_only_and_a_repair_drops_it_below():
+    from dataclasses import replace
+
+    from memledger.views.options import repair, valid_values
+    from memledger.views.state import DEFAULT, load_model
+    m = load_model(DEFAULT.model)
+    assert valid_values(m, replace(DEFAULT, zero=1), "offload") == ("none", "optimizer")
+    assert "params" in valid_values(m, replace(DEFAULT, zero=3), "offload")
+    fixed, notes = repair(m, replace(DEFAULT, zero=1, offload="params"), frozenset({"zero"}))
+    assert fixed.offload == "none" and notes[0].key == "offload" and "zero=3" in notes[0].reason
+
+
+def test_an_uploaded_file_sets_it_and_one_without_clears_it():
+    from dataclasses import replace
+
+    from memledger.views.config_io import copy_as, import_config
+    from memledger.views.state import DEFAULT
+    fsdp = ("distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 8\nfsdp_config:\n"
+            "  fsdp_version: 2\n  fsdp_offload_params: {}\n")
+    cfg, rows = import_config(DEFAULT, fsdp.format("true").encode(), "acc.yaml")
+    assert cfg.offload == "params" and cfg.zero == 3
+    assert not [r for r in rows if r["kind"] == "CLI only" and "offload" in r["key"]]
+    assert "fsdp_offload_params: true" in copy_as(cfg, "accelerate")
+    plain, _ = import_config(replace(cfg, offload="params"), fsdp.format("false").encode(),
+                             "acc.yaml")
+    assert plain.offload == "none"
+    ds = json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
+                     "bf16": {"enabled": True}}).encode()
+    alone, rows = import_config(DEFAULT, ds, "ds.json")  # DeepSpeed's parameters alone
+    assert alone.offload == "none"
+    assert [r["key"] for r in rows if r["kind"] == "CLI only" and r["key"] == "param_offload"]
+
+
+def test_the_ledger_page_shows_the_rows_leave(app_test):
+    from conftest import chart_numbers, figures
+    base = "model=llama3-70b&world=64&tp=8&pp=1&zero=3&layout=even"
+    on_gpu = app_test("pages/ledger.py", base).run()
+    off = app_test("pages/ledger.py", base + "&offload=params").run()
+    for at in (on_gpu, off):
+        assert not at.exception and not at.error, [e.value for e in at.error]
+    assert chart_numbers(figures(on_gpu)[0]) != chart_numbers(figures(off)[0])
+    assert off.query_params.get("offload") in ("params", ["params"])

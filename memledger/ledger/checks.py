@@ -67,15 +67,19 @@ def check_all(m: ModelSpec, p: ParallelSpec, t: TrainSpec) -> None:
         check_finetune(m, t.finetune)
 
 
+def check_offload(p: ParallelSpec, rt) -> None:
+    if rt.param_offload and p.zero != 3:
+        raise SpecError("param_offload", f"parameter offload moves ZeRO-3 / FSDP shards to the "
+                                         f"host; needs zero=3, got zero={p.zero}")
+
+
 def check_runtime(p: ParallelSpec, t: TrainSpec, rt) -> None:
     """What torchtitan's Trainer.Config refuses: the memory budget is the compiler's."""
     if t.recompute == "memory-budget" and not rt.torch_compile:
         raise SpecError("torch_compile", "recompute=memory-budget is torch.compile's partitioner "
                                          "(torchtitan MemoryBudgetAC requires compile); set "
                                          "torch_compile=True (--torch-compile)")
-    if rt.param_offload and p.zero != 3:
-        raise SpecError("param_offload", f"parameter offload moves ZeRO-3 / FSDP shards to the "
-                                         f"host; needs zero=3, got zero={p.zero}")
+    check_offload(p, rt)
     if p.pp > 1 and rt.pipeline_engine != rt.pp_engine:  # auto made concrete by the loop
         try:
             resolve_engine(p.schedule, rt.pipeline_engine, p.pp, t.micro_batches)

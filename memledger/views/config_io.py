@@ -2,9 +2,10 @@
 a dashboard `Config` plus the read / default / ignored / not-modelled table, and the current
 `Config` → Megatron flags, a torchtitan TOML or a DeepSpeed JSON for the Share popover.
 
-Settings the sidebar has no widget for (DeepSpeed buckets, ZeRO-3 implementation, optimizer
-offload, fine-tuning) are listed as "CLI only" with the flag that carries them; the share link
-carries the configuration, never the file.
+Settings the sidebar has no widget for (DeepSpeed buckets, ZeRO-3 implementation, gradient
+offload, DeepSpeed's parameter offload without the optimizer's, fine-tuning) are listed as
+"CLI only" with the flag that carries them; the share link carries the configuration, never
+the file.
 """
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ COPY_AS = {"Megatron flags": "megatron", "torchtitan config": "torchtitan",
            "DeepSpeed JSON": "deepspeed"}
 
 
+OFFLOAD_FLAGS = ("optimizer_offload", "param_offload")
+
+
+def offload_key(flags: dict) -> str:
+    """The sidebar's offload setting a file's flags make: params (FSDP's CPU offload: both),
+    optimizer (ZeRO-Offload), else none — DeepSpeed's parameters alone stay CLI only."""
+    opt, par = bool(flags.get("optimizer_offload")), bool(flags.get("param_offload"))
+    return "params" if opt and par else "optimizer" if opt and not par else "none"
+
+
 def _model_key(imp, flags: dict, cfg: Config) -> str:
     if imp.model is not None:
         return encode_model(imp.model)
@@ -52,6 +63,7 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     flags = imp.flags()
     new = {APP_KEYS[d]: v for d, v in flags.items() if d in APP_KEYS}
     new.setdefault("dp_replicate", 1)  # a file that names no replicas runs without HSDP
+    new["offload"] = offload_key(flags)  # a file that offloads nothing clears it
     if "dropout" in new:  # the file's probability as the dashboard's whole percentage
         from memledger.specs.train import dropout_pct
         new["dropout"] = dropout_pct(new["dropout"])
@@ -78,8 +90,9 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     rows = [{"kind": r.kind, "key": r.key, "value": str(r.value)[:80],
              "sets": ", ".join(f"{k}={v}" for k, v in r.flags if not k.startswith("_")),
              "source": r.source, "why": r.why} for r in imp.rows]
+    said = OFFLOAD_FLAGS if new["offload"] != "none" else ()
     cli_only = sorted(d for d in flags if not d.startswith("_") and d not in APP_KEYS
-                      and d not in ("model", "hf_id", "world", "dp"))
+                      and d not in ("model", "hf_id", "world", "dp") + said)
     rows += [{"kind": "CLI only", "key": d, "value": str(flags[d]), "sets": "",
               "source": "", "why": f"no sidebar widget: memledger --{d.replace('_', '-')}"}
              for d in cli_only]
@@ -97,8 +110,8 @@ def copy_as(cfg: Config, target: str) -> str:
          "micro_batches": train.micro_batches, "seq": train.seq, "precision": train.precision,
          "optimizer": train.optimizer, "recompute": train.recompute,
          "recompute_every": train.recompute_every,
-         "recompute_budget_pct": train.recompute_budget_pct, "optimizer_offload": False,
-         "param_offload": False,
+         "recompute_budget_pct": train.recompute_budget_pct,
+         "optimizer_offload": cfg.offload != "none", "param_offload": cfg.offload == "params",
          "hidden_dropout": train.hidden_dropout_pct / 100,
          "a2a": rt.a2a, "capacity_factor": rt.capacity_factor_pct / 100,
          "model": cfg.model if not cfg.model.startswith("spec:") else None, "hf_id": None,

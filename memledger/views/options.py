@@ -15,13 +15,13 @@ from functools import lru_cache
 
 from memledger.errors import SpecError
 from memledger.ledger.activations import get_profile
-from memledger.ledger.checks import check_all
+from memledger.ledger.checks import check_all, check_offload
 from memledger.presets import GPUS
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
 from memledger.specs.finetune import BASE_WEIGHTS, LORA_DTYPES, MODES
 from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
-from memledger.views.state import LAYOUT_WORDS, Config, to_specs
+from memledger.views.state import LAYOUT_WORDS, OFFLOADS, Config, runtime, to_specs
 
 # Which setting to move when the core names a field (None: move something else).
 FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",
@@ -31,7 +31,8 @@ FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp
              "recompute_every": "recompute_every", "recompute_budget_pct": "budget",
              "finetune": "ft", "lora_rank": "lora_r", "lora_targets": "lora_targets",
              "base_weights": "base", "freeze": "freeze", "lora_dropout": "lora_dropout",
-             "hidden_dropout_pct": "dropout", "dp_replicate": "dp_replicate"}
+             "hidden_dropout_pct": "dropout", "dp_replicate": "dp_replicate",
+             "param_offload": "offload"}
 # Settings a repair may move, most expendable first (after the one the error names). HSDP's
 # replica count is last: unless the core names it, the other settings are tried first.
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
@@ -85,6 +86,8 @@ CANDIDATES = {
     "reshard": lambda m, c: RESHARD_AFTER_FORWARD,
     "compile": lambda m, c: (False, True),
     "loss_parallel": lambda m, c: (True, False),
+    # parameter offload moves ZeRO-3 shards: offered at zero 3 only (ledger.checks)
+    "offload": lambda m, c: OFFLOADS if c.zero == 3 else OFFLOADS[:2],
     "gpu": lambda m, c: tuple(GPUS) + (() if c.gpu in GPUS else (c.gpu,)),  # or a custom GPU
     "seq": _seq_candidates,
     # micro-batches: powers of two and multiples of pp (what pipeline engines ask for)
@@ -125,6 +128,8 @@ def _problem(m: ModelSpec, cfg: Config) -> tuple[str, str] | None:
     try:
         par, train = to_specs(cfg, m)
         check_all(m, par, train)
+        if cfg.offload == "params":
+            check_offload(par, runtime(cfg))
         get_profile(train.profile)
     except SpecError as e:
         return e.field, e.message

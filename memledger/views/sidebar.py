@@ -86,6 +86,10 @@ HELP = {
                "fused pointwise outputs (norms, SwiGLU) instead of saving them.",
     "loss_parallel": "torchtitan loss parallel (with tp > 1): the logits stay vocab-sharded; "
                      "off gathers them to full V on every tp rank.",
+    "offload": "Static rows in host memory, the step on the CPU. *optimizer*: ZeRO-Offload "
+               "(master and states). *params* (ZeRO-3): FSDP's CPU offload (torchtitan "
+               "enable_cpu_offload, accelerate fsdp_offload_params) — parameter, gradient and "
+               "optimizer shards; the GPU keeps the copies each gather and reduce-scatter makes.",
     "loop": "Which framework runs the step, and so when memory is alive: *auto* follows the "
             "profile (hf → plain PyTorch, megatron/paper → Megatron); a named loop sets the "
             "profile of the model code it trains (hf for torchtitan, pytorch, hf-trainer, "
@@ -305,19 +309,23 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
     if box is not None:
         with box:
             for k in keys:
-                fmt = (lambda v: "on" if v else "off") if k in ("compile", "loss_parallel") else str
+                fmt = ((lambda v: "on" if v else "off") if k in ("compile", "loss_parallel")
+                       else OFFLOAD_LABELS.get if k == "offload" else str)
                 _choice(k, MORE_LABELS[k], res, fmt)
 
 
 MORE_KEYS = ("loop", "profile", "attention", "recompute_every", "budget", "reshard", "compile",
-             "loss_parallel", "dropout")
+             "loss_parallel", "dropout", "offload")
 MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
                "attention": "Attention kernel", "recompute_every": "Recompute k",
                "budget": "Memory budget %", "reshard": "FSDP2 reshard after forward",
                "compile": "torch.compile", "loss_parallel": "Loss parallel",
-               "dropout": "Hidden dropout %"}
+               "dropout": "Hidden dropout %", "offload": "Offload to CPU"}
+OFFLOAD_LABELS = {"none": "none", "optimizer": "optimizer (ZeRO-Offload)",
+                  "params": "params + grads + optimizer (FSDP)"}
 # not on the planner's workload section: its search varies recompute and runs its own loop
-TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel", "dropout")
+TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel", "dropout",
+              "offload")
 
 
 FT_KEYS = ("ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",

@@ -33,7 +33,7 @@ KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "dp
         "zero", "sp", "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
         "attention", "recompute", "loop", "recompute_every", "budget", "reshard", "compile",
         "loss_parallel", "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype",
-        "base", "freeze", "dropout")
+        "base", "freeze", "dropout", "offload")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -85,6 +85,7 @@ class Config:
     compile: bool = False  # RuntimeSpec.torch_compile
     loss_parallel: bool = True  # RuntimeSpec.loss_parallel
     dropout: int = 0  # TrainSpec.hidden_dropout_pct (Megatron --hidden-dropout × 100)
+    offload: str = "none"  # static rows on the host: OFFLOADS (RuntimeSpec optimizer / param)
 
     @property
     def dp(self) -> int:
@@ -104,11 +105,15 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "lora_r": (1, 204_800), "lora_alpha": (1, 1_000_000), "lora_dropout": (0, 99),
     "dropout": (0, 99),
 }
+# none; optimizer = ZeRO-Offload (master + states, the step on the CPU); params = FSDP's CPU
+# offload (ZeRO-3: parameter, gradient and optimizer shards; specs.runtime param_offload)
+OFFLOADS = ("none", "optimizer", "params")
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
     "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
     "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES, "reshard": RESHARD_AFTER_FORWARD,
     "ft": MODES, "lora_dtype": LORA_DTYPES, "base": ("auto",) + BASE_WEIGHTS,
+    "offload": OFFLOADS,
 }
 NAME_KEYS = {"lora_targets": tuple(MODULES) + tuple(TARGET_SETS),
              "freeze": tuple(MODULES) + tuple(TARGET_SETS) + FREEZE_ONLY + ("layers:A-B",)}
@@ -303,7 +308,8 @@ def runtime(cfg: Config, **kw) -> RuntimeSpec:
     tp_engine = rules.get("tp_engine", ("megatron",))[0]
     return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
                        torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel,
-                       **{"tp_engine": tp_engine, **kw})
+                       optimizer_offload=cfg.offload != "none",
+                       param_offload=cfg.offload == "params", **{"tp_engine": tp_engine, **kw})
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:
