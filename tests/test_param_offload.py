@@ -211,3 +211,17 @@ def test_the_ledger_page_shows_the_rows_leave(app_test):
         assert not at.exception and not at.error, [e.value for e in at.error]
     assert chart_numbers(figures(on_gpu)[0]) != chart_numbers(figures(off)[0])
     assert off.query_params.get("offload") in ("params", ["params"])
+
+
+def test_the_pages_fixes_offer_it_when_nothing_cheaper_fits():
+    from dataclasses import replace
+
+    from memledger.views.ledger.fixes import _candidates
+    from memledger.views.state import DEFAULT, load_model
+    m = load_model("llama3-70b")
+    labels = [label for label, _ in _candidates(m, replace(DEFAULT, zero=3))]
+    assert labels.index("optimizer offload to the CPU (ZeRO-Offload)") < \
+        labels.index("parameters, gradients and optimizer to the CPU (FSDP CPU offload)") < \
+        len(labels) - 1  # before more GPUs
+    below = [c for _, c in _candidates(m, replace(DEFAULT, zero=1))]
+    assert {"offload": "params"} not in below and {"offload": "optimizer"} in below

@@ -72,14 +72,16 @@ def test_choosing_a_preset_in_the_sidebar_applies_its_start_layout(app_test):
 
 def test_an_hsdp_layout_that_does_not_fit_is_offered_one_shard_group_once():
     """Llama-3 70B at ZeRO-3 over 64 GPUs as 8 HSDP copies of 8 does not fit an H100 (174 GiB);
-    sharding over all 64 does (38 GiB), and is offered once; doubling PP or TP keeps the 8
-    copies, which still divide the halved dp."""
+    sharding over all 64 does (38 GiB), and is offered once, before the only other one-setting
+    changes that fit (the 8-way shards' optimizer, or all three rows, offloaded to the CPU);
+    doubling PP or TP keeps the 8 copies, which still divide the halved dp."""
     m = load_model("llama3-70b")
     cfg = replace(DEFAULT, model="llama3-70b", world=64, tp=1, pp=1, zero=3, dp_replicate=8,
                   mb=1, seq=4096, m=1, recompute="full")
     assert ledger_for(m, cfg).peak.peak_total_bytes > 170 * GIB
     offered = fixes(m, cfg)
-    assert [f.changes for f in offered] == [{"dp_replicate": 1}]
+    assert [f.changes for f in offered] == [{"dp_replicate": 1}, {"offload": "optimizer"},
+                                            {"offload": "params"}]
     assert offered[0].peak_bytes == ledger_for(m, replace(cfg, dp_replicate=1)).peak.peak_total_bytes
     assert offered[0].peak_bytes < 40 * GIB
     from memledger.views.ledger.fixes import _candidates

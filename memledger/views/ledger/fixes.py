@@ -3,7 +3,8 @@ loaded GPU under its capacity, and a lower bound on the GPUs the model needs.
 
 Each candidate changes one sidebar setting (in this order of preference: ZeRO stage, HSDP's
 replicas folded into one shard group, expert, pipeline and tensor parallelism, recompute, a
-smaller micro-batch with more of them per step, more GPUs), is repaired to a valid configuration
+smaller micro-batch with more of them per step, the static rows offloaded to the CPU, more
+GPUs), is repaired to a valid configuration
 by the same rules as the sidebar and rebuilt through the ledger; the ones that fit are offered,
 cheapest first. Pure (no Streamlit).
 Ignores: changes of two settings at once (the Planner page searches those).
@@ -57,6 +58,11 @@ def _candidates(m: ModelSpec, cfg: Config) -> list[tuple[str, dict]]:
         half = cfg.mb // 2
         out.append((f"micro-batch {cfg.mb} → {half} (× {cfg.m * 2} per step: same tokens)",
                     {"mb": half, "m": cfg.m * 2}))
+    if cfg.offload == "none":  # host memory and PCIe time instead of GPUs
+        out.append(("optimizer offload to the CPU (ZeRO-Offload)", {"offload": "optimizer"}))
+    if cfg.zero == 3 and cfg.offload != "params":
+        out.append(("parameters, gradients and optimizer to the CPU (FSDP CPU offload)",
+                    {"offload": "params"}))
     out.append((f"world {cfg.world:,} → {cfg.world * 2:,} GPUs", {"world": cfg.world * 2}))
     return out
 
