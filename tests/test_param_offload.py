@@ -225,3 +225,12 @@ def test_the_pages_fixes_offer_it_when_nothing_cheaper_fits():
         len(labels) - 1  # before more GPUs
     below = [c for _, c in _candidates(m, replace(DEFAULT, zero=1))]
     assert {"offload": "params"} not in below and {"offload": "optimizer"} in below
+
+
+def test_the_page_says_what_sits_in_host_memory_only_when_something_does(app_test):
+    base = "model=llama3-70b&world=64&tp=8&pp=1&zero=3&layout=even"
+    plain = app_test("pages/ledger.py", base).run()
+    off = app_test("pages/ledger.py", base + "&offload=params").run()
+    assert "In host memory" not in [m.label for m in plain.metric]
+    host = next(m for m in off.metric if m.label == "In host memory")
+    assert host.value.endswith("GiB") and "GB/step over PCIe" in str(host.proto.delta)

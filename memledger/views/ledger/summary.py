@@ -39,7 +39,7 @@ def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
     peak = led.peak
     active = (f"{_count(led.n_active_params)} active" if led.n_active_params != led.n_params
               else None)
-    return [
+    out = [
         Metric("Parameters", _count(led.n_params), active, "off",
                "All parameters the framework instantiates (MoE: active = routed top-K only)."),
         Metric("Busiest GPU, peak total", size(peak.peak_total_bytes),
@@ -52,6 +52,21 @@ def metrics(led: Ledger, hw: Hardware) -> list[Metric]:
                "fits" if v.fits else "over capacity", "normal" if v.fits else "inverse",
                "Capacity minus the peak of the most loaded rank."),
     ]
+    return out + host_metric(peak)
+
+
+def host_metric(rank) -> list[Metric]:
+    """The static rows an offload keeps in host memory on the busiest GPU's host, and the PCIe
+    bytes it costs per step; nothing without an offload."""
+    h = rank.host
+    if h is None or not h.host_bytes:
+        return []
+    return [Metric("In host memory", size(h.host_bytes),
+                   f"{h.pcie_bytes_per_step / 1e9:,.1f} GB/step over PCIe", "off",
+                   f"Static rows on the CPU, per GPU: optimizer {size(h.optimizer_bytes)}, "
+                   f"gradients {size(h.gradient_bytes)}, weights {size(h.weight_bytes)}. PCIe "
+                   f"per step: {h.params_up_bytes_per_step / 1e9:,.1f} GB up (parameters), "
+                   f"{h.grads_down_bytes_per_step / 1e9:,.1f} GB down (gradients).")]
 
 
 def table_rank(led: Ledger, requested: int) -> int:
