@@ -226,10 +226,9 @@ def param_offload_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> lis
     optimizer there too): each gathered unit's shard copied to the GPU before the all-gather
     (FSDP2 `FSDPParam.all_gather_inputs`: `.to(device)`, then the cast to param_dtype, both
     alive until copied into the all-gather input), and one unit's reduce-scatter output before
-    its copy to the CPU (`foreach_reduce`). DeepSpeed's
-    offload_param fetches into its gather buffer and drains gradients through its reduce
-    bucket, both counted above. Ignores: a MoE unit's experts shard over fewer ranks than the
-    dense group used here."""
+    its copy to the CPU (`foreach_reduce`). DeepSpeed's offload_param fetches into its gather
+    buffer and drains gradients through its reduce bucket, both counted above.
+    Ignores: a MoE unit's experts shard over fewer ranks than the dense group used here."""
     if not rt.param_offload or rt.zero3_impl != "fsdp" or largest_layer_params == 0:
         return []
     shard = ceil_div(largest_layer_params, p.dense_dp)
