@@ -234,3 +234,16 @@ def test_the_page_says_what_sits_in_host_memory_only_when_something_does(app_tes
     assert "In host memory" not in [m.label for m in plain.metric]
     host = next(m for m in off.metric if m.label == "In host memory")
     assert host.value.endswith("GiB") and "GB/step over PCIe" in str(host.proto.delta)
+
+
+def test_a_torchtitan_job_with_cpu_offload_and_its_fused_adamw_builds(tmp_path, capsys):
+    """torchtitan's optimizer.implementation defaults to fused; under FSDP's CPU offload torch's
+    fused AdamW runs on the CPU tensors (ZeRO-Offload alone still refuses a GPU kernel)."""
+    job = tmp_path / "job.toml"
+    job.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 8192\n'
+                   'enable_cpu_offload = true\n[parallelism]\ndata_parallel_shard_degree = 8\n')
+    assert main(["ledger", "--config", str(job)]) == 0
+    assert "static rows in host memory: optimizer" in capsys.readouterr().out
+    with pytest.raises(SpecError, match="optimizer_impl"):
+        build_ledger(LLAMA, ParallelSpec(dp=8, zero=3), OP,
+                     RuntimeSpec(**TITAN, optimizer_offload=True, optimizer_impl="fused"))

@@ -174,7 +174,11 @@ def resolve_loop(rt, profile: str) -> LoopSpec:
 def _resolve(rt, profile: str) -> LoopSpec:
     base = loop_preset(default_loop_name(profile) if rt.loop == "auto" else rt.loop)
     knobs = {k: getattr(rt, k) for k in KNOBS if getattr(rt, k) != "auto"}
-    if rt.optimizer_offload and knobs.get("optimizer_impl") in ("fused", "foreach"):
+    # ZeRO-Offload steps with DeepSpeedCPUAdam; under FSDP's CPU offload (param_offload) the
+    # step is torch's own optimizer on CPU tensors, whose fused and foreach kernels run on the
+    # CPU too (torch utils/_foreach_utils.py `_get_fused_kernels_supported_devices`: "cpu")
+    if rt.optimizer_offload and not rt.param_offload and \
+            knobs.get("optimizer_impl") in ("fused", "foreach"):
         raise SpecError("optimizer_impl", f"{knobs['optimizer_impl']} is a GPU kernel, but with "
                                           "optimizer_offload the step runs on the CPU "
                                           "(DeepSpeedCPUAdam); leave it auto or use for-loop")
