@@ -112,3 +112,13 @@ def test_warm_states_equal_torchtitans_init_optim_state():
         ours, theirs = states(init_states, **kw), states(init_optim_state, **kw)
         assert ours == theirs and ours[1] == [None, None, None]
         assert len(ours[0]) == 2  # the frozen weight gets no state in either
+
+
+def test_a_torch_with_other_metadata_fields_keeps_its_own_key(monkeypatch):
+    import memledger.engine.titan_speed as ts
+    before = ft.FakeTensorMode._prep_args_for_hash
+    if getattr(before, "_memledger", False):
+        monkeypatch.setattr(ft.FakeTensorMode, "_prep_args_for_hash", before._torch)
+    monkeypatch.setattr(ts, "METADATA_FIELDS", ts.METADATA_FIELDS[:-1])
+    fast_cache_keys(torch)
+    assert not getattr(ft.FakeTensorMode._prep_args_for_hash, "_memledger", False)

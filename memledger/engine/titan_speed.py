@@ -57,6 +57,12 @@ def one_scan_per_op(torch) -> None:
     sp._propagate_use_strided_shard_flag = propagate
 
 
+# torch 2.13 `TensorMetadata`, the fields `tensor_into` writes, in this order
+METADATA_FIELDS = ("dtype", "shape", "stride", "device", "layout", "memory_format",
+                   "storage_offset", "storage_bytes", "requires_grad", "is_quantized", "is_conj",
+                   "is_neg", "is_inference", "is_sparse", "is_coalesced", "dense_dim", "sparse_dim")
+
+
 def fast_cache_keys(torch) -> None:
     """FakeTensorMode's dispatch-cache key, the same list built with fewer Python calls.
 
@@ -66,14 +72,19 @@ def fast_cache_keys(torch) -> None:
     For the arguments this harness passes — this mode's dense, strided, non-symbolic
     FakeTensors and plain scalars — the same entries in the same order are appended directly;
     every other argument (a SymInt, a Parameter, a sparse or another mode's tensor, a graph
-    module) goes through torch's own function, which raises its own bypasses. Checked: the key
+    module) goes through torch's own function, which raises its own bypasses. A torch whose
+    TensorMetadata has other fields keeps its own function (METADATA_FIELDS). Checked: the key
     equals torch's on every call of a case (tests/test_titan_speed.py), and every stored case
     re-measures byte for byte (`benchmarks/bench_engine.py --torchtitan`)."""
+    import dataclasses
+
     from torch._prims_common import suggest_memory_format
     from torch._subclasses import fake_tensor as ft
     mode_cls = ft.FakeTensorMode
     if getattr(mode_cls._prep_args_for_hash, "_memledger", False):
         return
+    if tuple(f.name for f in dataclasses.fields(ft.TensorMetadata)) != METADATA_FIELDS:
+        return  # another torch: its key has other entries than the ones written below
     orig = mode_cls._prep_args_for_hash
     fake, strided, contiguous, size = ft.FakeTensor, torch.strided, torch.contiguous_format, \
         torch.Size
