@@ -19,7 +19,7 @@ and `deepspeed:` = that JSON (read beside the YAML).
 from __future__ import annotations
 
 from memledger.configs.deepspeed import _implied, read_training_args
-from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choice
+from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choice, fsdp_cpu_offload
 from memledger.configs.source import Source, flatten
 
 CA = "accelerate/commands/config/config_args.py"
@@ -64,7 +64,7 @@ ACC_RULES = (
     # FSDP1 CPUOffload(offload_params=True) / FSDP2 CPUOffloadPolicy: parameters, gradients and
     # the optimizer step on the CPU (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin)
     Rule(key="fsdp_config.fsdp_offload_params", dest="", default=False, source=DC,
-         conv=lambda v: {"param_offload": True, "optimizer_offload": True} if as_bool(v) else {}),
+         conv=fsdp_cpu_offload),
     Rule(key="deepspeed_config.gradient_accumulation_steps", dest="micro_batches", conv=as_int,
          source=CA),
 )

@@ -24,6 +24,15 @@ def _need(ok: bool, target: str, what: str) -> None:
         raise ValueError(f"{target} cannot express {what}")
 
 
+def _fsdp_offload(a: dict, target: str, key: str) -> bool:
+    """FSDP's CPU offload (`key`) moves parameters, gradients and the optimizer together: on
+    when both offloads are, refused when only the optimizer's is."""
+    off = bool(a.get("param_offload"))
+    _need(a["optimizer_offload"] == off, target, f"an optimizer offload without the parameters "
+                                                 f"({key} moves both)")
+    return off
+
+
 def _model_flags(m) -> list[str]:
     out = ["--num-layers", m.n_layers, "--hidden-size", m.hidden, "--num-attention-heads",
            m.n_heads, "--ffn-hidden-size", m.ffn_hidden, "--vocab-size", m.vocab]
@@ -168,9 +177,7 @@ def to_torchtitan(a: dict, m) -> str:
     _need(a["vpp"] == (2 if a["schedule"] == "interleaved" else 1), "torchtitan",
           f"vpp {a['vpp']} (2 stages per rank for multi-stage schedules)")
     _need(a["sp"] == (a["tp"] > 1), "torchtitan", "TP without sequence parallelism")
-    off = bool(a.get("param_offload"))  # enable_cpu_offload: FSDP2 CPUOffloadPolicy, all three
-    _need(a["optimizer_offload"] == off, "torchtitan", "an optimizer offload without the "
-                                                       "parameters (enable_cpu_offload moves both)")
+    off = _fsdp_offload(a, "torchtitan", "enable_cpu_offload")
     rec = a["recompute"]
     _need(rec in TT_AC or rec in ("interval", "memory-budget"), "torchtitan", f"recompute {rec}")
     mb, dp = a["micro_batch"], a["dp"]
@@ -252,9 +259,7 @@ def to_accelerate(a: dict, m=None) -> str:
     _need(a["pp"] == 1, "accelerate", "pipeline parallelism")
     fsdp = a["zero"] in (2, 3) and a["zero3_impl"] == "fsdp"
     _need(fsdp or a["zero"] == 0, "accelerate", f"ZeRO-{a['zero']} outside FSDP")
-    off = bool(a.get("param_offload"))  # fsdp_offload_params: parameters, gradients, optimizer
-    _need(a["optimizer_offload"] == off, "accelerate", "an optimizer offload without the "
-                                                       "parameters (fsdp_offload_params moves both)")
+    off = _fsdp_offload(a, "accelerate", "fsdp_offload_params")
     prec = a["precision"]
     want = "fsdp2-mixed" if fsdp else "amp"
     _need(prec in (want, "fp32"), "accelerate", f"precision {prec} here (bf16 is {want})")

@@ -154,6 +154,12 @@ def as_bool(v) -> bool:
     raise ValueError(f"expected true or false, got {v!r}")
 
 
+def fsdp_cpu_offload(v) -> dict:
+    """An FSDP CPU-offload switch (torchtitan enable_cpu_offload, accelerate
+    fsdp_offload_params): on, it moves parameters, gradients and the optimizer step together."""
+    return {"param_offload": True, "optimizer_offload": True} if as_bool(v) else {}
+
+
 def choice(v, table: dict):
     key = v if v in table or not isinstance(v, str) else v.lower()
     if key not in table:

@@ -21,7 +21,7 @@ mesh).
 """
 from __future__ import annotations
 
-from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choice
+from memledger.configs.rules import Imported, Rule, apply, as_bool, as_int, choice, fsdp_cpu_offload
 from memledger.configs.source import Source, flatten
 from memledger.configs.torchtitan_era import era_and_loss
 from memledger.configs.torchtitan_options import (OPTION_RULES, compile_flags, converters,
@@ -106,7 +106,7 @@ RULES = (
     # distributed/fsdp.py: fully_shard(offload_policy=CPUOffloadPolicy()); trainer.py keeps the
     # buffers on the GPU (init_weights(buffer_device=...)) and the optimizer steps on the CPU
     Rule(key="training.enable_cpu_offload", dest="", default=False, source=JC,
-         conv=lambda v: {"param_offload": True, "optimizer_offload": True} if as_bool(v) else {}),
+         conv=fsdp_cpu_offload),
     Rule(key="optimizer.name", dest="optimizer", conv=lambda v: choice(str(v).lower(), OPT),
          default="AdamW", source=JC),
     Rule(key="optimizer.implementation", dest="optimizer_impl", conv=lambda v: choice(v, IMPL),

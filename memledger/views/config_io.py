@@ -16,7 +16,7 @@ from memledger.configs.export import WRITERS
 from memledger.configs.resolve import data_parallel, micro_batches, replicas
 from memledger.specs.runtime import RuntimeSpec
 from memledger.views.model_codec import encode_model
-from memledger.views.state import Config, load_model, to_specs
+from memledger.views.state import Config, load_model, offload_flags, offload_setting, to_specs
 
 # memledger flag dest -> dashboard key
 APP_KEYS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp": "cp",
@@ -30,16 +30,6 @@ APP_KEYS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp"
 MAX_BYTES = 1_000_000
 COPY_AS = {"Megatron flags": "megatron", "torchtitan config": "torchtitan",
            "DeepSpeed JSON": "deepspeed"}
-
-
-OFFLOAD_FLAGS = ("optimizer_offload", "param_offload")
-
-
-def offload_key(flags: dict) -> str:
-    """The sidebar's offload setting a file's flags make: params (FSDP's CPU offload: both),
-    optimizer (ZeRO-Offload), else none — DeepSpeed's parameters alone stay CLI only."""
-    opt, par = bool(flags.get("optimizer_offload")), bool(flags.get("param_offload"))
-    return "params" if opt and par else "optimizer" if opt and not par else "none"
 
 
 def _model_key(imp, flags: dict, cfg: Config) -> str:
@@ -63,7 +53,7 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     flags = imp.flags()
     new = {APP_KEYS[d]: v for d, v in flags.items() if d in APP_KEYS}
     new.setdefault("dp_replicate", 1)  # a file that names no replicas runs without HSDP
-    new["offload"] = offload_key(flags)  # a file that offloads nothing clears it
+    new["offload"] = offload_setting(flags)  # a file that offloads nothing clears it
     if "dropout" in new:  # the file's probability as the dashboard's whole percentage
         from memledger.specs.train import dropout_pct
         new["dropout"] = dropout_pct(new["dropout"])
@@ -90,7 +80,7 @@ def import_config(cfg: Config, data: bytes, name: str = "pasted") -> tuple[Confi
     rows = [{"kind": r.kind, "key": r.key, "value": str(r.value)[:80],
              "sets": ", ".join(f"{k}={v}" for k, v in r.flags if not k.startswith("_")),
              "source": r.source, "why": r.why} for r in imp.rows]
-    said = OFFLOAD_FLAGS if new["offload"] != "none" else ()
+    said = tuple(offload_flags("none")) if new["offload"] != "none" else ()
     cli_only = sorted(d for d in flags if not d.startswith("_") and d not in APP_KEYS
                       and d not in ("model", "hf_id", "world", "dp") + said)
     rows += [{"kind": "CLI only", "key": d, "value": str(flags[d]), "sets": "",
@@ -110,8 +100,7 @@ def copy_as(cfg: Config, target: str) -> str:
          "micro_batches": train.micro_batches, "seq": train.seq, "precision": train.precision,
          "optimizer": train.optimizer, "recompute": train.recompute,
          "recompute_every": train.recompute_every,
-         "recompute_budget_pct": train.recompute_budget_pct,
-         "optimizer_offload": cfg.offload != "none", "param_offload": cfg.offload == "params",
+         "recompute_budget_pct": train.recompute_budget_pct, **offload_flags(cfg.offload),
          "hidden_dropout": train.hidden_dropout_pct / 100,
          "a2a": rt.a2a, "capacity_factor": rt.capacity_factor_pct / 100,
          "model": cfg.model if not cfg.model.startswith("spec:") else None, "hf_id": None,

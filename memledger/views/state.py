@@ -108,6 +108,20 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
 # none; optimizer = ZeRO-Offload (master + states, the step on the CPU); params = FSDP's CPU
 # offload (ZeRO-3: parameter, gradient and optimizer shards; specs.runtime param_offload)
 OFFLOADS = ("none", "optimizer", "params")
+
+
+def offload_flags(offload: str) -> dict[str, bool]:
+    """The RuntimeSpec flags an offload setting means."""
+    return {"optimizer_offload": offload != "none", "param_offload": offload == "params"}
+
+
+def offload_setting(flags: Mapping) -> str:
+    """The offload setting flags mean (the inverse of offload_flags); parameters without the
+    optimizer (DeepSpeed's offload_param alone) have none: "none"."""
+    opt, par = bool(flags.get("optimizer_offload")), bool(flags.get("param_offload"))
+    return "params" if opt and par else "optimizer" if opt and not par else "none"
+
+
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu": tuple(GPUS), "schedule": tuple(SCHEDULES), "precision": tuple(RECIPES),
     "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
@@ -308,8 +322,7 @@ def runtime(cfg: Config, **kw) -> RuntimeSpec:
     tp_engine = rules.get("tp_engine", ("megatron",))[0]
     return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
                        torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel,
-                       optimizer_offload=cfg.offload != "none",
-                       param_offload=cfg.offload == "params", **{"tp_engine": tp_engine, **kw})
+                       **offload_flags(cfg.offload), **{"tp_engine": tp_engine, **kw})
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:
