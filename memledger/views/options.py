@@ -86,8 +86,7 @@ CANDIDATES = {
     "reshard": lambda m, c: RESHARD_AFTER_FORWARD,
     "compile": lambda m, c: (False, True),
     "loss_parallel": lambda m, c: (True, False),
-    # parameter offload moves ZeRO-3 shards: offered at zero 3 only (ledger.checks)
-    "offload": lambda m, c: OFFLOADS if c.zero == 3 else OFFLOADS[:2],
+    "offload": lambda m, c: OFFLOADS,  # params below ZeRO-3: the core's check_offload refuses
     "gpu": lambda m, c: tuple(GPUS) + (() if c.gpu in GPUS else (c.gpu,)),  # or a custom GPU
     "seq": _seq_candidates,
     # micro-batches: powers of two and multiples of pp (what pipeline engines ask for)
