@@ -33,6 +33,8 @@ from memledger.errors import SpecError
 
 # the communication items FSDP2 allocates on its own streams (all-gather, reduce-scatter)
 FSDP_UNIT_ITEMS = ("zero-3 gather + prefetch", "zero-3 reduce-scatter input")
+# a MoE layer's all-to-all buffers (default stream): alive inside the layer only
+MOE_A2A_ITEMS = ("moe all-to-all / dispatch", "moe all-to-all / combine")
 
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize
 K_SMALL_SIZE = 1 << 20  # kSmallSize: largest "small" request

@@ -17,6 +17,7 @@ from memledger.ledger.activations.held import held_activations
 from memledger.ledger.activations.policy import payments
 from memledger.ledger.activations.row import activation_items, activation_moves
 from memledger.ledger.activations.transients import activation_transients
+from memledger.ledger.allocator import MOE_A2A_ITEMS
 from memledger.ledger.chunked_loss import chunked_loss_transient
 from memledger.ledger.checks import check_all, check_runtime
 from memledger.ledger.communication import comm_items
@@ -101,7 +102,7 @@ def move_dict(mv) -> dict:
 
 
 # held by the timeline's layer-backward event, not yet (or no longer) at a MoE combine's backward
-MOE_LATER = ("zero-3 reduce-scatter input", "moe all-to-all / dispatch", "moe all-to-all / combine")
+MOE_LATER = ("zero-3 reduce-scatter input",) + MOE_A2A_ITEMS
 
 
 def rank_parts(m, p, t, rt, r: int) -> RankParts:

@@ -20,10 +20,15 @@ at the last chunk's post-backward:
   the chunk's logits (the loop's `logits` name keeps them
   alive through chunk_loss.backward())                    ⌈T/8⌉ · V_l × bf16
 
-With tp > 1 the chunk's cross-entropy is `_LossParallelCrossEntropy` (components/loss.py):
-its backward holds, before the head's post-backward, the saved fp32 log-probs, `zeros_like`
-grad_input, `exp(log_probs)` and their sum (then the product), 4 × ⌈T/8⌉·V_l × fp32 — the set
-is the larger of that and the reduce-scatter's two buffers.
+The chunk's cross-entropy backward runs before the head's post-backward, with the head
+gradient accumulated over the earlier chunks already alive; the set is the larger of it and the
+reduce-scatter's two buffers. With tp > 1 it is `_LossParallelCrossEntropy`'s (components/loss.py):
+the saved fp32 log-probs, `zeros_like` grad_input, `exp(log_probs)` and their sum (then the
+product), 4 × ⌈T/8⌉·V_l × fp32; with tp = 1 `F.cross_entropy` on the fp32 upcast logits: the
+saved `_log_softmax` output, `nll_loss_backward`'s gradient and `_log_softmax_backward_data`'s,
+3 × ⌈T/8⌉·V × fp32 (torch tools/autograd/derivatives.yaml `_log_softmax`, `nll_loss_forward`).
+The wrapper's chunks of the final hidden states are `.contiguous()` slices along the sequence:
+with b > 1 they are copies, T · h × bf16 alive through the loop (`_chunk_local`).
 
 V_l = vocab / tp (ColwiseParallel head), h = hidden, T = b·s/cp tokens (the norm's output is
 replicated over tp before chunking), z = dp·cp (the FSDP shard group). The head's unsharded
@@ -64,12 +69,15 @@ def chunked_loss_transient(m, p, t, rt, loop, last: int) -> Item | None:
     parts = (format_bytes(red, v * h), format_bytes(red, rows * z * h),
              format_bytes(red, rows * h), format_bytes("fp32", tokens * h),
              format_bytes(act, chunk * v))
-    ce = 4 * format_bytes("fp32", chunk * v) if p.tp > 1 else 0  # loss-parallel CE backward
-    rs = parts[1] + parts[2]
-    return Item("runtime", NAME, parts[0] + parts[3] + parts[4] + max(rs, ce),
+    copies = format_bytes(act, tokens * h) if t.micro_batch > 1 else 0  # contiguous() chunks
+    n_ce = 4 if p.tp > 1 else 3  # _LossParallelCrossEntropy / F.cross_entropy backward
+    ce, rs = n_ce * format_bytes("fp32", chunk * v), parts[1] + parts[2]
+    return Item("runtime", NAME, parts[0] + parts[3] + parts[4] + copies + max(rs, ce),
                 f"V_l·h × {red} accumulated head gradient {parts[0]} + GradAccumulator T·h × "
                 f"fp32 {parts[3]} + one chunk's logits ⌈T/{NUM_CHUNKS}⌉·V_l × {act} {parts[4]} + "
-                f"the larger of the reduce-scatter input ⌈V_l/z⌉·z·h × {red} + output ({rs})"
-                + (f" and the loss-parallel CE backward 4 × ⌈T/{NUM_CHUNKS}⌉·V_l × fp32 ({ce})"
-                   if ce else "")
-                + f"; V_l = {v}, h = {h}, T = {tokens} (b·s/cp), z = {z} ({dense_group_label(p)})", SRC)
+                + (f"the hidden states' chunk copies T·h × {act} {copies} (b > 1) + " if copies
+                   else "")
+                + f"the larger of the reduce-scatter input ⌈V_l/z⌉·z·h × {red} + output ({rs}) "
+                f"and the {'loss-parallel ' if p.tp > 1 else ''}cross-entropy backward {n_ce} × "
+                f"⌈T/{NUM_CHUNKS}⌉·V_l × fp32 ({ce}); V_l = {v}, h = {h}, T = {tokens} (b·s/cp), "
+                f"z = {z} ({dense_group_label(p)})", SRC + "; derivatives.yaml (_log_softmax)")

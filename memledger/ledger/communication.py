@@ -212,7 +212,7 @@ def comm_items(m, p, t, rt, held: list[Held], pp: list[Item] | None = None,
     if p.zero == 3:
         per_layer = layer_unit_params(held, p, expert_sharding(p, t, rt, loop))
         z3 = zero3_items(max(per_layer.values(), default=0), p, t, rt)
-        root = root_unit_params(held, p, torchtitan_units(p, t, rt, loop))
+        root = root_unit_params(held, p, torchtitan_units(p, t, rt, loop, m.tied_embeddings))
         items += z3 + (fsdp_root_items(root, t, rt) if root else [])
         items += param_offload_items(max(per_layer.values(), default=0), p, t, rt)
         if fsdp2(p, rt):

@@ -116,15 +116,19 @@ def reshard_after_forward(p, t, rt, loop) -> bool:
     return not (torchtitan_runs(t, loop) and p.pp > 1)
 
 
-def torchtitan_units(p, t, rt, loop) -> tuple[str, ...]:
+def torchtitan_units(p, t, rt, loop, tied: bool = False) -> tuple[str, ...]:
     """Sections kept unsharded from forward to backward outside the layers. Plain FSDP2: the
     root (embedding, final norm, head; _fsdp_state.py _lazy_init). torchtitan: [norm, lm_head]
     is its own unit with reshard_after_forward only under "always"; tok_embeddings its own unit
-    resharded like the layers (fsdp.py apply_fsdp_to_decoder)."""
+    resharded like the layers; with tied weights [tok_embeddings, norm, lm_head] is one unit,
+    kept like [norm, lm_head] (fsdp.py apply_fsdp_to_decoder, `enable_weight_tying`)."""
     if not torchtitan_runs(t, loop) or era(rt).root_unit:  # 2024-12: one root unit
         return ("embedding", "head")
-    keep = () if rt.fsdp_reshard_after_forward == "always" else ("head",)
-    return keep + (() if reshard_after_forward(p, t, rt, loop) else ("embedding",))
+    if rt.fsdp_reshard_after_forward == "always":
+        return ()
+    if tied:
+        return ("embedding", "head")
+    return ("head",) + (() if reshard_after_forward(p, t, rt, loop) else ("embedding",))
 
 
 def last_block_kept(p, t, rt, loop) -> bool:

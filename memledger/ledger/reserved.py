@@ -30,7 +30,8 @@ it), NCCL's own buffers (cudaMalloc'd outside the allocator; they are in the com
 """
 from __future__ import annotations
 
-from memledger.ledger.allocator import FSDP_UNIT_ITEMS, AllocatorSpec, CachingAllocator
+from memledger.ledger.allocator import (FSDP_UNIT_ITEMS, MOE_A2A_ITEMS, AllocatorSpec,
+                                        CachingAllocator)
 from memledger.ledger.fsdp2 import PP_GRADS_ITEM
 
 STREAM_OF = {"zero-3 gather + prefetch": "all-gather", "zero-3 reduce-scatter input": "reduce-scatter"}
@@ -44,15 +45,20 @@ def _static_blocks(rank, shape) -> list[int]:
     return sizes + ([rest] if rest else [])
 
 
-def _comm_blocks(rank, shape, fsdp: bool) -> list[tuple[int, str]]:
+def _comm_blocks(rank, shape, fsdp: bool) -> list[tuple[int, str, bool]]:
+    """(bytes, stream, freed at the loss) per communication item: FSDP's layer units on their
+    own streams, and under torchtitan's discounted walk (`replay_shape`) a MoE layer's
+    all-to-all buffers, which live inside the layer (runtime.loss_free_moe_bytes)."""
+    moe = fsdp and rank.replay_shape is not None
     # FSDP2's unsharded PP gradients are in the timeline's gradient column (ledger.fsdp2)
-    out = [(i.bytes, STREAM_OF[i.name] if fsdp and i.name in FSDP_UNIT_ITEMS else "default")
+    out = [(i.bytes, STREAM_OF[i.name] if fsdp and i.name in FSDP_UNIT_ITEMS else "default",
+            (fsdp and i.name in FSDP_UNIT_ITEMS) or (moe and i.name in MOE_A2A_ITEMS))
            for i in rank.items if i.row == "communication" and i.bytes > 0
            and i.name != PP_GRADS_ITEM]
-    rest = shape.comm - sum(b for b, _ in out)
+    rest = shape.comm - sum(b for b, _, _ in out)
     if rest < 0:
-        return [(shape.comm, "default")] if shape.comm else []
-    return out + ([(rest, "default")] if rest else [])
+        return [(shape.comm, "default", False)] if shape.comm else []
+    return out + ([(rest, "default", False)] if rest else [])
 
 
 def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> CachingAllocator:
@@ -65,13 +71,15 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
     a = CachingAllocator(spec)
     for size in _static_blocks(rank, shape):
         a.malloc(size)
-    grads, acts, comm = [], {}, []
+    grads, acts, comm, loss_free = [], {}, [], []
     level = {"g": 0, "a": 0, "c": 0}
     pp_unsharded = any(i.name == PP_GRADS_ITEM and i.bytes > 0 for i in rank.items)
     fsdp_sharded = fsdp and any(i.name in FSDP_UNIT_ITEMS and i.bytes > 0 for i in rank.items)
     for ev in tl.events():
         if ev.communication > level["c"] and not comm:
-            comm = [a.malloc(b, s) for b, s in _comm_blocks(rank, shape, fsdp)]
+            blocks = _comm_blocks(rank, shape, fsdp)
+            comm = [a.malloc(b, s) for b, s, _ in blocks]
+            loss_free = [i for i, (_, _, free) in enumerate(blocks) if free]
             level["c"] = ev.communication
         elif ev.communication < level["c"]:
             for b in comm:
@@ -92,8 +100,9 @@ def replay(rank, fsdp: bool = True, spec: AllocatorSpec = AllocatorSpec()) -> Ca
         if ev.transient > 0 and _layer_forward(shape, ev):
             _run_ops(a, shape.fwd_layer_ops)
         elif ev.transient > 0:
-            _transient(a, ev, comm, blocks=_blocks(shape, ev), loss_side_free=fsdp and (
-                not shape.on_demand or rank.replay_shape is not None))
+            _transient(a, ev, comm, blocks=_blocks(shape, ev), loss_free=tuple(loss_free),
+                       loss_side_free=fsdp and (not shape.on_demand
+                                                or rank.replay_shape is not None))
     return a
 
 
@@ -142,13 +151,13 @@ def _blocks(shape, ev) -> tuple[int, ...]:
 
 
 def _transient(a: CachingAllocator, ev, comm: list, loss_side_free: bool,
-               blocks: tuple[int, ...] = ()) -> None:
+               blocks: tuple[int, ...] = (), loss_free: tuple[int, ...] = ()) -> None:
     """A loss-side transient runs while FSDP's layer units are resharded (as the ledger's
     closed form has it: runtime.fsdp_discounted): their blocks go back to their own streams'
     pools, which the default stream cannot reuse — the all-gather stream's segments stay
-    reserved beside the transient's."""
-    units = [i for i, b in enumerate(comm) if b.pool[0] != "default"] if (
-        loss_side_free and ev.phase in LOSS_SIDE) else []
+    reserved beside the transient's; torchtitan's MoE all-to-all buffers go back to the
+    default pool, which it can (`loss_free`: the indices of both in `comm`)."""
+    units = list(loss_free) if (loss_side_free and ev.phase in LOSS_SIDE) else []
     sizes = [(i, comm[i].size, comm[i].pool[0]) for i in units]
     for i in units:
         a.free(comm[i])

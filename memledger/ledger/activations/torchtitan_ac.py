@@ -105,6 +105,14 @@ def mm_sequence(m: ModelSpec, kind: str, fused_qkv: bool = True) -> list[A]:
     return out
 
 
+def moe_stays_sequence_sharded(m: ModelSpec, kind: str, p: ParallelSpec) -> bool:
+    """With EP, torchtitan's MoE reuses the TP axis to split tokens: its input and output stay
+    sequence-sharded, so a MoE block without shared experts has no FFN reduce-scatter (shared
+    experts still gather their input and reduce-scatter their Partial output). torchtitan 0.3
+    models/common/moe_sharding.py `_moe_sharding_config`, `_shared_experts_sharding_configs`."""
+    return kind == "moe" and p.ep > 1 and not m.moe.n_shared
+
+
 @lru_cache(maxsize=4096)
 def op_saved(m: ModelSpec, kind: str, p: ParallelSpec, fused_qkv: bool = True) -> tuple[A, ...]:
     """Every tensor one block keeps under torchtitan's op-level SAC (per token / routed row)."""
@@ -115,7 +123,9 @@ def op_saved(m: ModelSpec, kind: str, p: ParallelSpec, fused_qkv: bool = True) -
     saved += [A("attn.sdpa_out", "attn_out", m.n_heads * v_dim, split="tp"),
               A("attn.sdpa_lse", "attn_core", m.n_heads, "fp32", split="tp")]
     if p.tp > 1 and p.sp:  # RowwiseParallel's reduce-scatter after wo and after the FFN
-        saved += [A("attn.reduce_scatter", "attn_proj", h), A("ffn.reduce_scatter", "mlp_out", h)]
+        saved.append(A("attn.reduce_scatter", "attn_proj", h))
+        if not moe_stays_sequence_sharded(m, kind, p):
+            saved.append(A("ffn.reduce_scatter", "mlp_out", h))
     if kind == "moe":
         k = m.moe.top_k
         saved += [A("moe.topk_values", "router", k, "fp32"), A("moe.topk_ids", "router", k, "int64")]
