@@ -1,7 +1,8 @@
 """Time of the engine validation: `memledger validate --engine torch`'s fake-scale cases
 (FakeTensorMode + fake process group, one process; target <= 15 s) and one real-tensor case on
-gloo CPU processes (spawn + imports dominate); with --torchtitan, `memledger validate --engine
-torchtitan`'s cases instead, each in a fresh process after its imports, timed in CPU seconds
+gloo CPU processes (spawn + imports dominate); with --torchtitan, every stored `memledger
+validate --engine torchtitan` case (named or ad-hoc) instead, each in a fresh process after its
+imports, timed in CPU seconds
 (time.process_time: the box is shared) and re-measured against
 validation/engine-torchtitan.json, every stored field byte for byte (JSON) but `seconds`.
 
@@ -27,13 +28,14 @@ def titan_case(name: str) -> dict:
     import json
 
     from memledger.engine.titan import run_titan
-    from memledger.engine.titan_cases import case_by_name
+    from memledger.engine.titan_compare import case_from_dict
     for family in ("llama3", "deepseek_v3", "qwen3"):  # imports are not a case's cost
         importlib.import_module(f"torchtitan.models.{family}.config_registry")
     stored = json.loads((ROOT / "validation" / "engine-torchtitan.json").read_text())
-    want = next(e["measured"] for e in stored["measurements"] if e["case"] == name)
+    entry = next(e for e in stored["measurements"] if e["case"] == name)
+    want = entry["measured"]
     c0, t0 = time.process_time(), time.perf_counter()
-    got = run_titan(case_by_name(name))
+    got = run_titan(case_from_dict(entry["spec"]))  # a stored ad-hoc case too
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     differ = [k for k in want if k != "seconds" and json.dumps(want[k]) != json.dumps(got.get(k))]
     return {"case": name, "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "differ": differ}
@@ -67,9 +69,10 @@ def main() -> int:
         print(json.dumps(titan_case(sys.argv[sys.argv.index("--titan-case") + 1])))
         return 0
     if "--torchtitan" in sys.argv:
-        from memledger.engine.titan_cases import CASES
+        import json
+        stored = json.loads((ROOT / "validation" / "engine-torchtitan.json").read_text())
         names = (sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv
-                 else [c.name for c in CASES])
+                 else [e["case"] for e in stored["measurements"]])
         return titan(names)
     t0 = time.perf_counter()
     import transformers  # noqa: F401  (one-time imports, not a case's cost)

@@ -38,7 +38,10 @@ def add_flags(p) -> None:
     p.add_argument("--timeout", type=float, default=180.0, help="with --engine: seconds per case")
     p.add_argument("--engine-config", default=None, metavar="K=V,...",
                    help="with --engine: one ad-hoc case, e.g. tp=2,pp=2,m=4,schedule=1f1b "
-                        "(keys tp pp vpp dp zero sp schedule m b seq)")
+                        "(keys tp pp vpp dp zero sp schedule m b seq); with --engine "
+                        "torchtitan: model=FAMILY:FLAVOR,world=N,... (keys model world tp cp "
+                        "ep pp replicate ac seq lb mbs schedule pp_rank loss), e.g. "
+                        "model=qwen3:14B,world=16,tp=2,ac=full,seq=4096,lb=2")
     p.add_argument("--hf-config", default=None, metavar="JSON",
                    help="with --engine-config: the model's config.json (default: a tiny Llama)")
 

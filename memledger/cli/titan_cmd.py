@@ -1,6 +1,7 @@
 """`memledger validate --engine torchtitan`: torchtitan's own code at real scale as the truth.
 
-Runs each case of `memledger.engine.titan_cases` (or the ones named by --cases) under
+Runs each case of `memledger.engine.titan_cases` (or the ones named by --cases, or the one
+`--engine-config model=FAMILY:FLAVOR,world=N,...` spells: engine/titan_adhoc.py) under
 FakeTensorMode with the fake process group, prints measured vs predicted per row, and with
 --out writes <out>/engine-torchtitan.json (measurements + environment; predictions are
 re-derived whenever the file is read: `memledger validate --rescore FILE`); with --merge the
@@ -82,15 +83,31 @@ def _measure(case) -> dict:
     return run_titan_fresh(case)
 
 
+def _cases(args, backend: str) -> list:
+    """The named cases, every case of the pool, or the one `--engine-config` spells."""
+    from memledger.engine.titan_cases import case_by_name
+    if getattr(args, "engine_config", None):
+        if args.cases:
+            raise SpecError("engine-config", "give either --cases or --engine-config, not both")
+        if backend != "fake":
+            raise SpecError("engine-config", "an ad-hoc torchtitan case runs under fake tensors "
+                                             "only (--backend fake); the gloo cases: --list")
+        if getattr(args, "hf_config", None):
+            raise SpecError("hf-config", "with --engine torchtitan the model is the flavor "
+                                         "model=FAMILY:FLAVOR names")
+        from memledger.engine.titan_adhoc import case_from_text
+        return [case_from_text(args.engine_config)]
+    return [case_by_name(n, pool(args)) for n in args.cases.split(",")] if args.cases \
+        else list(pool(args))
+
+
 def run(args) -> int:
     from memledger.engine.titan import require_torchtitan
-    from memledger.engine.titan_cases import case_by_name
     from memledger.engine.titan_compare import case_to_dict
     from memledger.engine.workers import EngineError
     require_torchtitan()
     backend = getattr(args, "backend", None) or "fake"
-    cases = [case_by_name(n, pool(args)) for n in args.cases.split(",")] if args.cases \
-        else list(pool(args))
+    cases = _cases(args, backend)
     name = FILES[backend]
     merge = getattr(args, "merge", False)
     if merge and not args.out:

@@ -164,6 +164,17 @@ CASES: tuple[TitanCase, ...] = (
     TitanCase(name="qwen3-30b-a3b hsdp2 fsdp64 ep8 op-ac", family="qwen3",
               config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=128, dp_replicate=2,
               ep=8, ac="selective", seq=4096, local_batch=2),
+    # EP over TP: the MoE reuses the TP axis for tokens, no FFN reduce-scatter (moe_sharding.py)
+    TitanCase(name="qwen3-30b-a3b fsdp8 tp2 ep8 op-ac", family="qwen3",
+              config_fn="qwen3_30b_a3b", preset="qwen3-30b-a3b", world=16, tp=2, ep=8,
+              ac="selective", seq=4096),
+    # the loss's own peak: F.cross_entropy's backward (tp 1) over the RS buffers; b > 1 copies
+    # the hidden states' chunks; tied weights: [tok_embeddings, norm, lm_head] one kept unit
+    TitanCase(name="llama3-8b fsdp16 full-ac seq4096 lb4", family="llama3",
+              config_fn="llama3_8b", preset="llama3-8b", world=16, ac="full", seq=4096,
+              local_batch=4),
+    TitanCase(name="llama3.2-1b fsdp4 full-ac lb4 tied", family="llama3", config_fn="llama3_8b",
+              flavor="1B", preset="llama3.2-1b", world=4, ac="full", local_batch=4),
     # pipeline parallel: torchtitan's pipeline_llm and schedule (titan_pp.py), pp rank 0
     TitanCase(name="llama3-8b fsdp2 pp4 1f1b full-ac", family="llama3", config_fn="llama3_8b",
               preset="llama3-8b", world=8, pp=4, ac="full", local_batch=8),
