@@ -80,10 +80,10 @@ def test_pp_cases_ran_torchtitans_split_and_the_ledger_places_the_same(name):
     """The pp rank built the stages torchtitan's pipeline_llm gives it (rank r: stages r, r + pp)
     with the layers of `_generate_llm_fqn_per_model_part`; the ledger's layout is that split."""
     from memledger.engine.titan_cases import ledger_config
+    from memledger.engine.titan_compare import case_model
     from memledger.ledger.pipeline.schedules import torchtitan_layout
-    from memledger.model.presets import model as preset
     case, meas = case_from_dict(PP[name]["spec"]), PP[name]["measured"]
-    n_layers = preset(case.preset).n_layers
+    n_layers = case_model(case).n_layers
     chunks = 2 if case.schedule == "Interleaved1F1B" else 1
     split = torchtitan_layout(n_layers, case.pp * chunks)
     assert meas["stages"] == [case.pp_rank + c * case.pp for c in range(chunks)]
@@ -172,7 +172,7 @@ def test_a_case_names_the_bad_replicate_degree_and_the_ledger_is_told_it():
 
 def test_merge_replaces_namesakes_and_keeps_the_other_stored_measurements(tmp_path):
     """`--merge`: the measured cases take their namesakes' place or join in the case list's
-    order; the rest of the stored file is kept as it is; another torch / torchtitan is refused."""
+    order (ad-hoc cases after them); the rest of the stored file is kept as it is; another torch / torchtitan is refused."""
     from memledger.cli.titan_cmd import merged
     from memledger.engine.titan_cases import CASES
     from memledger.errors import SpecError
@@ -183,7 +183,9 @@ def test_merge_replaces_namesakes_and_keeps_the_other_stored_measurements(tmp_pa
     doc = {**STORED, "measurements": [new, again]}
     out = merged(path, doc, CASES)
     names = [e["case"] for e in out["measurements"]]
-    assert names == [c.name for c in CASES if c.name in names]
+    named = [n for n in names if any(c.name == n for c in CASES)]
+    assert named == [c.name for c in CASES if c.name in names]
+    assert names[:len(named)] == named  # ad-hoc (`custom ...`) entries last, as stored
     assert out["measurements"][0] == again and new in out["measurements"]
     assert len(out["measurements"]) == len({*ENTRIES, new["case"]})
     assert [e for e in out["measurements"] if e not in (new, again)] == \

@@ -226,7 +226,7 @@ def test_torchtitans_rmsnorm_keeps_what_the_fused_cuda_kernel_keeps():
     from memledger.ledger.activations.held import kind_table
     m, t = _titan_run(seq=2048, recompute="none")
     p = ParallelSpec(dp=8, zero=3)
-    fused, hf = kind_table(m, "dense", t, p, fused_norm=True), kind_table(m, "dense", t, p)
+    fused, hf = kind_table(m, "dense", t, p, torchtitan=True), kind_table(m, "dense", t, p)
     names = {e.tensor.name for e in fused.entries}
     assert {"norm1.x", "norm1.rstd", "norm2.x", "norm2.rstd"} <= names
     assert not any(n.endswith(("x_fp32", "normed")) for n in names)

@@ -283,7 +283,8 @@ def _layout(text: str | None, n_layers: int, n_stages: int):
 def parallel_from_args(args, m) -> ParallelSpec:
     schedule = args.schedule or ("interleaved" if args.vpp > 1 else "1f1b")
     sp = args.sp if args.sp is not None else args.tp > 1
-    kw = dict(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,
+    etp = 1 if getattr(args, "implied_etp", False) and m.moe is None else args.etp
+    kw = dict(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=etp, cp=args.cp,
               sp=sp, zero=args.zero, schedule=schedule,
               dp_replicate=getattr(args, "dp_replicate", 1))
     if args.dp is not None and args.world is not None and args.dp * args.tp * args.pp * args.cp != args.world:

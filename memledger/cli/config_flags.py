@@ -140,8 +140,9 @@ def apply_loop_implied(args, parser, argv: list[str], imp) -> dict[str, object]:
         world = args.world if args.world is not None else D["world"]
         dp = max(1, world // max(1, tp * pp * cp))
     layout = implied(args.loop, dp=dp, cp=cp, tp=tp, pp=pp,
-                     dp_replicate=getattr(args, "dp_replicate", 1))
+                     dp_replicate=getattr(args, "dp_replicate", 1), ep=getattr(args, "ep", 1))
     _set(args, {dest: value for dest, (value, _src) in layout.items() if dest not in given}, out)
+    args.implied_etp = "etp" in out  # the loop's etp is for routed experts: moot without them
     return out
 
 

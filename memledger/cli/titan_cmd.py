@@ -48,7 +48,9 @@ def environment(backend: str = "fake") -> dict:
                          "tensors; MLA's unequal q/v head sizes: an op saving flex's q, k, v, "
                          "out, logsumexp); RMSNorm -> the CUDA _fused_rms_norm autograd node "
                          "(saves input, weight, rstd); trunc_normal_ init skipped; meshes on cpu; "
-                         "compiled loss run eager; CP: no BlockMask built; EP: balanced "
+                         "compiled loss run eager; CP: no BlockMask built; MoE router gate on "
+                         "fp32 casts of its input and weight (CUDA's fp32 autocast; CPU "
+                         "autocast disables itself); EP: balanced "
                          "all-to-all splits (T*K/ep per peer); PP: stage metadata as pp rank 0 "
                          "sends it, the warm-up vote answered, compile and Float8 off"
                          + (GLOO_STAND_INS if backend == "gloo" else "")}
@@ -150,4 +152,4 @@ def merged(path: Path, doc: dict, cases) -> dict:
     """The stored run at `path` with `doc`'s measurements in place of their namesakes (or added),
     ordered as `cases`; the stored environment kept. A run of other versions is not mixed in."""
     from memledger.cli.outfiles import merge_measurements
-    return merge_measurements(path, doc, cases, MERGE_KEYS)
+    return merge_measurements(path, doc, cases, MERGE_KEYS, refreshed=("stand_ins",))

@@ -67,8 +67,8 @@ RULES = (
          aliases=("experimental.context_parallel_degree",),
          source=JC),
     Rule(key="parallelism.expert_parallel_degree", dest="ep", conv=as_int, default=1, source=JC),
-    Rule(key="parallelism.expert_tensor_parallel_degree", dest="etp", conv=as_int, default=1,
-         source=JC),
+    # no default: with EP off torchtitan shards the experts over TP (loop_implied "etp")
+    Rule(key="parallelism.expert_tensor_parallel_degree", dest="etp", conv=as_int, source=JC),
     Rule(key="parallelism.pipeline_parallel_schedule", dest="schedule", default="1F1B",
          aliases=("experimental.pipeline_parallel_schedule",),
          source=JC,

@@ -10,7 +10,7 @@ MixedPrecisionPolicy(bf16, fp32)), `to_empty` + `init_weights`, the optimizer co
 first step leaves (titan_warm.py: FSDP2's lazy init and unsharded parameters, the head unit
 as the loss wrapper leaves it, the optimizer states) and the measured step: forward / loss /
 backward / `optimizers.step()` / `zero_grad()`.
-Four stand-ins, each because fake tensors or the CPU cannot run the original, each holding
+Five stand-ins, each because fake tensors or the CPU cannot run the original, each holding
 what the CUDA run holds:
   - the attention kernel: torchtitan's language models use compiled FlexAttention
     (`FlexAttention.compiled_flex_attn`, a torch.compile'd kernel that fake mode on the CPU
@@ -29,6 +29,8 @@ what the CUDA run holds:
     `torch.autograd.Function` here, saving what the CUDA node saves and running
     `_fused_rms_norm_backward` (fake tensors take its decomposition's output shapes);
   - weight init: `trunc_normal_` draws values data-dependently; values do not change memory;
+  - the MoE router gate: its fp32 autocast disables itself on a CPU; the gate makes CUDA's
+    fp32 casts itself (titan_parallel.cuda_fp32_router_gate);
   - the device: torchtitan picks "cuda" when no accelerator is found (tools/utils.py); the
     meshes are built on "cpu" instead.
 Context parallelism runs torchtitan's k/v all-gather and the Trainer's input sharding; expert
@@ -51,7 +53,8 @@ import time
 
 from memledger.engine.extras import require_module
 from memledger.engine.titan_cases import TitanCase
-from memledger.engine.titan_parallel import (balanced_token_counts, flex_shaped_attention,
+from memledger.engine.titan_parallel import (balanced_token_counts, cuda_fp32_router_gate,
+                                             flex_shaped_attention,
                                              param_meshes, step_inputs)
 
 INSTALL = "pip install 'torchtitan==0.3.0' triton   (or: pip install -e '.[validation]')"
@@ -153,6 +156,7 @@ def prepare(case: TitanCase):
     fast_cache_keys(torch)  # FakeTensor dispatch-cache keys, the same keys (titan_speed)
     if case.ep > 1:
         balanced_token_counts(torch)
+    cuda_fp32_router_gate(torch)  # the router gate as CUDA's fp32 autocast runs it
     cfg = _trainer_config(case)
     from torchtitan.distributed import utils as dist_utils
     dist_utils.set_spmd_backend(cfg.parallelism.spmd_backend)  # as Trainer.__init__ does

@@ -253,13 +253,15 @@ def _pipeline(case: TitanCase, n_layers: int) -> dict:
             "layout": torchtitan_layout(n_layers, case.pp * vpp)}
 
 
-def ledger_config(case: TitanCase, n_layers: int = 0) -> dict:
+def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict:
     """The same run in memledger's specs, as plain keyword dicts (ModelSpec by preset; n_layers
-    of the model places torchtitan's pipeline split)."""
+    of the model places torchtitan's pipeline split; `moe`: it has routed experts)."""
     recompute = {"selective": "op", "full": "full", "none": "none"}[case.ac]
     pp = case.pp > 1
     return {"model": case.preset or {"hf_config": dict(case.hf_config)},
             "parallel": {"tp": case.tp, "cp": case.cp, "dp": case.dp, "ep": case.ep, "zero": 3,
+                         # with EP off, TP shards the routed experts (loop_implied "etp")
+                         "etp": case.tp if moe and case.ep == 1 else 1,
                          "dp_replicate": case.dp_replicate, "sp": case.tp > 1,
                          **_pipeline(case, n_layers)},
             "train": {"seq": case.seq,

@@ -27,14 +27,19 @@ def case_from_dict(d: dict) -> TitanCase:
     return TitanCase(**d)
 
 
+def case_model(case: TitanCase):
+    """The ModelSpec the case names: its preset, else its config.json pairs."""
+    from memledger.model.hf_config import from_hf_config
+    from memledger.model.presets import model as preset
+    return preset(case.preset) if case.preset else from_hf_config(dict(case.hf_config))
+
+
 def predict(case: TitanCase):
     from memledger.ledger import build_ledger
-    from memledger.model.presets import model as preset
-    from memledger.model.hf_config import from_hf_config
     from memledger.specs import ParallelSpec, TrainSpec
     from memledger.specs.runtime import RuntimeSpec
-    m = preset(case.preset) if case.preset else from_hf_config(dict(case.hf_config))
-    cfg = ledger_config(case, m.n_layers)
+    m = case_model(case)
+    cfg = ledger_config(case, m.n_layers, moe=m.moe is not None)
     return build_ledger(m, ParallelSpec(**cfg["parallel"]), TrainSpec(**cfg["train"]),
                         RuntimeSpec(**cfg["runtime"]))
 

@@ -66,6 +66,31 @@ def balanced_token_counts(torch) -> None:
     AllToAllTokenDispatcher.dispatch = counted
 
 
+def cuda_fp32_router_gate(torch) -> None:
+    """torchtitan computes the router gate under `torch.autocast(device_type, dtype=float32)`
+    (models/common/moe.py TokenChoiceTopKRouter.forward). CUDA autocast runs the Linear on
+    fp32 casts of its bf16 input and weight, which its backward keeps (T·h × 4 B per MoE
+    layer); CPU autocast supports bf16 / fp16 only and disables itself (torch
+    amp/autocast_mode.py: "CPU Autocast only supports dtypes of ..."), so the gate would run in
+    bf16 on the harness's CPU. The gate's forward here makes CUDA's two casts itself."""
+    import torch.nn.functional as F
+    from torchtitan.models.common.moe import TokenChoiceTopKRouter
+    if getattr(TokenChoiceTopKRouter.forward, "_memledger", False):
+        return
+    route = TokenChoiceTopKRouter.forward
+
+    def forward(self, x_BLD, *args, **kwargs):
+        gate = self.gate
+        if not getattr(gate, "_memledger_fp32", False):
+            def fp32_linear(x):  # autocast's cached_cast of both operands, then the mm
+                bias = gate.bias.float() if gate.bias is not None else None
+                return F.linear(x.float(), gate.weight.float(), bias)
+            gate.forward, gate._memledger_fp32 = fp32_linear, True
+        return route(self, x_BLD, *args, **kwargs)
+    forward._memledger = True
+    TokenChoiceTopKRouter.forward = forward
+
+
 def param_meshes(model) -> list[dict]:
     """The parameters' layouts as fully_shard left them: mesh axes, sizes, placements, count
     (HSDP: ["dp_replicate", "fsdp"], [R, dp_shard·cp], [Replicate, Shard(0)])."""

@@ -187,4 +187,4 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
                   n_active_params=n_active_params(model), loop=loop,
                   warnings=padding_warnings(built, parallel, train, rt, loop)
                   + float8_warnings(train, rt) + profile_warnings(rt, train.profile)
-                  + layout_warnings(parallel, train, rt))
+                  + layout_warnings(parallel, train, rt, moe=model.moe is not None))

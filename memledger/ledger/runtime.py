@@ -123,13 +123,13 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     ops = block_forward_ops(m, p, t, loop, rt)
     replayed = None  # the shape the reserved replay walks, when not the events' own
     if loop.on_demand:  # walk the events (torchtitan: the loss side net of the layer units)
-        shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops)
+        shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops, rt.pipeline_engine)
         if torchtitan_runs(t, loop):
             units = fsdp_unit_bytes(parts, rt) + loss_free_moe_bytes(parts)
             replayed, shape = (shape, walk_discounted(shape, units)) if units else (None, shape)
         peak_event = walked_peak(shape)
     else:  # closed form; the events only when asked for (RankLedger.timeline)
-        shape = LazyShape(m, p, t, loop, parts, step.bytes, None, ops)
+        shape = LazyShape(m, p, t, loop, parts, step.bytes, None, ops, rt.pipeline_engine)
         tr = fsdp_discounted(transient_classes(m, p, t, parts), fsdp_unit_bytes(parts, rt))
         tr = tr._replace(layer_fwd=live_peak(ops))
         peak_event = closed_peak(static, fwd_bwd, tr, step.bytes, parts.place.flights)

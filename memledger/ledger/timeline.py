@@ -61,6 +61,8 @@ class PeakEvent(NamedTuple):
 
 def action_order(sh: RankShape) -> list[tuple[str, int, int]]:
     """(F|B, stage, micro-batch) of the rank, in execution order."""
+    if sh.order:
+        return list(sh.order)
     m, st = sh.micro_batches, [s.stage for s in sh.stages]
     if sh.schedule == "gpipe":
         return [("F", s, k) for k in range(m) for s in st] + \

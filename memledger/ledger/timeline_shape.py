@@ -71,6 +71,10 @@ class RankShape:
     # under full AC), its peak and its allocations / frees in op order (reserved replay)
     t_fwd_layer: int = 0
     fwd_layer_ops: tuple[int, ...] = ()
+    # the rank's (F|B, stage, micro-batch) actions as its engine runs them, where the coarse
+    # walk (timeline.action_order) is not that order: torch.distributed.pipelining's
+    # interleaved ranks (pipeline.order.rank_order); () elsewhere
+    order: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -205,9 +209,10 @@ class LazyShape:
 
 
 def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None,
-               fwd_ops: tuple[int, ...] = ()) -> RankShape:
+               fwd_ops: tuple[int, ...] = (), engine: str = "") -> RankShape:
     """The timeline inputs of one rank (parts: ledger.RankParts); `fwd_ops`: a layer forward's
-    allocations where the ledger models them (activations.titan_block_forward)."""
+    allocations where the ledger models them (activations.titan_block_forward); `engine`: the
+    pipeline engine as resolved (RuntimeSpec.pipeline_engine)."""
     place = parts.place
     flights = dict(place.flights)
     skip = graphless_layers(m, t)  # fine-tuning: leading layers keep nothing
@@ -264,4 +269,18 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None,
         comm=rows["communication"] - pp_held,
         t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
         step_name="", t_loss_blocks=tr.loss_blocks, t_fwd_last_blocks=tr.fwd_last_blocks,
-        t_fwd_layer=live_peak(fwd_ops), fwd_layer_ops=fwd_ops)
+        t_fwd_layer=live_peak(fwd_ops), fwd_layer_ops=fwd_ops,
+        order=exact_order(p, t, place, engine))
+
+
+def exact_order(p, t, place, engine: str) -> tuple:
+    """torch.distributed.pipelining's interleaved order for a rank of several stages: with more
+    micro-batches than pp, ScheduleInterleaved1F1B alternates its chunks' backwards in rounds of
+    m / (m // pp) micro-batches, so both chunks' FSDP2 gradients are unsharded at once (torch
+    pipelining/schedules.py `ScheduleInterleaved1F1B`; measured: Llama-3 8B pp 2 × 2 chunks,
+    8 micro-batches, 16.3 GB of fp32 unsharded gradients on rank 0). () for other schedules
+    and engines: the coarse walk, which the planner mirrors."""
+    if engine != "pytorch" or p.schedule != "interleaved" or len(place.stages) < 2:
+        return ()
+    from memledger.ledger.pipeline.order import rank_order
+    return rank_order("interleaved", p.pp, len(place.stages), t.micro_batches, place.r, engine)

@@ -15,9 +15,12 @@ TT = "torchtitan 0.3 "
 @dataclass(frozen=True, kw_only=True)
 class ImpliedRule:
     dest: str        # the CLI flag's dest / the sidebar's key
-    when: str        # fsdp | no-fsdp-tp-pp | no-fsdp | pp | always
-    value: object
+    when: str        # fsdp | no-fsdp-tp-pp | no-fsdp | pp | tp-no-ep | always
+    value: object    # TP_DEGREE: the run's tp
     source: str
+
+
+TP_DEGREE = "the tp degree"
 
 
 # torchtitan shards with FSDP2 when dp_shard > 1 or cp > 1 (ParallelDims.fsdp_enabled): FSDP2
@@ -43,6 +46,11 @@ TORCHTITAN = (
     ImpliedRule(dest="layout", when="pp", value="torchtitan:1,1",
                 source=TT + "distributed/pipeline_parallel.py: first/last_stage_less_layers "
                             "default 1 (config/configs.py)"),
+    # with EP off, TP shards the routed experts too: a MoE layer's FSDP unit is 1/tp of it
+    # (measured: Qwen3-30B-A3B tp 2 fsdp 8, peak +9.3 % with the experts whole on each tp rank)
+    ImpliedRule(dest="etp", when="tp-no-ep", value=TP_DEGREE,
+                source=TT + "models/common/moe_sharding.py expert_param_placement_dense "
+                            "(EP disabled, TP enabled: experts Shard(1) / Shard(2) on tp)"),
 )
 RULES = {"torchtitan": TORCHTITAN}
 
@@ -69,7 +77,7 @@ NO_ACCUMULATION = {  # loop -> why micro_batches = 1 without PP
 # settings the loop also runs when asked, so no warning: torchtitan's training.dtype = bfloat16
 # trains parameters, gradients and optimizer states in bf16 (config/configs.py `dtype`)
 ALSO_RUNS = {"torchtitan": {"precision": ("bf16", "fsdp2-bf16-reduce")}}
-IMPLIED_DESTS = ("zero", "zero3_impl", "precision", "tp_engine", "layout")
+IMPLIED_DESTS = ("zero", "zero3_impl", "precision", "tp_engine", "layout", "etp")
 
 
 # torchtitan's activation checkpointing when the job config names none: 0.3's Trainer.Config
@@ -92,9 +100,10 @@ def implied_recompute(loop: str, era: str, given: set[str]) -> dict[str, object]
     return {k: v for k, v in values.items() if k not in given}
 
 
-def _holds(when: str, *, fsdp: bool, tp: int, pp: int) -> bool:
+def _holds(when: str, *, fsdp: bool, tp: int, pp: int, ep: int) -> bool:
     return {"always": True, "fsdp": fsdp, "no-fsdp": not fsdp, "pp": pp > 1,
-            "no-fsdp-tp-pp": not fsdp and (tp > 1 or pp > 1)}[when]
+            "no-fsdp-tp-pp": not fsdp and (tp > 1 or pp > 1), "tp-no-ep": tp > 1 and ep == 1
+            }[when]
 
 
 def implied_degrees(loop: str, given: set[str]) -> dict[str, object]:
@@ -110,25 +119,28 @@ def implied_accumulation(loop: str, given: set[str], pp: int) -> dict[str, objec
 
 
 def implied(loop: str, *, dp: int, cp: int, tp: int, pp: int,
-            dp_replicate: int = 1) -> dict[str, tuple[object, str]]:
+            dp_replicate: int = 1, ep: int = 1) -> dict[str, tuple[object, str]]:
     """dest → (value, source) the loop sets for these degrees; the first rule that holds wins
     (the degrees themselves: `implied_degrees`). FSDP shards when the shard group
     dp/dp_replicate or cp is above 1; replicas alone are DDP (parallel_dims.py)."""
     fsdp = dp // max(1, dp_replicate) > 1 or cp > 1
     out: dict[str, tuple[object, str]] = {}
     for r in RULES.get(loop, ()):
-        if r.dest not in out and _holds(r.when, fsdp=fsdp, tp=tp, pp=pp):
-            out[r.dest] = (r.value, r.source)
+        if r.dest not in out and _holds(r.when, fsdp=fsdp, tp=tp, pp=pp, ep=ep):
+            out[r.dest] = (tp if r.value == TP_DEGREE else r.value, r.source)
     return out
 
 
-def layout_warnings(parallel, train, rt) -> tuple[str, ...]:
+def layout_warnings(parallel, train, rt, moe: bool = False) -> tuple[str, ...]:
     """A named loop asked with a setting it never runs at these degrees (the Python API and
-    links take specs as given): one line per differing setting, naming what the loop uses."""
+    links take specs as given): one line per differing setting, naming what the loop uses.
+    `moe`: the model has routed experts (etp is moot otherwise)."""
     rules = implied(rt.loop, dp=parallel.dp, cp=parallel.cp, tp=parallel.tp, pp=parallel.pp,
-                    dp_replicate=parallel.dp_replicate)
+                    dp_replicate=parallel.dp_replicate, ep=parallel.ep)
     have = {"zero": parallel.zero, "precision": train.precision, "tp_engine": rt.tp_engine,
             "zero3_impl": rt.zero3_impl if parallel.zero == 3 else "fsdp"}
+    if moe:
+        have["etp"] = parallel.etp
     if parallel.tp == 1:
         have["tp_engine"] = rules.get("tp_engine", (rt.tp_engine,))[0]  # no TP: moot
     out = tuple(f"{dest} {have[dest]} under loop {rt.loop}: {rt.loop} runs {value} at these "

@@ -22,6 +22,7 @@ from memledger.ledger.activations import get_profile
 from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.inventory import ActTensor, formula, tensor_bytes
 from memledger.ledger.activations.policy import _decision
+from memledger.ledger.activations.titan_moe import titan_moe_tensors
 from memledger.ledger.activations.torchtitan_ac import fused_rms_norm, interval_checkpointed
 from memledger.ledger.activations.torchtitan_loss import replace_loss
 from memledger.ledger.pipeline.placement import RankPlacement
@@ -63,9 +64,15 @@ def entry(x: ActTensor, m, t, p) -> Entry:
 
 @lru_cache(maxsize=4096)
 def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
-               compiled: bool = False, fused_norm: bool = False) -> KindTable:
+               compiled: bool = False, torchtitan: bool = False) -> KindTable:
+    """One layer kind's inventory; `torchtitan`: as it runs (its fused RMSNorm kernel, its MoE
+    router and combine: torchtitan_ac.fused_rms_norm, titan_moe.titan_moe_tensors)."""
     layer = get_profile(t.profile).layer(m, kind, t, p)
-    entries = tuple(entry(x, m, t, p) for x in (fused_rms_norm(layer) if fused_norm else layer))
+    if torchtitan:
+        layer = fused_rms_norm(layer)
+        if kind == "moe":
+            layer = titan_moe_tensors(layer, shared=m.moe.n_shared > 0)
+    entries = tuple(entry(x, m, t, p) for x in layer)
     tokens = t.micro_batch * t.seq
     decisions = tuple(_decision(e.tensor, m, t, p, True, e.bytes, compiled) for e in entries)
     return KindTable(
