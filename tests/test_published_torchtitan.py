@@ -20,7 +20,7 @@ from memledger.specs.runtime import TORCHTITAN_VERSIONS, RuntimeSpec
 from memledger.validation.published_titan import BAR, load, predict, specs, summary
 
 ROWS = load()
-MISSES: dict[str, str] = {}  # every row within the bar (docs/torchtitan.md "Published runs")
+MISSES: dict[str, str] = {}  # every row within the bar (docs/torchtitan-accuracy.md "Published runs")
 
 
 def _param(row):

@@ -26,8 +26,9 @@ activations the bytes the forward leaves alive (FSDP units resharded); the peak 
 live total over the step. Stand-ins: the compiled FlexAttention kernel is replaced by
 `scaled_dot_product_attention` (the same saved tensors), RMSNorm by CUDA's fused
 `_fused_rms_norm` autograd node (input and rstd saved, as on the GPU; the CPU build's composite
-keeps fp32 copies), weight init values are skipped, EP's routed counts are balanced and PP's
-P2P metadata is passed as rank 0 sends it (docs/torchtitan.md says why each is needed).
+keeps fp32 copies), the MoE router gate makes the fp32 casts CUDA's autocast makes, weight init
+values are skipped, EP's routed counts are balanced and PP's
+P2P metadata is passed as rank 0 sends it (docs/torchtitan-accuracy.md says why each is needed).
 
 **Bars.** Static rows ±0.5 %, activations ±3 %, peak allocated ±5 % (issue 27).
 """
