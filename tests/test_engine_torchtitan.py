@@ -125,7 +125,7 @@ def test_ledger_row_within_its_bar(name, row, request):
 def test_a_live_run_measures_what_is_stored():
     pytest.importorskip("torchtitan.models.llama3")
     from memledger.engine.titan import run_titan
-    name = "llama3-8b fsdp8 no-ac seq2048"
+    name = "llama3.2-1b fsdp4 full-ac lb4 tied"  # the smallest stored case (about 5 s)
     live = run_titan(case_from_dict(ENTRIES[name]["spec"]))
     stored = ENTRIES[name]["measured"]
     for key in ("weights", "gradients", "optimizer", "activations", "peak_live"):
