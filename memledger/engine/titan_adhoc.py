@@ -46,9 +46,9 @@ INTS = {"world": ("world", 1, 65536), "tp": ("tp", 1, 64), "cp": ("cp", 1, 64),
 KEYS = ("model", "world", "tp", "cp", "ep", "pp", "replicate", "ac", "seq", "lb", "mbs",
         "schedule", "pp_rank", "loss")
 HELP = ("model=FAMILY:FLAVOR (torchtitan's, e.g. llama3:8B, qwen3:30B-A3B, deepseek_v3:16B), "
-        "world=N, and any of tp, cp, ep, pp, replicate, ac (op|full|none; default op), seq (default 8192), lb (local "
-        "batch, default 1), mbs (PP micro-batch size), schedule (1f1b|interleaved), pp_rank, loss (chunked|"
-        "materialized)")
+        "world=N, and any of tp, cp, ep, pp, replicate, ac (op|full|none; default op), seq "
+        "(default 8192), lb (local batch, default 1), mbs (PP micro-batch size), schedule "
+        "(1f1b|interleaved), pp_rank, loss (chunked|materialized)")
 
 
 def _model(value: str) -> dict:

@@ -52,7 +52,8 @@ def titan_moe_tensors(tensors: tuple, shared: bool) -> tuple:
     norm_out = next((x for x in out if x.name == "moe.in"), None)
     if norm_out is None:
         return tuple(out)
-    fp32 = A(ROUTER_FP32, "router", norm_out.values, "fp32", split=norm_out.split, flops=norm_out.values)
+    fp32 = A(ROUTER_FP32, "router", norm_out.values, "fp32", split=norm_out.split,
+             flops=norm_out.values)
     return tuple(out if shared else [x for x in out if x is not norm_out]) + (fp32,)
 
 
