@@ -86,8 +86,8 @@ def run(args) -> int:
     if args.to:
         m = load_model(args)
         p = parallel_from_args(args, m)
-        flat = {**vars(args), "dp": p.dp, "tp": p.tp, "sp": p.sp, "schedule": p.schedule,
-                "layout_tuple": p.layout}
+        flat = {**vars(args), "dp": p.dp, "tp": p.tp, "etp": p.etp, "sp": p.sp,
+                "schedule": p.schedule, "layout_tuple": p.layout}
         print(WRITERS[args.to](flat, m), end="")
         return 0
     if not args.files:

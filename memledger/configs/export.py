@@ -81,7 +81,7 @@ def to_megatron(a: dict, m) -> str:
            "pretrain_gpt.py"] + _model_flags(m)
     out += ["--tensor-model-parallel-size", a["tp"], "--pipeline-model-parallel-size", a["pp"],
             "--context-parallel-size", a["cp"], "--expert-model-parallel-size", a["ep"],
-            "--expert-tensor-parallel-size", a["etp"] if m.moe is not None else 1]
+            "--expert-tensor-parallel-size", a["etp"]]
     out += ["--num-virtual-stages-per-pipeline-rank", a["vpp"]] if a["vpp"] > 1 else []
     out += ["--sequence-parallel"] if a["sp"] and a["tp"] > 1 else []
     out += {0: [], 1: ["--use-distributed-optimizer"],
@@ -195,8 +195,7 @@ def to_torchtitan(a: dict, m) -> str:
            "fsdp_reshard_after_forward": a["fsdp_reshard_after_forward"],
            "tensor_parallel_degree": a["tp"], "pipeline_parallel_degree": a["pp"],
            "context_parallel_degree": a["cp"], "expert_parallel_degree": a["ep"],
-           # the loop's implied etp (= tp without EP) is moot without routed experts
-           "expert_tensor_parallel_degree": a["etp"] if m.moe is not None else 1,
+           "expert_tensor_parallel_degree": a["etp"],
            "disable_loss_parallel": not a["loss_parallel"]}
     if a["pp"] > 1:
         lay = str(a.get("layout") or "")

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from memledger.errors import SpecError
 # torchtitan's flavors spelled as config.json pairs (no preset with the same layers)
 from memledger.model.titan_flavors import DSV3_16B, DSV3_671B, QWEN3_32B
+from memledger.specs.loop_implied import implied
 
 AC_MODES = ("selective", "full", "none")
 SCHEDULES = ("1F1B", "Interleaved1F1B")  # torchtitan's pipeline_parallel_schedule names
@@ -253,6 +254,13 @@ def _pipeline(case: TitanCase, n_layers: int) -> dict:
             "layout": torchtitan_layout(n_layers, case.pp * vpp)}
 
 
+def _etp(case: TitanCase) -> int:
+    """The routed experts' TP degree torchtitan runs (specs.loop_implied's "etp" rule)."""
+    rules = implied("torchtitan", dp=case.dp, cp=case.cp, tp=case.tp, pp=case.pp,
+                    dp_replicate=case.dp_replicate, ep=case.ep)
+    return rules.get("etp", (1,))[0]
+
+
 def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict:
     """The same run in memledger's specs, as plain keyword dicts (ModelSpec by preset; n_layers
     of the model places torchtitan's pipeline split; `moe`: it has routed experts)."""
@@ -260,8 +268,7 @@ def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict
     pp = case.pp > 1
     return {"model": case.preset or {"hf_config": dict(case.hf_config)},
             "parallel": {"tp": case.tp, "cp": case.cp, "dp": case.dp, "ep": case.ep, "zero": 3,
-                         # with EP off, TP shards the routed experts (loop_implied "etp")
-                         "etp": case.tp if moe and case.ep == 1 else 1,
+                         "etp": _etp(case) if moe else 1,
                          "dp_replicate": case.dp_replicate, "sp": case.tp > 1,
                          **_pipeline(case, n_layers)},
             "train": {"seq": case.seq,
