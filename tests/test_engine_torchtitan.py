@@ -109,17 +109,8 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
 
 # Misses, with their cause (docs/torchtitan.md, Limits). A row added here is a strict xfail, so
 # a fix turns it into a failure to be removed from this table.
-KNOWN_MISSES: dict[tuple[str, str], str] = {
-    ("custom model=llama3:8B world=8 pp=4 schedule=interleaved ac=full lb=8 pp_rank=1",
-     "peak_allocated"):
-        "+5.7 %: PP × FSDP2 reduce-scatters only in a stage's last micro-batch, the ledger holds "
-        "a layer unit's reduce-scatter input (1.31 GB) through the step",
-    ("custom model=deepseek_v3:16B world=64 ep=16 ac=full lb=2 seq=4096", "peak_allocated"):
-        "+5.0 %: the ledger keeps the [norm, lm_head] unit (0.42 GB) through the decoder's "
-        "backward; ChunkedLossWrapper reshards it after its chunk loop, but its reduce-scatter "
-        "buffers outlive it by an amount not yet pinned (releasing the unit alone moves other "
-        "full-AC cases to -1.4 ... -3.9 %)",
-}
+# no stored case misses a bar; a miss is named here, with its cause, as a strict xfail
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))

@@ -144,13 +144,12 @@ def test_merge_adds_a_gloo_case_and_keeps_the_other_stored_runs(tmp_path):
 
 
 KNOWN_MISSES: dict[tuple[str, str], str] = {
-    ("llama3-debug fsdp2 no-ac seq256", "peak_allocated"):
-        "ledger +6.67 %: its FSDP communication items (two gathered units 3,409,920 B, a unit's "
-        "bf16 gradient + fp32 reduce-scatter input 5,114,880 B, the root unit 1,049,088 B) are "
-        "held at every event; measured, the reduce-scatter input lives from one unit's "
-        "post-backward to the next and the root unit is resharded after the loss. At 256 tokens "
-        "these buffers are 40 % of the step's dynamic bytes: ledger 65,249,792 B in layer 5's "
-        "backward where the run holds at most 58,694,844 B (its peak: 61,168,828 B in layer 4's)",
+    ("llama3-debug tp2 pp2 1f1b full-ac", "peak_allocated"):
+        "ledger +6.78 %: its peak is stage 0's backward of layer 2 in micro-batch 1, where the "
+        "ledger adds the TP layer's sequence-parallel backward set, 3·T·h = 1,572,864 B "
+        "(transients.sp_backward_bytes; measured 2.6-3.1 T·h at the peaks of the 70B and 405B "
+        "TP 8 steps); at the debug model's h = 256 the run holds 2,524,072 B less there, not "
+        "yet itemised (+2.56 % without that set)",
 }
 
 

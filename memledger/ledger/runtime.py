@@ -25,6 +25,7 @@ from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partit
 from memledger.ledger.static.rows import Held
 from memledger.ledger.timeline import Timeline, closed_peak, lifetime_item, walked_peak
 from memledger.ledger.timeline_shape import LazyShape, Transients, rank_shape, transient_classes
+from memledger.ledger.titan_lifetimes import titan_lifetimes, units_kept_at_loss
 from memledger.specs.loop import resolve_loop
 from memledger.specs.runtime import RuntimeSpec
 from memledger.specs.train import TrainSpec
@@ -125,7 +126,9 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     if loop.on_demand:  # walk the events (torchtitan: the loss side net of the layer units)
         shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops, rt.pipeline_engine)
         if torchtitan_runs(t, loop):
-            units = fsdp_unit_bytes(parts, rt) + loss_free_moe_bytes(parts)
+            shape = titan_lifetimes(shape, parts, m, p, t, rt, loop)
+            kept = units_kept_at_loss(p, t, rt, loop)
+            units = (0 if kept else fsdp_unit_bytes(parts, rt)) + loss_free_moe_bytes(parts)
             replayed, shape = (shape, walk_discounted(shape, units)) if units else (None, shape)
         peak_event = walked_peak(shape)
     else:  # closed form; the events only when asked for (RankLedger.timeline)

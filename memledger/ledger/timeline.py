@@ -111,6 +111,8 @@ def events(sh: RankShape) -> list[Event]:
     acts, comm, started = sh.fixed_acts, sh.comm, set()
     out: list[Event] = []
     last = max(by_stage)  # the rank's last-stage flag lives on the stage itself
+    head, rs = sh.loss_release_comm, sh.pp_rs_comm
+    comm -= head
     for kind, s, k in action_order(sh):
         st = by_stage[s]
         if kind == "F":
@@ -122,7 +124,7 @@ def events(sh: RankShape) -> list[Event]:
                 out.append(Event("forward", s, k, i, grads, acts, comm, 0))
             if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):
                 acts += st.last_acts
-                out.append(Event("loss-forward", s, k, -1, grads, acts, comm, sh.t_fwd_last))
+                out.append(Event("loss-forward", s, k, -1, grads, acts, comm + head, sh.t_fwd_last))
             elif sh.t_fwd and st.layers:
                 out[-1] = out[-1]._replace(transient=sh.t_fwd)
             continue
@@ -131,7 +133,9 @@ def events(sh: RankShape) -> list[Event]:
             grads += sh.other_grads
         started.add(s)
         if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):
-            out.append(Event("loss-backward", s, k, -1, grads, acts, comm, sh.t_loss))
+            out.append(Event("loss-backward", s, k, -1, grads, acts, comm + head, sh.t_loss))
+        if rs and k == sh.micro_batches - 1:
+            comm += rs
         grads += st.loss_grads if first_time else 0  # the head's gradient follows the loss's
         acts -= st.last_acts
         for i, a, g in reversed(st.layers):
@@ -143,7 +147,7 @@ def events(sh: RankShape) -> list[Event]:
         if not out or out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
         if k == sh.micro_batches - 1 and (st.release_grads or st.release_comm):
-            grads, comm = grads - st.release_grads, comm - st.release_comm
+            grads, comm = grads - st.release_grads, comm - st.release_comm - rs
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
     out.append(Event("optimizer-step", -1, -1, -1, sh.grads, 0, 0, sh.step))
     out.append(Event("zero-grad", -1, -1, -1, 0 if on_demand else sh.grads, 0, 0, 0))
@@ -184,6 +188,8 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         if best is None or level > best:
             best, at = level, where
 
+    head, rs = sh.loss_release_comm, sh.pp_rs_comm
+    comm -= head
     for kind, s, k in action_order(sh):
         st = by_stage[s]
         loss = bool(st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last))
@@ -191,7 +197,7 @@ def walked_peak(sh: RankShape) -> PeakEvent:
             acts += st.first_acts + sum(a for _, a, _ in st.layers)
             if loss:
                 acts += st.last_acts
-                see(grads + acts + comm + sh.t_fwd_last, ("loss-forward", s, k, -1))
+                see(grads + acts + comm + head + sh.t_fwd_last, ("loss-forward", s, k, -1))
             elif st.layers:
                 see(grads + acts + comm + sh.t_fwd, ("forward", s, k, st.layers[-1][0]))
             continue
@@ -200,7 +206,9 @@ def walked_peak(sh: RankShape) -> PeakEvent:
             grads += sh.other_grads
         started.add(s)
         if loss:
-            see(grads + acts + comm + sh.t_loss, ("loss-backward", s, k, -1))
+            see(grads + acts + comm + head + sh.t_loss, ("loss-backward", s, k, -1))
+        if rs and k == sh.micro_batches - 1:
+            comm += rs
         grads += st.loss_grads if first_time else 0
         acts -= st.last_acts
         if first_time:
@@ -217,7 +225,7 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         if not st.layers and not loss:
             see(grads + acts + comm, ("backward", s, k, -1))
         if k == sh.micro_batches - 1:  # FSDP2 under PP: the stage's last backward (fsdp2)
-            grads, comm = grads - st.release_grads, comm - st.release_comm
+            grads, comm = grads - st.release_grads, comm - st.release_comm - rs
     see(sh.grads + sh.step, ("optimizer-step", -1, -1, -1))
     phase, s, k, i = at
     return PeakEvent(phase, s, i, k, -1, sh.static_bytes + best)

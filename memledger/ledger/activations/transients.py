@@ -47,7 +47,7 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
     combine = combine_backward_item(a.m, t, a.p, _hf_expert_out(a), moe_freed) \
         if a.torchtitan and "moe" in a.kinds else None
     cb = combine.bytes if combine is not None else 0
-    rides = {"dense": ws, "moe": cb}  # what a layer's own backward adds above its saved set
+    rides = {"dense": ws + sp_backward_bytes(a), "moe": cb}  # what a layer's own backward adds above its saved set
     plus = f" + the {BACKWARD_SET} ({ws})" if ws else ""
     plus += f" + the {combine.name} ({cb}) on a MoE layer" if cb else ""
     if t.recompute in ("full", "every-k") and a.kinds:
@@ -84,6 +84,21 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
                         sum(i.bytes for i in forward), "; ".join(i.formula for i in forward),
                         forward[-1].source))
     return out
+
+
+def sp_backward_bytes(a: HeldActivations) -> int:
+    """torchtitan's eager TP layer with sequence parallelism: what its MLP's backward holds above
+    the re-made inventory, 3 · T·h in the activation format (T = b·s/cp, the whole sequence):
+    the output gradient all-gathered over the sequence (the backward of w2's reduce-scatter,
+    RowwiseParallel output Shard(1)), the input gradient of w1 / w3, and that gradient's
+    chunk-and-cat copy for its reduce-scatter along the sequence (functional collectives
+    `reduce_scatter_tensor`, scatter_dim != 0: torch.cat of torch.chunk). Measured at the peak
+    of torchtitan 0.3's step: Llama-3 70B TP 8, 3.1 T·h; 405B TP 8 × PP 8, 2.6 T·h (part of the
+    recomputed attention already freed). Not under torch.compile (its backward graph keeps its
+    own buffers) nor on MoE layers (their FFN is the experts')."""
+    if not (a.torchtitan and a.p.tp > 1 and a.p.sp and not a.compiled):
+        return 0
+    return 3 * format_bytes(a.t.recipe.act_fmt, tokens_on_rank(a.t, a.p) * a.m.hidden)
 
 
 def _hf_expert_out(a: HeldActivations) -> int:
