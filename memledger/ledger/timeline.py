@@ -111,7 +111,7 @@ def events(sh: RankShape) -> list[Event]:
     acts, comm, started = sh.fixed_acts, sh.comm, set()
     out: list[Event] = []
     last = max(by_stage)  # the rank's last-stage flag lives on the stage itself
-    head, rs = sh.loss_release_comm, sh.pp_rs_comm
+    head = sh.loss_release_comm
     comm -= head
     for kind, s, k in action_order(sh):
         st = by_stage[s]
@@ -134,8 +134,6 @@ def events(sh: RankShape) -> list[Event]:
         started.add(s)
         if st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last):
             out.append(Event("loss-backward", s, k, -1, grads, acts, comm + head, sh.t_loss))
-        if rs and k == sh.micro_batches - 1:
-            comm += rs
         grads += st.loss_grads if first_time else 0  # the head's gradient follows the loss's
         acts -= st.last_acts
         for i, a, g in reversed(st.layers):
@@ -147,7 +145,7 @@ def events(sh: RankShape) -> list[Event]:
         if not out or out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
         if k == sh.micro_batches - 1 and (st.release_grads or st.release_comm):
-            grads, comm = grads - st.release_grads, comm - st.release_comm - rs
+            grads, comm = grads - st.release_grads, comm - st.release_comm
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
     out.append(Event("optimizer-step", -1, -1, -1, sh.grads, 0, 0, sh.step))
     out.append(Event("zero-grad", -1, -1, -1, 0 if on_demand else sh.grads, 0, 0, 0))
@@ -188,7 +186,7 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         if best is None or level > best:
             best, at = level, where
 
-    head, rs = sh.loss_release_comm, sh.pp_rs_comm
+    head = sh.loss_release_comm
     comm -= head
     for kind, s, k in action_order(sh):
         st = by_stage[s]
@@ -207,8 +205,6 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         started.add(s)
         if loss:
             see(grads + acts + comm + head + sh.t_loss, ("loss-backward", s, k, -1))
-        if rs and k == sh.micro_batches - 1:
-            comm += rs
         grads += st.loss_grads if first_time else 0
         acts -= st.last_acts
         if first_time:
@@ -225,7 +221,7 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         if not st.layers and not loss:
             see(grads + acts + comm, ("backward", s, k, -1))
         if k == sh.micro_batches - 1:  # FSDP2 under PP: the stage's last backward (fsdp2)
-            grads, comm = grads - st.release_grads, comm - st.release_comm - rs
+            grads, comm = grads - st.release_grads, comm - st.release_comm
     see(sh.grads + sh.step, ("optimizer-step", -1, -1, -1))
     phase, s, k, i = at
     return PeakEvent(phase, s, i, k, -1, sh.static_bytes + best)

@@ -69,11 +69,8 @@ class RankShape:
     t_fwd_last_blocks: tuple[int, ...] = ()  # t_fwd_last as its separate tensors
     # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
     # under full AC), its peak and its allocations / frees in op order (reserved replay)
-    # torchtitan's FSDP2 lifetimes (ledger.titan_lifetimes): the head unit's bytes, out of `comm`
-    # except at the loss; the PP reduce-scatter input's, out of `comm` except in a stage's
-    # last micro-batch backward
+    # torchtitan: the head unit's bytes, out of `comm` except at the loss (ledger.titan_lifetimes)
     loss_release_comm: int = 0
-    pp_rs_comm: int = 0
     t_fwd_layer: int = 0
     fwd_layer_ops: tuple[int, ...] = ()
     # the rank's (F|B, stage, micro-batch) actions as its engine runs them, where the coarse

@@ -93,9 +93,10 @@ def sp_backward_bytes(a: HeldActivations) -> int:
     RowwiseParallel output Shard(1)), the input gradient of w1 / w3, and that gradient's
     chunk-and-cat copy for its reduce-scatter along the sequence (functional collectives
     `reduce_scatter_tensor`, scatter_dim != 0: torch.cat of torch.chunk). Measured at the peak
-    of torchtitan 0.3's step: Llama-3 70B TP 8, 3.1 T·h; 405B TP 8 × PP 8, 2.6 T·h (part of the
-    recomputed attention already freed). Not under torch.compile (its backward graph keeps its
-    own buffers) nor on MoE layers (their FFN is the experts')."""
+    of torchtitan 0.3's step, every re-made tensor of the layer still alive there: Llama-3 70B
+    TP 8 (b = 1: the all-gather output, its cat, the mm) and 405B TP 8 × PP 8 (b = 4: two cats
+    and the mm), 3 × T·h each. Not under torch.compile (its backward graph keeps its own
+    buffers) nor on MoE layers (their FFN is the experts')."""
     if not (a.torchtitan and a.p.tp > 1 and a.p.sp and not a.compiled):
         return 0
     return 3 * format_bytes(a.t.recipe.act_fmt, tokens_on_rank(a.t, a.p) * a.m.hidden)
