@@ -17,12 +17,15 @@ following every storage of torchtitan 0.3's own step under fake tensors (`memled
                              input and frees it (`unsharded_grads.clear()`): the input takes its
                              accumulator's place, adding nothing. What a layer unit's post-backward
                              adds in every micro-batch is its bf16 gradient, before it is
-                             accumulated. So the row's fp32 reduce-scatter input is out of the walk.
+                             accumulated (nothing with reduce dtype = param dtype: the gradient
+                             is its own accumulator). So the row's reduce-scatter input is out of
+                             the walk.
   loss under PP              the layer units stay unsharded (reshard_after_forward=False), so the
                              loss-side transients are not discounted by their buffers
                              (runtime.walk_discounted does it where the units are resharded).
-Measured (peak allocated, before -> after): Llama-3 8B PP 4 interleaved pp rank 1 +5.66 -> +1.2 %,
-DeepSeek-V3 16B EP 16 full AC +5.03 -> -0.65 %, debug TP 2 x PP 2 on gloo +2.56 -> -0.09 %.
+Measured (peak allocated, before -> after): Llama-3 8B PP 4 interleaved pp rank 1 +5.66 -> +2.80 %,
+8B PP 4 first / last stage +2.66 / -4.37 -> -0.05 / -0.28 %, DeepSeek-V3 16B EP 16 full AC
++5.03 -> -0.65 %, debug pp 2 on gloo +3.59 -> -1.12 %.
 Not for compiled layers: the published 2024-12 PP runs (compiled blocks) hold about a reduce-scatter
 input more than itemised in their steady state (T5 / T6: -8 ... -11 % without it; not identified).
 """
@@ -41,12 +44,15 @@ def _bytes(items, name: str) -> int:
     return sum(i.bytes for i in items if i.name == name)
 
 
-def fp32_input_share(rs_bytes: int, t) -> int:
+def pp_input_bytes(rs_bytes: int, t) -> int:
     """Of the reduce-scatter item (a unit's param-dtype gradient + its reduce-dtype input, same
-    element count: communication.zero3_items), the reduce-dtype input's bytes."""
+    element count: communication.zero3_items), what PP's accumulation makes part of the
+    accumulators (module docstring): the reduce-dtype input; all of it when the two dtypes are
+    one (`fsdp2-bf16-reduce`: the param-dtype gradient is its own accumulator, accumulated in
+    place, _fsdp_param.py to_accumulated_grad_if_needed returns early)."""
     w, red = t.recipe.param_fmt, t.recipe.reduce_fmt
-    if not red:
-        return 0
+    if not red or red == w:
+        return rs_bytes
     one, both = format_bytes(red, 1 << 20), format_bytes(w, 1 << 20) + format_bytes(red, 1 << 20)
     return rs_bytes * one // both
 
@@ -60,7 +66,7 @@ def titan_lifetimes(shape, parts, m, p, t, rt, loop):
         p.pp == 1 and not m.tied_embeddings
         and torchtitan_units(p, t, rt, loop, m.tied_embeddings) == ("head",)) else 0
     pp = p.pp > 1 and t.micro_batches > 1
-    rs = fp32_input_share(_bytes(parts.items, RS_ITEM), t) if pp else 0
+    rs = pp_input_bytes(_bytes(parts.items, RS_ITEM), t) if pp else 0
     if not head and not rs:
         return shape
     return replace(shape, comm=shape.comm - rs, loss_release_comm=head)

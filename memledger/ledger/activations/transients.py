@@ -47,8 +47,12 @@ def activation_transients(a: HeldActivations, moves: list[TensorMove],
     combine = combine_backward_item(a.m, t, a.p, _hf_expert_out(a), moe_freed) \
         if a.torchtitan and "moe" in a.kinds else None
     cb = combine.bytes if combine is not None else 0
-    rides = {"dense": ws + sp_backward_bytes(a), "moe": cb}  # what a layer's own backward adds above its saved set
+    sp = sp_backward_bytes(a)
+    # what a layer's own backward adds above its saved set
+    rides = {"dense": ws + sp, "moe": cb}
     plus = f" + the {BACKWARD_SET} ({ws})" if ws else ""
+    plus += (f" + 3·T·h of a TP layer's sequence-parallel backward ({sp}: the gathered output "
+             "gradient, the input gradient, its reduce-scatter copy) on a dense layer") if sp else ""
     plus += f" + the {combine.name} ({cb}) on a MoE layer" if cb else ""
     if t.recompute in ("full", "every-k") and a.kinds:
         span = 1 if t.recompute == "full" else t.checkpoint_every(a.m.n_layers)
