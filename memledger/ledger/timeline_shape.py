@@ -67,10 +67,10 @@ class RankShape:
     step_name: str
     t_loss_blocks: tuple[int, ...] = ()  # t_loss as its separate tensors (reserved replay)
     t_fwd_last_blocks: tuple[int, ...] = ()  # t_fwd_last as its separate tensors
-    # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
-    # under full AC), its peak and its allocations / frees in op order (reserved replay)
     # torchtitan: the head unit's bytes, out of `comm` except at the loss (ledger.titan_lifetimes)
     loss_release_comm: int = 0
+    # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
+    # under full AC), its peak and its allocations / frees in op order (reserved replay)
     t_fwd_layer: int = 0
     fwd_layer_ops: tuple[int, ...] = ()
     # the rank's (F|B, stage, micro-batch) actions as its engine runs them, where the coarse
