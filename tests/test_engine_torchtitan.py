@@ -107,9 +107,8 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
     assert peaks[0] > peaks[1]
 
 
-# Misses, with their cause (docs/torchtitan.md, Limits). A row added here is a strict xfail, so
-# a fix turns it into a failure to be removed from this table.
-# no stored case misses a bar; a miss is named here, with its cause, as a strict xfail
+# Misses, with their cause (docs/torchtitan.md, Limits): none today. A row added here is a
+# strict xfail, so a fix turns it into a failure to be removed from this table.
 KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 

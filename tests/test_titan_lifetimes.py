@@ -11,11 +11,12 @@ import pytest
 
 from memledger import build_ledger, model
 from memledger.engine.titan_compare import case_from_dict, compare
+from memledger.ledger.communication import ROOT_UNIT_ITEM as ROOT
+from memledger.ledger.fsdp2 import PP_GRADS_ITEM
 from memledger.specs import ParallelSpec, TrainSpec
 from memledger.specs.runtime import RuntimeSpec
 
 TITAN = RuntimeSpec(loop="torchtitan", loss="chunked", zero3_impl="fsdp", tp_engine="dtensor")
-ROOT = "zero-3 root unit unsharded (embedding, final norm, head)"
 STORED = {e["case"]: e for e in json.loads(
     (Path(__file__).resolve().parents[1] / "validation" / "engine-torchtitan.json").read_text()
 )["measurements"]}
@@ -70,7 +71,6 @@ def test_under_pp_the_reduce_scatter_input_takes_its_accumulators_place(precisio
 
 
 def _pp_grads(r) -> int:
-    from memledger.ledger.fsdp2 import PP_GRADS_ITEM
     return next(i.bytes for i in r.items if i.name == PP_GRADS_ITEM)
 
 

@@ -144,13 +144,16 @@ def gather_fmt(t, rt: RuntimeSpec) -> str:
     return t.recipe.param_fmt or t.recipe.weight_fmt
 
 
+ROOT_UNIT_ITEM = "zero-3 root unit unsharded (embedding, final norm, head)"
+
+
 def fsdp_root_items(root_params, t, rt: RuntimeSpec) -> list[Item]:
     """ZeRO-3 under FSDP: the root unit's parameters on this rank, unsharded (embedding, final
     norm and head after the tp split); none under DeepSpeed or where the rank holds none."""
     if rt.zero3_impl != "fsdp":
         return []
     w = t.recipe.param_fmt or t.recipe.weight_fmt
-    return [Item("communication", "zero-3 root unit unsharded (embedding, final norm, head)",
+    return [Item("communication", ROOT_UNIT_ITEM,
                  format_bytes(w, root_params),
                  f"{root_params} params (what no layer owns, after tp) × {w}, kept from forward "
                  "to backward", "PyTorch FSDP2 root (reshard_after_forward=None)")]

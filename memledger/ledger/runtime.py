@@ -17,7 +17,7 @@ from functools import cached_property
 from memledger.ledger.activations import titan_block_forward as block_forward
 from memledger.ledger.activations.titan_block_forward import live_peak
 from memledger.ledger.activations.transients import BACKWARD_SET
-from memledger.ledger.fsdp2 import torchtitan_runs
+from memledger.ledger.fsdp2 import reshard_after_forward, torchtitan_runs
 from memledger.ledger.items import Item, RankLedger, add_rows, sum_rows
 from memledger.ledger.optimizer_step import for_loop_temporaries, with_master_cast
 from memledger.ledger.pipeline.placement import RankPlacement
@@ -25,7 +25,7 @@ from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partit
 from memledger.ledger.static.rows import Held
 from memledger.ledger.timeline import Timeline, closed_peak, lifetime_item, walked_peak
 from memledger.ledger.timeline_shape import LazyShape, Transients, rank_shape, transient_classes
-from memledger.ledger.titan_lifetimes import titan_lifetimes, units_kept_at_loss
+from memledger.ledger.titan_lifetimes import titan_lifetimes
 from memledger.specs.loop import resolve_loop
 from memledger.specs.runtime import RuntimeSpec
 from memledger.specs.train import TrainSpec
@@ -127,7 +127,8 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
         shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops, rt.pipeline_engine)
         if torchtitan_runs(t, loop):
             shape = titan_lifetimes(shape, parts, m, p, t, rt, loop)
-            kept = units_kept_at_loss(p, t, rt, loop)
+            # units not resharded after forward (PP) are alive at the loss: no discount
+            kept = not reshard_after_forward(p, t, rt, loop)
             units = (0 if kept else fsdp_unit_bytes(parts, rt)) + loss_free_moe_bytes(parts)
             replayed, shape = (shape, walk_discounted(shape, units)) if units else (None, shape)
         peak_event = walked_peak(shape)

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from memledger.ledger.fsdp2 import reshard_after_forward, torchtitan_runs, torchtitan_units
+from memledger.ledger.allocator import FSDP_UNIT_ITEMS
+from memledger.ledger.communication import ROOT_UNIT_ITEM
+from memledger.ledger.fsdp2 import torchtitan_units
 from memledger.units import format_bytes
 
-RS_ITEM = "zero-3 reduce-scatter input"
-ROOT_ITEM = "zero-3 root unit unsharded (embedding, final norm, head)"
+RS_ITEM = FSDP_UNIT_ITEMS[1]  # "zero-3 reduce-scatter input"
 
 
 def _bytes(items, name: str) -> int:
@@ -58,21 +59,16 @@ def pp_input_bytes(rs_bytes: int, t) -> int:
 
 
 def titan_lifetimes(shape, parts, m, p, t, rt, loop):
-    """The walked shape with the head unit released after the loss and, under PP, no fp32
-    reduce-scatter input on top of the accumulators (module docstring)."""
-    if not torchtitan_runs(t, loop) or parts.acts is None or parts.acts.compiled:
+    """torchtitan's walked shape (runtime.finalize) with the head unit released after the loss
+    and, under PP, no fp32 reduce-scatter input on top of the accumulators (module docstring).
+    A tied unit is ("embedding", "head"): kept."""
+    if parts.acts is None or parts.acts.compiled:
         return shape
-    head = _bytes(parts.items, ROOT_ITEM) if (
-        p.pp == 1 and not m.tied_embeddings
-        and torchtitan_units(p, t, rt, loop, m.tied_embeddings) == ("head",)) else 0
+    head = _bytes(parts.items, ROOT_UNIT_ITEM) if (
+        p.pp == 1 and torchtitan_units(p, t, rt, loop, m.tied_embeddings) == ("head",)) else 0
     pp = p.pp > 1 and t.micro_batches > 1
     rs = pp_input_bytes(_bytes(parts.items, RS_ITEM), t) if pp else 0
     if not head and not rs:
         return shape
     return replace(shape, comm=shape.comm - rs, loss_release_comm=head)
 
-
-def units_kept_at_loss(p, t, rt, loop) -> bool:
-    """The layer units are not resharded after forward (torchtitan under PP): their buffers are
-    alive at the loss."""
-    return torchtitan_runs(t, loop) and not reshard_after_forward(p, t, rt, loop)
