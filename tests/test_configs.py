@@ -463,17 +463,20 @@ def test_a_megatron_local_spec_launch_runs_the_local_profile(capsys, tmp_path):
     assert "transformer_impl" in capsys.readouterr().err
 
 
-def test_torchtitan_keys_that_change_memory_unmodelled_are_named(tmp_path, capsys):
-    """optimizer.early_step_in_backward frees each gradient inside the backward: named, never
-    silently ignored; a bf16 reduce is modelled (the fsdp2-bf16-reduce recipe)."""
+def test_torchtitan_memory_keys_are_modelled_or_named(tmp_path, capsys):
+    """optimizer.early_step_in_backward (0.2) is modelled: --optimizer-in-backward
+    (ledger.step_in_backward); a bf16 reduce is the fsdp2-bf16-reduce recipe; async TP's
+    buffers are not modelled and are named, never silently ignored."""
     p = _bad(tmp_path, "job.toml", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\n'
                                    'seq_len = 4096\nmixed_precision_reduce = "bfloat16"\n'
-                                   '[optimizer]\nearly_step_in_backward = true\n')
+                                   '[optimizer]\nearly_step_in_backward = true\n'
+                                   '[parallelism]\nenable_async_tensor_parallel = true\n')
     info = equivalent([p, "--world", "8"], capsys)
     rows = {(r["kind"], r["key"]) for r in info["rows"]}
-    assert ("unmodelled", "optimizer.early_step_in_backward") in rows
+    assert ("unmodelled", "parallelism.enable_async_tensor_parallel") in rows
+    assert not {k for k, key in rows if k == "unmodelled" and key.startswith("optimizer.")}
     assert ("unmodelled", "training.mixed_precision_reduce") not in rows
-    assert "fsdp2-bf16-reduce" in info["flags"]
+    assert "fsdp2-bf16-reduce" in info["flags"] and "--optimizer-in-backward" in info["flags"]
 
 
 def test_torchtitan_quantize_linear_float8_spelling_is_float8(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""The advisor's candidate moves: static-row changes (ZeRO stage, offload, parallel degrees) and
+"""The advisor's candidate moves: static-row changes (ZeRO stage, offload, the optimizer step
+inside the backward, parallel degrees) and
 the currencies an activation class can be paid in, each evaluated by re-running the ledger.
 
 Every candidate is a (label, model, parallel, train, runtime) tuple; `evaluate` builds its ledger
@@ -72,6 +73,9 @@ def static_candidates(led: Ledger) -> list[Candidate]:
     if not rt.optimizer_offload:
         out.append(evaluate("optimizer offload to CPU (ZeRO-Offload)", led,
                             runtime=replace(rt, optimizer_offload=True)))
+    if led.loop.on_demand and not rt.optimizer_in_backward:  # ledger.step_in_backward
+        out.append(evaluate("optimizer step in backward", led,
+                            runtime=replace(rt, optimizer_in_backward=True)))
     if p.zero == 3 and not rt.param_offload:  # FSDP moves all three; DeepSpeed the parameters
         fsdp = rt.zero3_impl == "fsdp"
         out.append(evaluate("parameter offload to CPU (FSDP CPU offload)" if fsdp else

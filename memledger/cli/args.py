@@ -191,6 +191,11 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="float8.precompute_float8_dynamic_scale_for_fsdp (no memory effect)")
     r.add_argument("--float8-force-recompute-weight", action="store_true",
                    help="float8.force_recompute_fp8_weight_in_bwd")
+    r.add_argument("--optimizer-in-backward", action="store_true",
+                   help="step each parameter from its post-accumulate-grad hook inside the "
+                        "backward and free its gradient there (torchtitan 0.2 "
+                        "optimizer.early_step_in_backward, torchtune optimizer_in_bwd); one "
+                        "micro-batch, no PP / EP, FSDP2 or a single data-parallel rank")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
     add_loop_args(p)
 
@@ -347,7 +352,8 @@ def runtime_from_args(args) -> RuntimeSpec:
                        compile_loss=args.compile_loss, float8=args.float8,
                        float8_fsdp_all_gather=args.float8_fsdp_all_gather,
                        float8_precompute_scale=args.float8_precompute_scale,
-                       float8_force_recompute_weight=args.float8_force_recompute_weight)
+                       float8_force_recompute_weight=args.float8_force_recompute_weight,
+                       optimizer_in_backward=args.optimizer_in_backward)
 
 
 def resolve_profile(args) -> None:

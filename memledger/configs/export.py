@@ -71,6 +71,7 @@ def _model_flags(m) -> list[str]:
 
 
 def to_megatron(a: dict, m) -> str:
+    _need(not a.get("optimizer_in_backward"), "megatron", "the optimizer step in backward")
     _need(a["precision"] in MEG_PRECISION, "megatron", f"precision {a['precision']}")
     _need(a["schedule"] in ("1f1b", "interleaved"), "megatron", f"schedule {a['schedule']}")
     _need(a["optimizer"] in ("adamw", "sgd-momentum"), "megatron", f"optimizer {a['optimizer']}")
@@ -219,6 +220,8 @@ def to_torchtitan(a: dict, m) -> str:
          "optimizer": {"name": "AdamW", "implementation":
                        a["optimizer_impl"] if a["optimizer_impl"] != "auto" else "fused"}}
     _need(a["optimizer"] == "adamw", "torchtitan", f"optimizer {a['optimizer']}")
+    if a.get("optimizer_in_backward"):  # 0.2 components/optimizer.py (0.3 has none)
+        d["optimizer"]["early_step_in_backward"] = True
     if a.get("float8", "off") != "off":  # torchtitan's float8 converter and its options
         d["model"]["converters"] = ["float8"]
         d["float8"] = {"recipe_name": a["float8"],
@@ -229,6 +232,7 @@ def to_torchtitan(a: dict, m) -> str:
 
 
 def to_deepspeed(a: dict, m=None) -> str:
+    _need(not a.get("optimizer_in_backward"), "deepspeed", "the optimizer step in backward")
     _need(a["pp"] == 1 and a["cp"] == 1, "deepspeed", "pipeline or context parallelism in its JSON")
     rep = a.get("dp_replicate", 1)
     _need(rep == 1 or a["zero"] == 3, "deepspeed", f"dp_replicate {rep} below ZeRO-3 (MiCS)")
@@ -256,6 +260,7 @@ def to_deepspeed(a: dict, m=None) -> str:
 
 
 def to_accelerate(a: dict, m=None) -> str:
+    _need(not a.get("optimizer_in_backward"), "accelerate", "the optimizer step in backward")
     _need(a["pp"] == 1, "accelerate", "pipeline parallelism")
     fsdp = a["zero"] in (2, 3) and a["zero3_impl"] == "fsdp"
     _need(fsdp or a["zero"] == 0, "accelerate", f"ZeRO-{a['zero']} outside FSDP")

@@ -111,6 +111,9 @@ RULES = (
          default="AdamW", source=JC),
     Rule(key="optimizer.implementation", dest="optimizer_impl", conv=lambda v: choice(v, IMPL),
          default="fused", source=JC),
+    # 0.2 components/optimizer.py OptimizersInBackwardContainer (ledger.step_in_backward)
+    Rule(key="optimizer.early_step_in_backward", dest="optimizer_in_backward", conv=as_bool,
+         default=False, source=JC),
 ) + OPTION_RULES
 UNMODELLED = {
     "float8.": "float8 option (torchao) not modelled: only the recipe, the FSDP float8 "
@@ -127,10 +130,6 @@ UNMODELLED = {
                                                       "(memledger: 2 for multi-stage schedules)",
     "activation_checkpoint.early_stop": "early-stopped recompute",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": "op-SAC overrides",
-    # torchtitan 0.2 components/optimizer.py OptimizersInBackwardContainer
-    "optimizer.early_step_in_backward": "optimizer steps inside the backward (a post-accumulate-"
-                                        "grad hook per parameter frees each gradient after its "
-                                        "step); memledger holds the gradients row to the step",
 }
 IGNORED = {p: "no effect on per-GPU memory (I/O, logging or schedule)" for p in (
     "job.", "metrics.", "profiling.", "checkpoint.", "lr_scheduler.", "comm.", "validation.",

@@ -225,6 +225,9 @@ def build_and_measure(case: TitanCase, cfg, fake: bool, on_model=None) -> dict:
                 model.init_weights(buffer_device=None)
             model.train()
             opt = cfg.optimizer.build(model_parts=[model])
+            if case.early_step:  # 0.2's optimizer in backward (titan_inbwd.py)
+                from memledger.engine.titan_inbwd import InBackward
+                opt = InBackward(opt, model)
             loss_fn = cfg.loss.build(compile_config=cfg.compile)
             chunked = isinstance(loss_fn, ChunkedLossWrapper)
             if chunked:
@@ -263,8 +266,8 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch, chunked: bool = Tr
         loss.backward()
         if live is not None:
             marks["after_backward"] = live.current
-            marks["gradients"] = sum(probe.nbytes(p.grad) for p in model.parameters()
-                                     if p.grad is not None)
+            marks["gradients"] = getattr(opt, "made", 0) + sum(
+                probe.nbytes(p.grad) for p in model.parameters() if p.grad is not None)
         opt.step()
         opt.zero_grad()
 

@@ -27,6 +27,7 @@ and how memledger spells the same configuration:
 | EP: AllToAllTokenDispatcher, experts Shard(1)     | ep, FSDP2 "dim1-if-fewer" (auto under  |
 |   when efsdp·ep > experts (distributed/fsdp.py)   |   loop torchtitan), a2a="dynamic"      |
 | PP: pipeline_llm + torch.distributed.pipelining   | pp, schedule, vpp, layout, pp_engine   |
+| 0.2 optimizer.early_step_in_backward              | optimizer_in_backward=True             |
 
 The DeepSeek-V3 flavors have no memledger preset with the same layers (the preset keeps the
 release's MTP layer, torchtitan's flavors build none): they are spelled as config.json tuples
@@ -80,6 +81,10 @@ class TitanCase:
     pp_rank: int = 0  # the pipeline rank measured (global rank pp_rank · world / pp)
     loss: str = "chunked"  # LOSSES
     dp_replicate: int = 1  # HSDP: copies of the FSDP shard group (data_parallel_replicate_degree)
+    # torchtitan 0.2 optimizer.early_step_in_backward: one optimizer per parameter, stepped from
+    # its post-accumulate-grad hook (0.2 components/optimizer.py OptimizersInBackwardContainer;
+    # 0.3 has no such container: the harness builds 0.2's from the registry's optimizer)
+    early_step: bool = False
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -101,6 +106,14 @@ class TitanCase:
         if self.dp_replicate < 1 or self.dp % self.dp_replicate:  # parallel_dims._validate
             raise SpecError("dp_replicate", f"{self.dp_replicate} must be ≥ 1 and divide dp = "
                                             f"world/(tp·cp·pp) = {self.dp}")
+        if self.early_step and (self.pp > 1 or self.ep > 1):  # torchtitan 0.2 build_optimizers
+            raise SpecError("early_step", f"torchtitan runs no optimizer in backward with "
+                                          f"pp={self.pp}, ep={self.ep} (both must be 1)")
+        if self.early_step and self.loss != "materialized":  # 0.2's loss: the whole logits
+            raise SpecError("early_step", "torchtitan 0.2 (the release with the optimizer in "
+                                          "backward) runs the loss on the whole logits: add "
+                                          "loss=materialized (a chunked loss's per-chunk "
+                                          "lm_head backward would step lm_head every chunk)")
         group = self.world // (self.pp * self.dp_replicate)  # one replica: dp_shard·cp·tp
         if self.ep < 1 or group % self.ep:  # torchtitan: efsdp = dp_shard·cp·tp / ep
             raise SpecError("ep", f"{self.ep} must be ≥ 1 and divide world/(pp·dp_replicate) "
@@ -280,4 +293,5 @@ def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict
                         "tp_engine": "dtensor", "cuda_context_bytes": 0,
                         "nccl_channels": 0,  # fake process group and gloo: no NCCL buffers
                         **({"pp_engine": "pytorch"} if pp else {}),  # torch.distributed.pipelining
+                        **({"optimizer_in_backward": True} if case.early_step else {}),
                         "allocator_slack_pct": 0}}

@@ -194,7 +194,8 @@ def events(rank) -> int:
     sh = rank.shape
     if sh is None:
         return 0
-    per_layer = 3 if sh.t_fwd_layer else 2  # + the layer forward's working-set event
+    # + the layer forward's working-set event; + the post-backward step (step_in_backward)
+    per_layer = 2 + bool(sh.t_fwd_layer) + sh.step_in_backward
     return sh.micro_batches * sum(per_layer * len(s.layers) + 2 for s in sh.stages) + 2
 
 

@@ -25,6 +25,7 @@ from memledger.ledger.static.moves import HostSide, muon_gather_item, opt_partit
 from memledger.ledger.static.rows import Held
 from memledger.ledger.timeline import Timeline, closed_peak, lifetime_item, walked_peak
 from memledger.ledger.timeline_shape import LazyShape, Transients, rank_shape, transient_classes
+from memledger.ledger.step_in_backward import per_parameter_step
 from memledger.ledger.titan_lifetimes import titan_lifetimes
 from memledger.specs.loop import resolve_loop
 from memledger.specs.runtime import RuntimeSpec
@@ -42,7 +43,9 @@ def step_temporaries(held: list[Held], p, t, rt: RuntimeSpec) -> Item:
     if rt.optimizer_offload:
         return Item("runtime", "optimizer-step temporaries", 0, "the step runs on the CPU",
                     "ZeRO-Offload (arXiv 2101.06840)")
-    if loop.optimizer_impl == "fused":
+    if rt.optimizer_in_backward:
+        base = per_parameter_step(held, p, t, loop.optimizer_impl)
+    elif loop.optimizer_impl == "fused":
         base = Item("runtime", "optimizer-step temporaries", 0, "fused kernel: no temporaries",
                     "Apex/TE/torch fused AdamW")
     elif loop.optimizer_impl == "for-loop":
@@ -125,6 +128,8 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
     replayed = None  # the shape the reserved replay walks, when not the events' own
     if loop.on_demand:  # walk the events (torchtitan: the loss side net of the layer units)
         shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops, rt.pipeline_engine)
+        if rt.optimizer_in_backward:
+            shape = replace(shape, step_in_backward=True)
         if torchtitan_runs(t, loop):
             shape = titan_lifetimes(shape, parts, m, p, t, rt, loop)
             # units not resharded after forward (PP) are alive at the loss: no discount

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from memledger.ledger.items import Item
+from memledger.ledger.step_in_backward import stepped_backward
 from memledger.ledger.timeline_shape import RankShape
 
 
@@ -128,6 +129,9 @@ def events(sh: RankShape) -> list[Event]:
             elif sh.t_fwd and st.layers:
                 out[-1] = out[-1]._replace(transient=sh.t_fwd)
             continue
+        if sh.step_in_backward:
+            acts = stepped_backward(out, sh, st, k, acts, comm, head, last, Event)
+            continue
         first_time = on_demand and s not in started
         if first_time and not started:
             grads += sh.other_grads
@@ -147,6 +151,10 @@ def events(sh: RankShape) -> list[Event]:
         if k == sh.micro_batches - 1 and (st.release_grads or st.release_comm):
             grads, comm = grads - st.release_grads, comm - st.release_comm
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
+    if sh.step_in_backward:  # optimizers.step() and zero_grad() are no-ops: nothing is left
+        out.append(Event("optimizer-step", -1, -1, -1, 0, 0, 0, 0))
+        out.append(Event("zero-grad", -1, -1, -1, 0, 0, 0, 0))
+        return out
     out.append(Event("optimizer-step", -1, -1, -1, sh.grads, 0, 0, sh.step))
     out.append(Event("zero-grad", -1, -1, -1, 0 if on_demand else sh.grads, 0, 0, 0))
     return out
@@ -175,6 +183,11 @@ def walked_peak(sh: RankShape) -> PeakEvent:
     (a forward grows, a backward that allocates nothing shrinks) except in each stage's first
     backward under on-demand gradients, which is walked layer by layer. Same maximum, same
     event (the first one reaching it), in O(actions)."""
+    if sh.step_in_backward:  # one stage, one micro-batch: the events are O(layers)
+        evs = events(sh)
+        i = max(range(len(evs)), key=lambda j: (evs[j].live(0), -j))
+        e = evs[i]
+        return PeakEvent(e.phase, e.stage, e.layer, e.micro_batch, -1, e.live(sh.static_bytes))
     by_stage = {s.stage: s for s in sh.stages}
     last = max(by_stage)
     grads = 0 if sh.on_demand else sh.grads

@@ -77,6 +77,9 @@ class RankShape:
     # walk (timeline.action_order) is not that order: torch.distributed.pipelining's
     # interleaved ranks (pipeline.order.rank_order); () elsewhere
     order: tuple[tuple[str, int, int], ...] = ()
+    # the optimizer steps each parameter inside the backward (ledger.step_in_backward): no
+    # gradient accumulates, `step` is one parameter's temporaries
+    step_in_backward: bool = False
 
     @property
     def feasible(self) -> bool:

@@ -115,6 +115,10 @@ class RuntimeSpec:
     float8_fsdp_all_gather: bool = False  # float8.enable_fsdp_float8_all_gather (tensorwise)
     float8_precompute_scale: bool = False  # float8.precompute_float8_dynamic_scale_for_fsdp
     float8_force_recompute_weight: bool = False  # float8.force_recompute_fp8_weight_in_bwd
+    # the optimizer steps each parameter from its post-accumulate-grad hook inside the backward
+    # and frees its gradient there (torchtitan 0.2 optimizer.early_step_in_backward, torchtune
+    # optimizer_in_bwd): memledger.ledger.step_in_backward
+    optimizer_in_backward: bool = False
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -152,7 +156,8 @@ class RuntimeSpec:
         require_choice("compile_loss", self.compile_loss, COMPILE_LOSS)
         require_choice("float8", self.float8, FLOAT8_RECIPES)
         for f in ("torch_compile", "loss_parallel", "float8_fsdp_all_gather", "param_offload",
-                  "float8_precompute_scale", "float8_force_recompute_weight"):
+                  "float8_precompute_scale", "float8_force_recompute_weight",
+                  "optimizer_in_backward"):
             require(isinstance(getattr(self, f), bool), f,
                     f"must be true or false, got {getattr(self, f)!r}")
         self._check_float8()

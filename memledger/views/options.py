@@ -85,6 +85,7 @@ CANDIDATES = {
     "dropout": lambda m, c: tuple(sorted({c.dropout, 0, 5, 10, 20})),
     "reshard": lambda m, c: RESHARD_AFTER_FORWARD,
     "compile": lambda m, c: (False, True),
+    "inbwd": lambda m, c: (False, True),
     "loss_parallel": lambda m, c: (True, False),
     "offload": lambda m, c: OFFLOADS,  # params below ZeRO-3: the core's check_offload refuses
     "gpu": lambda m, c: tuple(GPUS) + (() if c.gpu in GPUS else (c.gpu,)),  # or a custom GPU

@@ -86,6 +86,10 @@ HELP = {
                "fused pointwise outputs (norms, SwiGLU) instead of saving them.",
     "loss_parallel": "torchtitan loss parallel (with tp > 1): the logits stay vocab-sharded; "
                      "off gathers them to full V on every tp rank.",
+    "inbwd": "Each parameter's optimizer step runs from its gradient hook inside the backward "
+             "and frees that gradient (torchtitan 0.2 early_step_in_backward, torchtune "
+             "optimizer_in_bwd): no gradient accumulates and the end-of-step update holds "
+             "nothing. One micro-batch, no PP or EP; FSDP2 or a single data-parallel rank.",
     "offload": "Static rows in host memory, the step on the CPU. *optimizer*: ZeRO-Offload "
                "(master and states). *params* (ZeRO-3): FSDP's CPU offload (torchtitan "
                "enable_cpu_offload, accelerate fsdp_offload_params) — parameter, gradient and "
@@ -309,23 +313,24 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
     if box is not None:
         with box:
             for k in keys:
-                fmt = ((lambda v: "on" if v else "off") if k in ("compile", "loss_parallel")
+                fmt = ((lambda v: "on" if v else "off") if k in ("compile", "loss_parallel", "inbwd")
                        else OFFLOAD_LABELS.get if k == "offload" else str)
                 _choice(k, MORE_LABELS[k], res, fmt)
 
 
 MORE_KEYS = ("loop", "profile", "attention", "recompute_every", "budget", "reshard", "compile",
-             "loss_parallel", "dropout", "offload")
+             "loss_parallel", "dropout", "offload", "inbwd")
 MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
                "attention": "Attention kernel", "recompute_every": "Recompute k",
                "budget": "Memory budget %", "reshard": "FSDP2 reshard after forward",
                "compile": "torch.compile", "loss_parallel": "Loss parallel",
-               "dropout": "Hidden dropout %", "offload": "Offload to CPU"}
+               "dropout": "Hidden dropout %", "offload": "Offload to CPU",
+               "inbwd": "Optimizer step in backward"}
 OFFLOAD_LABELS = {"none": "none", "optimizer": "optimizer (ZeRO-Offload)",
                   "params": "params + grads + optimizer (FSDP)"}
 # not on the planner's workload section: its search varies recompute and runs its own loop
 TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel", "dropout",
-              "offload")
+              "offload", "inbwd")
 
 
 FT_KEYS = ("ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",

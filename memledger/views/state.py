@@ -33,7 +33,7 @@ KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "dp
         "zero", "sp", "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
         "attention", "recompute", "loop", "recompute_every", "budget", "reshard", "compile",
         "loss_parallel", "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype",
-        "base", "freeze", "dropout", "offload")
+        "base", "freeze", "dropout", "offload", "inbwd")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -86,6 +86,7 @@ class Config:
     loss_parallel: bool = True  # RuntimeSpec.loss_parallel
     dropout: int = 0  # TrainSpec.hidden_dropout_pct (Megatron --hidden-dropout × 100)
     offload: str = "none"  # static rows on the host: OFFLOADS (RuntimeSpec optimizer / param)
+    inbwd: bool = False  # RuntimeSpec.optimizer_in_backward
 
     @property
     def dp(self) -> int:
@@ -131,7 +132,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 NAME_KEYS = {"lora_targets": tuple(MODULES) + tuple(TARGET_SETS),
              "freeze": tuple(MODULES) + tuple(TARGET_SETS) + FREEZE_ONLY + ("layers:A-B",)}
-BOOL_KEYS = ("sp", "compile", "loss_parallel")
+BOOL_KEYS = ("sp", "compile", "loss_parallel", "inbwd")
 BOOL_WORDS = {"1": True, "true": True, "on": True, "yes": True,
               "0": False, "false": False, "off": False, "no": False}
 LAYOUT_WORDS = ("balanced", "even")
@@ -322,7 +323,7 @@ def runtime(cfg: Config, **kw) -> RuntimeSpec:
     tp_engine = rules.get("tp_engine", ("megatron",))[0]
     return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
                        torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel,
-                       **offload_flags(cfg.offload), **{"tp_engine": tp_engine, **kw})
+                       optimizer_in_backward=cfg.inbwd, **offload_flags(cfg.offload), **{"tp_engine": tp_engine, **kw})
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:

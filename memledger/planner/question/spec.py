@@ -114,7 +114,8 @@ class PlanSpec:
         for knob, default in (("tp_engine", "megatron"), ("zero1_partition", "even"),
                               ("fsdp_reshard_after_forward", "default"), ("torch_compile", False),
                               ("fsdp_expert_shard", "auto"), ("compile_loss", "auto"),
-                              ("float8", "off"), ("float8_fsdp_all_gather", False)):
+                              ("float8", "off"), ("float8_fsdp_all_gather", False),
+                              ("optimizer_in_backward", False)):
             value = getattr(self.runtime, knob)
             require(value == default, knob, f"the planner sweeps {knob}={default} only, got "
                                             f"{value!r}; check a layout with `memledger ledger`")
