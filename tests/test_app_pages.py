@@ -511,3 +511,18 @@ def test_the_ab_legend_and_download_names_say_hsdp_only_when_it_is_on():
     assert stem(Resolved(hsdp, m, {}), "ledger") == \
         "memledger_ledger_llama3-70b_tp1_pp1_ep1_cp1_dp32_hsdp4_zero3_mb1x4096"
     assert "hsdp" not in stem(Resolved(DEFAULT, m, {}), "ledger")
+
+
+def test_the_optimizer_step_in_backward_travels_in_the_link_and_moves_the_peak(app_test):
+    """One GPU, 8B in bf16: the step in the backward frees the gradients the end-of-step update
+    would hold (ledger.step_in_backward); on the default Megatron layout the link opens
+    repaired to a layout that runs it (one stage, one micro-batch, on-demand gradients)."""
+    one = "model=llama3-8b&world=1&tp=1&pp=1&m=1&loop=pytorch&precision=bf16&recompute=full"
+    plain = ok(app_test(LEDGER, one).run())
+    inb = ok(app_test(LEDGER, one + "&inbwd=1").run())
+    assert inb.query_params["inbwd"] == "1" and inb.error == []
+    total = lambda at: sum(tr["x"][0] for tr in figures(at)[0]["data"])  # noqa: E731 (GiB)
+    assert total(inb) < total(plain) - 20
+    fixed = ok(app_test(LEDGER, "inbwd=1").run())
+    assert fixed.query_params["inbwd"] == "1" and fixed.query_params["pp"] == "1"
+    assert parse_params(fixed.query_params)[1] == []

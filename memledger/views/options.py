@@ -16,9 +16,11 @@ from functools import lru_cache
 from memledger.errors import SpecError
 from memledger.ledger.activations import get_profile
 from memledger.ledger.checks import check_all, check_offload
+from memledger.ledger.step_in_backward import check as check_step_in_backward
 from memledger.presets import GPUS
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
 from memledger.specs.finetune import BASE_WEIGHTS, LORA_DTYPES, MODES
+from memledger.specs.loop import resolve_loop
 from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.state import LAYOUT_WORDS, OFFLOADS, Config, runtime, to_specs
@@ -32,7 +34,10 @@ FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp
              "finetune": "ft", "lora_rank": "lora_r", "lora_targets": "lora_targets",
              "base_weights": "base", "freeze": "freeze", "lora_dropout": "lora_dropout",
              "hidden_dropout_pct": "dropout", "dp_replicate": "dp_replicate",
-             "param_offload": "offload"}
+             "param_offload": "offload",
+             # the optimizer in backward's refusals (ledger.step_in_backward.RULES)
+             "grad_lifetime": "loop", "zero": "zero", "optimizer": "optimizer",
+             "optimizer_offload": "offload", "optimizer_in_backward": "inbwd"}
 # Settings a repair may move, most expendable first (after the one the error names). HSDP's
 # replica count is last: unless the core names it, the other settings are tried first.
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
@@ -130,6 +135,9 @@ def _problem(m: ModelSpec, cfg: Config) -> tuple[str, str] | None:
         check_all(m, par, train)
         if cfg.offload == "params":
             check_offload(par, runtime(cfg))
+        if cfg.inbwd:
+            rt = runtime(cfg)
+            check_step_in_backward(par, train, rt, resolve_loop(rt, train.profile))
         get_profile(train.profile)
     except SpecError as e:
         return e.field, e.message
