@@ -112,7 +112,7 @@ def test_the_harness_refuses_what_torchtitan_0_2_refuses():
 
 def test_stored_torchtitan_steps_with_the_optimizer_in_backward_are_re_predicted():
     """Seven layouts (one GPU to FSDP 8, TP 2, a tied head): every row within its bar; where the
-    rule moves the peak (one or two ranks at 2-4k tokens: +18 … +27 % without it) the plain
+    rule moves the peak (one or two ranks at 2-4k tokens: +21.6 … +27.5 % without it) the plain
     walk would miss the 5 % bar."""
     from memledger.engine.titan_compare import predict
     assert len(STORED) >= 7

@@ -51,8 +51,13 @@ def test_a_tied_unit_stays_to_the_embeddings_backward():
     r = _rank0("llama3.2-1b", ParallelSpec(dp=4, zero=3), seq=8192, micro_batch=4,
                recompute="full")
     evs = r.timeline
-    comm = {e.communication for e in evs if e.phase in ("loss-backward", "backward")}
+    comm = {e.communication for e in evs
+            if e.phase == "loss-backward" or (e.phase == "backward" and e.layer >= 0)}
     assert len(comm) == 1  # nothing released between the loss and the last layer
+    end = [e for e in evs if e.phase == "backward" and e.layer < 0 and e.gradients]
+    # at the end the tied unit is resharded and reduce-scattered: its bf16 gradient and fp32
+    # input in place of the layer units' buffers and its own unsharded copy
+    assert end and end[-1].communication != comm.pop()
 
 
 @pytest.mark.parametrize("precision, held", [("fsdp2-mixed", 872_448_000),
@@ -100,3 +105,35 @@ def test_tp_sequence_parallel_layers_add_three_token_by_hidden_tensors_to_the_ba
     ("llama3.1-405b fsdp8 tp8 pp8 1f1b full-ac", 0.015)])
 def test_the_cases_these_rules_came_from_are_re_predicted_close(name, bar):
     assert abs(_peak_error(name)) <= bar, _peak_error(name)
+
+
+ROOT_RS_CASES = ("custom model=llama3:8B world=8 ac=full seq=512 loss=materialized",
+                 "custom model=llama3:8B world=8 ac=full seq=1024 lb=1",
+                 "custom model=qwen3:14B world=16 tp=2 ac=full seq=1024",
+                 "custom model=llama3:8B world=16 replicate=2 ac=full seq=512")
+
+
+@pytest.mark.parametrize("name", ROOT_RS_CASES)
+def test_short_sequences_peak_at_the_embedding_units_reduce_scatter(name):
+    """torch reshards a unit and reclaims the previous reduce-scatter input before its own
+    `foreach_reduce` (_fsdp_param_group.py post_backward): at the embedding unit's, the step's
+    last, every sharded gradient is alive beside that unit's bf16 gradient and fp32 input
+    (8B: 1.05 + 2.1 GB), no layer unit. The walk's event there is the peak, within 0.01 %;
+    sized as a layer unit, as before, it read 4-6 % low."""
+    from memledger.ledger import titan_lifetimes as tl
+    err = _peak_error(name)
+    assert abs(err) < 1e-4, err
+    e = STORED[name]
+    pe = _ledger(e).ranks[0].peak_event
+    assert (pe.phase, pe.layer) == ("backward", -1)  # the stage's end
+    orig = tl.root_rs_deltas
+    try:
+        tl.root_rs_deltas = lambda *a: (0, 0)
+        assert _peak_error(name) < -0.04
+    finally:
+        tl.root_rs_deltas = orig
+
+
+def _ledger(e):
+    from memledger.engine.titan_compare import predict
+    return predict(case_from_dict(e["spec"]))

@@ -21,7 +21,7 @@ from memledger.ledger.allocator import MOE_A2A_ITEMS
 from memledger.ledger.chunked_loss import chunked_loss_transient
 from memledger.ledger.checks import check_all, check_runtime
 from memledger.ledger.step_in_backward import check as check_step_in_backward
-from memledger.ledger.communication import comm_items
+from memledger.ledger.communication import comm_items, root_unit_params
 from memledger.ledger.fsdp2 import (expert_sharding, logits_gathered, padding_warnings,
                                     torchtitan_runs)
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
@@ -132,7 +132,9 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     return RankParts(place=place, items=tuple(items), transients=tuple(transients),
                      step=step, moves=tuple(moves), host=host,
                      ctx=(m, p, t, loop), acts=acts, fsdp_units=unit_buffers(comm),
-                     static_rows=(len(static), static_rows))
+                     static_rows=(len(static), static_rows),
+                     root_params=tuple((" ".join(s), root_unit_params(held, p, s)) for s in
+                                       (("embedding",), ("head",), ("embedding", "head"))))
 
 
 @lru_cache(maxsize=4096)

@@ -196,7 +196,8 @@ def events(rank) -> int:
         return 0
     # + the layer forward's working-set event; + the post-backward step (step_in_backward)
     per_layer = 2 + bool(sh.t_fwd_layer) + sh.step_in_backward
-    return sh.micro_batches * sum(per_layer * len(s.layers) + 2 for s in sh.stages) + 2
+    # + the root units' reduce-scatter events (timeline: head_rs_delta, end_rs_delta)
+    return sh.micro_batches * sum(per_layer * len(s.layers) + 4 for s in sh.stages) + 2
 
 
 def reserved_peak(ledger, rank: int | None = None, spec: AllocatorSpec = AllocatorSpec()) -> int:

@@ -98,6 +98,9 @@ class RankParts:
     # items[:n] are the static part, summed once per composition (build.static_part); later
     # rewrites (pipeline.remote) change activation items only
     static_rows: tuple[int, dict] | None = None
+    # (section, its parameters on this rank, unsharded) for "embedding", "head" and both (a tied
+    # unit): FSDP2 root-unit sizes (communication.root_unit_params; ledger.titan_lifetimes)
+    root_params: tuple[tuple[str, int], ...] = ()
 
     @cached_property
     def rows(self) -> dict[str, int]:

@@ -93,8 +93,8 @@ def stepped_backward(out: list, sh, st, k: int, acts: int, comm: int, head: int,
         out.append(Event("loss-backward", s, k, -1, 0, acts, comm + head, sh.t_loss))
     acts -= st.last_acts
     if sh.other_grads + st.loss_grads:  # the head's (and no layer's) gradients, stepped
-        out.append(Event("backward", s, k, -1, sh.other_grads + st.loss_grads, acts, comm,
-                         sh.step))
+        out.append(Event("backward", s, k, -1, sh.other_grads + st.loss_grads, acts,
+                         comm + sh.head_rs_delta, sh.step))
     for i, a, g in reversed(st.layers):
         out.append(Event("backward", s, k, i, 0, acts, comm, sh.t_layer))
         acts -= a
@@ -102,6 +102,7 @@ def stepped_backward(out: list, sh, st, k: int, acts: int, comm: int, head: int,
             out.append(Event("backward", s, k, i, g, acts, comm, sh.step))
     acts -= st.first_acts
     if st.end_grads:
-        out.append(Event("backward", s, k, -1, st.end_grads, acts, comm, sh.step))
+        out.append(Event("backward", s, k, -1, st.end_grads, acts, comm + sh.end_rs_delta,
+                         sh.step))
     out.append(Event("backward", s, k, -1, 0, acts, comm, 0))
     return acts

@@ -140,12 +140,16 @@ def events(sh: RankShape) -> list[Event]:
             out.append(Event("loss-backward", s, k, -1, grads, acts, comm + head, sh.t_loss))
         grads += st.loss_grads if first_time else 0  # the head's gradient follows the loss's
         acts -= st.last_acts
+        if sh.head_rs_delta and st.loss_grads:  # the head unit's reduce-scatter
+            out.append(Event("backward", s, k, -1, grads, acts, comm + sh.head_rs_delta, 0))
         for i, a, g in reversed(st.layers):
             grads += g if first_time else 0
             out.append(Event("backward", s, k, i, grads, acts, comm, sh.t_layer))
             acts -= a
         grads += st.end_grads if first_time else 0
         acts -= st.first_acts
+        if sh.end_rs_delta and st.end_grads:  # the embedding unit's reduce-scatter
+            out.append(Event("backward", s, k, -1, grads, acts, comm + sh.end_rs_delta, 0))
         if not out or out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
         if k == sh.micro_batches - 1 and (st.release_grads or st.release_comm):
@@ -220,6 +224,8 @@ def walked_peak(sh: RankShape) -> PeakEvent:
             see(grads + acts + comm + head + sh.t_loss, ("loss-backward", s, k, -1))
         grads += st.loss_grads if first_time else 0
         acts -= st.last_acts
+        if sh.head_rs_delta and st.loss_grads:
+            see(grads + acts + comm + sh.head_rs_delta, ("backward", s, k, -1))
         if first_time:
             for i, a, g in reversed(st.layers):
                 grads += g
@@ -231,6 +237,8 @@ def walked_peak(sh: RankShape) -> PeakEvent:
             acts -= sum(a for _, a, _ in st.layers)
         grads += st.end_grads if first_time else 0
         acts -= st.first_acts
+        if sh.end_rs_delta and st.end_grads:
+            see(grads + acts + comm + sh.end_rs_delta, ("backward", s, k, -1))
         if not st.layers and not loss:
             see(grads + acts + comm, ("backward", s, k, -1))
         if k == sh.micro_batches - 1:  # FSDP2 under PP: the stage's last backward (fsdp2)

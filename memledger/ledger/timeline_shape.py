@@ -69,6 +69,11 @@ class RankShape:
     t_fwd_last_blocks: tuple[int, ...] = ()  # t_fwd_last as its separate tensors
     # torchtitan: the head unit's bytes, out of `comm` except at the loss (ledger.titan_lifetimes)
     loss_release_comm: int = 0
+    # torchtitan's own units reduce-scattered (ledger.titan_lifetimes): the change to `comm` at
+    # the head unit's post-backward (materialised loss) and at the embedding unit's, the stage's
+    # end: + that unit's gradient and reduce-scatter input, − the layer-unit buffers not alive
+    head_rs_delta: int = 0
+    end_rs_delta: int = 0
     # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
     # under full AC), its peak and its allocations / frees in op order (reserved replay)
     t_fwd_layer: int = 0
