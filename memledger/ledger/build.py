@@ -23,7 +23,7 @@ from memledger.ledger.checks import check_all, check_runtime
 from memledger.ledger.step_in_backward import check as check_step_in_backward
 from memledger.ledger.communication import comm_items, root_unit_params
 from memledger.ledger.fsdp2 import (expert_sharding, logits_gathered, padding_warnings,
-                                    torchtitan_runs)
+                                    tied_tp_warnings, torchtitan_runs)
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
 from memledger.ledger.items import ROWS, RankLedger, sum_rows
 from memledger.ledger.torchtitan_eras import era, float8_warnings, loss_form
@@ -190,5 +190,6 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
                   ranks=ranks, n_params=n_params(model) + n_mtp_params(built),
                   n_active_params=n_active_params(model), loop=loop,
                   warnings=padding_warnings(built, parallel, train, rt, loop)
+                  + tied_tp_warnings(built, parallel, train, loop)
                   + float8_warnings(train, rt) + profile_warnings(rt, train.profile)
                   + layout_warnings(parallel, train, rt, moe=model.moe is not None))

@@ -92,6 +92,7 @@ def stepped_backward(out: list, sh, st, k: int, acts: int, comm: int, head: int,
     if st.last_acts or st.loss_grads or (s == last and sh.t_fwd_last):
         out.append(Event("loss-backward", s, k, -1, 0, acts, comm + head, sh.t_loss))
     acts -= st.last_acts
+    comm += sh.tied_head_grad  # titan_lifetimes: held to the embedding's backward
     if sh.other_grads + st.loss_grads:  # the head's (and no layer's) gradients, stepped
         out.append(Event("backward", s, k, -1, sh.other_grads + st.loss_grads, acts,
                          comm + sh.head_rs_delta, sh.step))
@@ -101,6 +102,9 @@ def stepped_backward(out: list, sh, st, k: int, acts: int, comm: int, head: int,
         if g:  # the layer's post-backward: its gradients, then its parameters' steps
             out.append(Event("backward", s, k, i, g, acts, comm, sh.step))
     acts -= st.first_acts
+    if sh.tied_head_grad:  # summed with the embedding's gradient
+        out.append(Event("backward", s, k, -1, 0, acts, comm + sh.end_acc_delta, 0))
+        comm -= sh.tied_head_grad
     if st.end_grads:
         out.append(Event("backward", s, k, -1, st.end_grads, acts, comm + sh.end_rs_delta,
                          sh.step))

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from memledger.ledger.items import Item
 from memledger.ledger.step_in_backward import stepped_backward
+from memledger.ledger.titan_lifetimes import stage_end
 from memledger.ledger.timeline_shape import RankShape
 
 
@@ -142,14 +143,14 @@ def events(sh: RankShape) -> list[Event]:
         acts -= st.last_acts
         if sh.head_rs_delta and st.loss_grads:  # the head unit's reduce-scatter
             out.append(Event("backward", s, k, -1, grads, acts, comm + sh.head_rs_delta, 0))
+        comm += sh.tied_head_grad  # held to the embedding's backward (titan_lifetimes)
         for i, a, g in reversed(st.layers):
             grads += g if first_time else 0
             out.append(Event("backward", s, k, i, grads, acts, comm, sh.t_layer))
             acts -= a
-        grads += st.end_grads if first_time else 0
         acts -= st.first_acts
-        if sh.end_rs_delta and st.end_grads:  # the embedding unit's reduce-scatter
-            out.append(Event("backward", s, k, -1, grads, acts, comm + sh.end_rs_delta, 0))
+        ends, grads, comm = stage_end(sh, st, first_time, grads, comm)
+        out += [Event("backward", s, k, -1, g, acts, c, 0) for g, c in ends]
         if not out or out[-1].phase not in ("backward", "loss-backward") or out[-1].stage != s:
             out.append(Event("backward", s, k, -1, grads, acts, comm, 0))
         if k == sh.micro_batches - 1 and (st.release_grads or st.release_comm):
@@ -226,6 +227,7 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         acts -= st.last_acts
         if sh.head_rs_delta and st.loss_grads:
             see(grads + acts + comm + sh.head_rs_delta, ("backward", s, k, -1))
+        comm += sh.tied_head_grad
         if first_time:
             for i, a, g in reversed(st.layers):
                 grads += g
@@ -235,10 +237,10 @@ def walked_peak(sh: RankShape) -> PeakEvent:
             if st.layers:
                 see(grads + acts + comm + sh.t_layer, ("backward", s, k, st.layers[-1][0]))
             acts -= sum(a for _, a, _ in st.layers)
-        grads += st.end_grads if first_time else 0
         acts -= st.first_acts
-        if sh.end_rs_delta and st.end_grads:
-            see(grads + acts + comm + sh.end_rs_delta, ("backward", s, k, -1))
+        ends, grads, comm = stage_end(sh, st, first_time, grads, comm)
+        for g, c in ends:
+            see(g + acts + c, ("backward", s, k, -1))
         if not st.layers and not loss:
             see(grads + acts + comm, ("backward", s, k, -1))
         if k == sh.micro_batches - 1:  # FSDP2 under PP: the stage's last backward (fsdp2)

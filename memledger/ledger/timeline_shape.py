@@ -69,11 +69,13 @@ class RankShape:
     t_fwd_last_blocks: tuple[int, ...] = ()  # t_fwd_last as its separate tensors
     # torchtitan: the head unit's bytes, out of `comm` except at the loss (ledger.titan_lifetimes)
     loss_release_comm: int = 0
-    # torchtitan's own units reduce-scattered (ledger.titan_lifetimes): the change to `comm` at
-    # the head unit's post-backward (materialised loss) and at the embedding unit's, the stage's
-    # end: + that unit's gradient and reduce-scatter input, − the layer-unit buffers not alive
+    # torchtitan's root units (ledger.titan_lifetimes): `comm`'s change at the head unit's and the
+    # embedding unit's reduce-scatter; a tied head's gradient held from the loss to the
+    # embedding's backward, and `comm`'s change where the two are summed
     head_rs_delta: int = 0
     end_rs_delta: int = 0
+    tied_head_grad: int = 0
+    end_acc_delta: int = 0
     # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
     # under full AC), its peak and its allocations / frees in op order (reserved replay)
     t_fwd_layer: int = 0
