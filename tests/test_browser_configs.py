@@ -33,3 +33,40 @@ def test_pasted_launch_script_moves_the_sidebar_and_the_link(served_app):
     code.first.wait_for(timeout=20_000)
     assert "--use-distributed-optimizer" in code.first.inner_text()
     page.close()
+
+
+CHART_TOTAL = """() => {
+  const gd = document.querySelector('.js-plotly-plot');
+  return gd && gd.data ? gd.data.reduce((s, t) => s + (t.x && t.x.length ? +t.x[0] : 0), 0)
+                       : null;
+}"""
+
+
+def test_the_optimizer_step_in_backward_is_picked_in_the_sidebar(served_app):
+    """One GPU, 8B in bf16, full AC: turning "Optimizer step in backward" on in the sidebar's
+    More section puts it in the link and takes the gradients the end-of-step update would hold
+    off the bar (ledger.step_in_backward: 79.1 → 51.9 GiB at this layout)."""
+    base, browser = served_app
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/ledger?model=llama3-8b&world=1&tp=1&pp=1&m=1&loop=pytorch"
+              "&precision=bf16&recompute=full")
+    wait_idle(page)
+    page.wait_for_function(f"() => ({CHART_TOTAL})() !== null", timeout=30_000)
+    before = page.evaluate(CHART_TOTAL)
+    page.get_by_text("More:").first.click()
+    box = page.get_by_role("combobox", name="Optimizer step in backward", exact=True)
+    box.wait_for(timeout=20_000)
+    wait_idle(page)
+    on = page.get_by_role("option", name="on", exact=True)
+    for _ in range(3):  # a click on a just-built select may only focus it
+        box.click()
+        try:
+            on.wait_for(timeout=3_000)
+            break
+        except Exception:
+            page.keyboard.press("Escape")
+    on.click()
+    page.wait_for_url("**inbwd=1**", timeout=30_000)
+    wait_idle(page)
+    page.wait_for_function(f"() => ({CHART_TOTAL})() < {before - 20}", timeout=30_000)
+    page.close()
