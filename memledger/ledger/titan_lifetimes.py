@@ -99,8 +99,8 @@ def tied_head_grad(parts, m, p, t, rt, loop) -> tuple[int, int]:
     when the embedding's gradient and their sum join it (the layer units resharded, the last
     layer's fp32 reduce-scatter input still in flight). (held, change)."""
     if p.pp > 1 or rt.zero3_impl != "fsdp" or p.zero != 3 or loop.loss != "materialized" \
-            or torchtitan_units(p, t, rt, loop, m.tied_embeddings) == ("head",):
-        return 0, 0
+            or not m.tied_embeddings or torchtitan_units(p, t, rt, loop, True) == ("head",):
+        return 0, 0  # (2024-12's untied root unit holds two gradients, not a sum: not here)
     w = t.recipe.param_fmt or t.recipe.weight_fmt
     g = format_bytes(w, dict(parts.root_params).get("embedding", 0))
     rs_item = _bytes(parts.items, RS_ITEM)
