@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memledger import build_ledger, model
-from memledger.engine.titan_compare import case_from_dict, compare
+from memledger.engine.titan_compare import case_from_dict, compare, predict
 from memledger.ledger.communication import ROOT_UNIT_ITEM as ROOT
 from memledger.ledger.fsdp2 import PP_GRADS_ITEM
 from memledger.specs import ParallelSpec, TrainSpec
@@ -114,46 +114,35 @@ ROOT_RS_CASES = ("custom model=llama3:8B world=8 ac=full seq=512 loss=materializ
 
 
 @pytest.mark.parametrize("name", ROOT_RS_CASES)
-def test_short_sequences_peak_at_the_embedding_units_reduce_scatter(name):
+def test_short_sequences_peak_at_the_embedding_units_reduce_scatter(name, monkeypatch):
     """torch reshards a unit and reclaims the previous reduce-scatter input before its own
     `foreach_reduce` (_fsdp_param_group.py post_backward): at the embedding unit's, the step's
     last, every sharded gradient is alive beside that unit's bf16 gradient and fp32 input
     (8B: 1.05 + 2.1 GB), no layer unit. The walk's event there is the peak, within 0.01 %;
     sized as a layer unit, as before, it read 4-6 % low."""
-    from memledger.ledger import titan_lifetimes as tl
     err = _peak_error(name)
     assert abs(err) < 1e-4, err
-    e = STORED[name]
-    pe = _ledger(e).ranks[0].peak_event
+    pe = predict(case_from_dict(STORED[name]["spec"])).ranks[0].peak_event
     assert (pe.phase, pe.layer) == ("backward", -1)  # the stage's end
-    orig = tl.root_rs_deltas
-    try:
-        tl.root_rs_deltas = lambda *a: (0, 0)
-        assert _peak_error(name) < -0.04
-    finally:
-        tl.root_rs_deltas = orig
+    assert _error_without(monkeypatch, "root_rs_deltas", name) < -0.04
 
 
-def _ledger(e):
-    from memledger.engine.titan_compare import predict
-    return predict(case_from_dict(e["spec"]))
+def _error_without(monkeypatch, rule: str, name: str) -> float:
+    """The case's peak error with one of titan_lifetimes' rules off."""
+    from memledger.ledger import titan_lifetimes
+    monkeypatch.setattr(titan_lifetimes, rule, lambda *a: (0, 0))
+    return _peak_error(name)
 
 
 @pytest.mark.parametrize("name", ["custom model=qwen3:4B world=8 ac=full seq=512 loss=materialized",
                                   "custom model=llama3:3B world=8 ac=full seq=512 loss=materialized"])
-def test_a_tied_heads_gradient_waits_for_the_embeddings_and_is_summed_there(name):
+def test_a_tied_heads_gradient_waits_for_the_embeddings_and_is_summed_there(name, monkeypatch):
     """Tied weights under the materialised loss: the output projection's weight gradient waits
     in autograd's input buffer from the loss backward to the embedding's, summed out of place
     there (three copies, the unit unsharded, the last layer's fp32 input in flight): the step's
     peak, within 0.01 %; without the rule −8.7 / −10.2 %."""
-    from memledger.ledger import titan_lifetimes as tl
     assert abs(_peak_error(name)) < 1e-4
-    orig = tl.tied_head_grad
-    try:
-        tl.tied_head_grad = lambda *a: (0, 0)
-        assert _peak_error(name) < -0.08
-    finally:
-        tl.tied_head_grad = orig
+    assert _error_without(monkeypatch, "tied_head_grad", name) < -0.08
 
 
 def test_tied_weights_under_tp_are_named_where_torchtitan_unties_them():
