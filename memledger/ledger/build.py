@@ -134,7 +134,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
                      ctx=(m, p, t, loop), acts=acts, fsdp_units=unit_buffers(comm),
                      static_rows=(len(static), static_rows),
                      root_params=tuple((" ".join(s), root_unit_params(held, p, s)) for s in
-                                       (("embedding",), ("head",), ("embedding", "head"))))
+                                       (("embedding",), ("head",), ("embedding", "head")))
+                     if acts.torchtitan else ())
 
 
 @lru_cache(maxsize=4096)

@@ -116,12 +116,10 @@ def zero3_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> list[Item]:
                      f"{rt.reduce_bucket_params} × {DS_BUCKET_FMT}", SRC_DS)]
     units = 1 + rt.zero3_prefetch_layers
     w = t.recipe.param_fmt or w  # FSDP2 MixedPrecisionPolicy.param_dtype: the all-gather output
-    rs = format_bytes(g, largest_layer_params)
+    rs = unit_rs_bytes(largest_layer_params, t)
     gw = gather_fmt(t, rt)
     rs_note = f"one unit's unsharded gradient: {largest_layer_params} params × {g}"
-    if t.recipe.reduce_fmt:  # the bf16 unsharded gradient, copied into an fp32 reduce-scatter input
-        rs = format_bytes(w, largest_layer_params) + format_bytes(t.recipe.reduce_fmt,
-                                                                  largest_layer_params)
+    if t.recipe.reduce_fmt:
         rs_note = (f"one unit's unsharded gradient: {largest_layer_params} params × ({w} "
                    f"gradient + {t.recipe.reduce_fmt} reduce-scatter input)")
     return [Item("communication", "zero-3 gather + prefetch",
@@ -133,6 +131,15 @@ def zero3_items(largest_layer_params: int, p, t, rt: RuntimeSpec) -> list[Item]:
             Item("communication", "zero-3 reduce-scatter input", rs, rs_note,
                  "PyTorch FSDP (reduce-scatter of the unit's flat gradient; FSDP2 foreach_reduce "
                  "in reduce_dtype)")]
+
+
+def unit_rs_bytes(params: int, t) -> int:
+    """An FSDP unit's reduce-scatter buffers: its unsharded gradient, and with a reduce dtype the
+    param-dtype gradient copied into a reduce-dtype input (FSDP2 `foreach_reduce`)."""
+    if not t.recipe.reduce_fmt:
+        return format_bytes(t.recipe.grad_fmt, params)
+    w = t.recipe.param_fmt or t.recipe.weight_fmt
+    return format_bytes(w, params) + format_bytes(t.recipe.reduce_fmt, params)
 
 
 def gather_fmt(t, rt: RuntimeSpec) -> str:

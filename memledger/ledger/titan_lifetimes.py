@@ -51,8 +51,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from memledger.ledger.allocator import FSDP_UNIT_ITEMS
-from memledger.ledger.communication import ROOT_UNIT_ITEM
-from memledger.ledger.fsdp2 import torchtitan_units
+from memledger.ledger.communication import ROOT_UNIT_ITEM, unit_rs_bytes
+from memledger.ledger.fsdp2 import fsdp2, torchtitan_units
 from memledger.units import format_bytes
 
 GATHER_ITEM, RS_ITEM = FSDP_UNIT_ITEMS  # "zero-3 gather + prefetch", "... reduce-scatter input"
@@ -85,8 +85,9 @@ def titan_lifetimes(shape, parts, m, p, t, rt, loop):
         p.pp == 1 and torchtitan_units(p, t, rt, loop, m.tied_embeddings) == ("head",)) else 0
     pp = p.pp > 1 and t.micro_batches > 1
     rs = pp_input_bytes(_bytes(parts.items, RS_ITEM), t) if pp else 0
-    head_rs, end_rs = root_rs_deltas(parts, m, p, t, rt, loop)
-    tied, acc = tied_head_grad(parts, m, p, t, rt, loop)
+    root = p.pp == 1 and fsdp2(p, rt)  # the root units' rules: one stage, FSDP2
+    head_rs, end_rs = root_rs_deltas(parts, m, p, t, rt, loop) if root else (0, 0)
+    tied, acc = tied_head_grad(parts, m, p, t, rt, loop) if root else (0, 0)
     if not head and not rs and not head_rs and not end_rs and not tied:
         return shape
     return replace(shape, comm=shape.comm - rs, loss_release_comm=head, head_rs_delta=head_rs,
@@ -94,12 +95,12 @@ def titan_lifetimes(shape, parts, m, p, t, rt, loop):
 
 
 def tied_head_grad(parts, m, p, t, rt, loop) -> tuple[int, int]:
-    """A tied unit under the materialised loss, without PP (module docstring): the head's
-    unsharded gradient held to the embedding's backward, and the communication column's change
-    when the embedding's gradient and their sum join it (the layer units resharded, the last
-    layer's fp32 reduce-scatter input still in flight). (held, change)."""
-    if p.pp > 1 or rt.zero3_impl != "fsdp" or p.zero != 3 or loop.loss != "materialized" \
-            or not m.tied_embeddings or torchtitan_units(p, t, rt, loop, True) == ("head",):
+    """A tied unit under the materialised loss (module docstring): the head's unsharded gradient
+    held to the embedding's backward, and the communication column's change when the
+    embedding's gradient and their sum join it (the layer units resharded, the last layer's fp32
+    reduce-scatter input still in flight). (held, change)."""
+    if loop.loss != "materialized" or not m.tied_embeddings \
+            or torchtitan_units(p, t, rt, loop, True) == ("head",):
         return 0, 0  # (2024-12's untied root unit holds two gradients, not a sum: not here)
     w = t.recipe.param_fmt or t.recipe.weight_fmt
     g = format_bytes(w, dict(parts.root_params).get("embedding", 0))
@@ -110,13 +111,10 @@ def tied_head_grad(parts, m, p, t, rt, loop) -> tuple[int, int]:
 
 def root_rs_deltas(parts, m, p, t, rt, loop) -> tuple[int, int]:
     """The communication column's change at the head unit's and the embedding unit's
-    reduce-scatter (module docstring), without PP: (head, end)."""
-    if p.pp > 1 or rt.zero3_impl != "fsdp" or p.zero != 3:
-        return 0, 0
+    reduce-scatter (module docstring): (head, end)."""
     units = torchtitan_units(p, t, rt, loop, m.tied_embeddings)
     sizes = dict(parts.root_params)
-    w, red = t.recipe.param_fmt or t.recipe.weight_fmt, t.recipe.reduce_fmt
-    rs = lambda n: format_bytes(w, n) + (format_bytes(red, n) if red else 0)  # noqa: E731
+    rs = lambda n: unit_rs_bytes(n, t)  # noqa: E731
     gather, rs_item = _bytes(parts.items, GATHER_ITEM), _bytes(parts.items, RS_ITEM)
     one_unit = gather // (1 + rt.zero3_prefetch_layers)
     untied = units == ("head",)

@@ -313,11 +313,12 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
     if box is not None:
         with box:
             for k in keys:
-                fmt = ((lambda v: "on" if v else "off") if k in ("compile", "loss_parallel", "inbwd")
+                fmt = ((lambda v: "on" if v else "off") if k in BOOL_MORE
                        else OFFLOAD_LABELS.get if k == "offload" else str)
                 _choice(k, MORE_LABELS[k], res, fmt)
 
 
+BOOL_MORE = ("compile", "loss_parallel", "inbwd")  # shown as on / off
 MORE_KEYS = ("loop", "profile", "attention", "recompute_every", "budget", "reshard", "compile",
              "loss_parallel", "dropout", "offload", "inbwd")
 MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",

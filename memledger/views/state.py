@@ -323,7 +323,8 @@ def runtime(cfg: Config, **kw) -> RuntimeSpec:
     tp_engine = rules.get("tp_engine", ("megatron",))[0]
     return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
                        torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel,
-                       optimizer_in_backward=cfg.inbwd, **offload_flags(cfg.offload), **{"tp_engine": tp_engine, **kw})
+                       optimizer_in_backward=cfg.inbwd, **offload_flags(cfg.offload),
+                       **{"tp_engine": tp_engine, **kw})
 
 
 def _layout(cfg: Config, m: ModelSpec, probe: ParallelSpec) -> tuple[int, ...] | None:
