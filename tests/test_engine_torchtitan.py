@@ -109,14 +109,7 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
 
 # Misses, with their cause (docs/torchtitan.md, Limits): one today. A row added here is a
 # strict xfail, so a fix turns it into a failure to be removed from this table.
-KNOWN_MISSES: dict[tuple[str, str], str] = {
-    ("custom model=llama3:3B world=8 tp=2 ac=full seq=512 loss=materialized", "peak_allocated"): (
-        "torchtitan's TP parallelize breaks the weight tie before fully_shard, so FSDP2 shards "
-        "tok_embeddings' and lm_head's weights as two parameters of the tied unit (init_states "
-        "re-ties the modules after): at the unit's reduce-scatter two bf16 gradients and an fp32 "
-        "input of twice the weight; the ledger counts one copy (-6.82 %), and warns "
-        "(fsdp2.tied_tp_warnings)"),
-}
+KNOWN_MISSES: dict[tuple[str, str], str] = {}  # (case, row) -> the named cause: none today
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))

@@ -145,10 +145,39 @@ def test_a_tied_heads_gradient_waits_for_the_embeddings_and_is_summed_there(name
     assert _error_without(monkeypatch, "tied_head_grad", name) < -0.08
 
 
-def test_tied_weights_under_tp_are_named_where_torchtitan_unties_them():
-    r = build_ledger(model("llama3.2-1b"), ParallelSpec(dp=4, tp=2, sp=True, zero=3),
-                     _train(seq=512, recompute="full"), TITAN)
-    assert any("breaks the weight tie" in w for w in r.warnings)
+TIED_TP = ["custom model=llama3:3B world=8 tp=2 ac=full seq=512 loss=materialized",
+           "custom model=qwen3:1.7B world=8 tp=2 ac=op seq=1024 loss=materialized",
+           "custom model=llama3:3B world=16 tp=2 replicate=2 ac=full seq=512 loss=materialized"]
+
+
+@pytest.mark.parametrize("name", TIED_TP)
+def test_torchtitan_under_tp_gathers_a_tied_weight_twice(name, monkeypatch):
+    """torchtitan's TP parallelize unties tok_embeddings and lm_head before fully_shard, and
+    init_states re-ties them after: one sharded copy, two gathered ones, two bf16 gradients and
+    both in the unit's fp32 reduce-scatter input. Within 0.01 % of torchtitan's own step; counted
+    once (the rule off) at least 4 % low."""
+    from memledger.ledger.build import composed_comm
+    assert abs(_peak_error(name)) < 1e-4
+    for mod in ("memledger.ledger.communication", "memledger.ledger.build",
+                "memledger.ledger.titan_lifetimes"):
+        monkeypatch.setattr(f"{mod}.tied_weight_copies", lambda *a: 1)
+    composed_comm.cache_clear()  # the communication row is cached by composition
+    try:
+        assert _peak_error(name) < -0.04
+    finally:
+        composed_comm.cache_clear()
+
+
+def test_the_tied_unit_under_tp_holds_two_gathered_copies():
+    tied = build_ledger(model("llama3.2-1b"), ParallelSpec(dp=4, tp=2, sp=True, zero=3),
+                        _train(seq=512, recompute="full"), TITAN)
+    plain = build_ledger(model("llama3.2-1b"), ParallelSpec(dp=8, zero=3),
+                         _train(seq=512, recompute="full"), TITAN)
+    root = lambda r: next(i.bytes for i in r.ranks[0].items if i.name == ROOT)  # noqa
+    emb = 128_256 * 2_048 * 2  # bf16, vocab × hidden
+    assert root(plain) == emb + 2_048 * 2  # the weight once, and the final norm
+    assert root(tied) == 2 * (emb // 2) + 2_048 * 2  # twice the TP half
+    assert any("breaks the weight tie" in w for w in tied.warnings)
     untied = build_ledger(model("llama3-8b"), ParallelSpec(dp=4, tp=2, sp=True, zero=3),
                           _train(seq=512, recompute="full"), TITAN)
     assert not any("weight tie" in w for w in untied.warnings)

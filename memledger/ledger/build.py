@@ -21,9 +21,10 @@ from memledger.ledger.allocator import MOE_A2A_ITEMS
 from memledger.ledger.chunked_loss import chunked_loss_transient
 from memledger.ledger.checks import check_all, check_runtime
 from memledger.ledger.step_in_backward import check as check_step_in_backward
-from memledger.ledger.communication import comm_items, root_unit_params
+from memledger.ledger.communication import comm_items
 from memledger.ledger.fsdp2 import (expert_sharding, logits_gathered, padding_warnings,
-                                    tied_tp_warnings, torchtitan_runs)
+                                    root_unit_params, tied_tp_warnings, tied_weight_copies,
+                                    torchtitan_runs)
 from memledger.ledger.torch_pipelining import pipelining_items, stage_rope_items
 from memledger.ledger.items import ROWS, RankLedger, sum_rows
 from memledger.ledger.torchtitan_eras import era, float8_warnings, loss_form
@@ -118,6 +119,7 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
                             fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop),
                             torchtitan=torchtitan_runs(t, loop))
     moves = activation_moves(acts)
+    copies = tied_weight_copies(m, p, t, loop)
     items += activation_items(acts, moves)
     items += stage_rope_items(m, p, t, rt, place, acts.outer["first stage"])
     pp_buffers = pipelining_items(m, p, t, rt, place)  # None: Megatron's, per composition
@@ -133,7 +135,7 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
                      step=step, moves=tuple(moves), host=host,
                      ctx=(m, p, t, loop), acts=acts, fsdp_units=unit_buffers(comm),
                      static_rows=(len(static), static_rows),
-                     root_params=tuple((" ".join(s), root_unit_params(held, p, s)) for s in
+                     root_params=tuple((" ".join(s), root_unit_params(held, p, s, copies)) for s in
                                        (("embedding",), ("head",), ("embedding", "head")))
                      if acts.torchtitan else ())
 

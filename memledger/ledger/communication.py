@@ -27,12 +27,11 @@ Ignores: NVLS/SHARP buffers and NCCL's proxy/host-side buffers (platform depende
 from __future__ import annotations
 
 from memledger.ledger.fsdp2 import (PP_GRADS_ITEM, RULES, UNITS_KEPT, expert_sharding, fsdp2, last_block_kept, layer_unit_params,
-                                    pp_unsharded_grads, reshard_after_forward, torchtitan_units,
-                                    unit_params)
+                                    pp_unsharded_grads, reshard_after_forward, root_unit_params,
+                                    tied_weight_copies, torchtitan_units, unit_params)
 from memledger.ledger.items import Item
 from memledger.ledger.torchtitan_eras import float8_gather_params
 from memledger.ledger.static.rows import Held
-from memledger.ledger.static.sharding import shard_divisor
 from memledger.specs.model import ModelSpec
 from memledger.specs.parallel import ParallelSpec
 from memledger.specs.runtime import RuntimeSpec
@@ -222,7 +221,8 @@ def comm_items(m, p, t, rt, held: list[Held], pp: list[Item] | None = None,
     if p.zero == 3:
         per_layer = layer_unit_params(held, p, expert_sharding(p, t, rt, loop))
         z3 = zero3_items(max(per_layer.values(), default=0), p, t, rt)
-        root = root_unit_params(held, p, torchtitan_units(p, t, rt, loop, m.tied_embeddings))
+        root = root_unit_params(held, p, torchtitan_units(p, t, rt, loop, m.tied_embeddings),
+                                tied_weight_copies(m, p, t, loop))
         items += z3 + (fsdp_root_items(root, t, rt) if root else [])
         items += param_offload_items(max(per_layer.values(), default=0), p, t, rt)
         if fsdp2(p, rt):
@@ -289,10 +289,3 @@ def last_block_items(largest_layer_params: int, p, t, rt, loop) -> list[Item]:
                  format_bytes(w, largest_layer_params),
                  f"one layer unit: {largest_layer_params} params × {w}, reshard_after_forward="
                  "False for the last block", RULES["2024-12 units"][1])]
-
-
-def root_unit_params(held: list[Held], p, sections=("embedding", "head")) -> int:
-    """Parameters of the FSDP root unit on this rank: embedding, final norm and head (torchtitan:
-    the sections it keeps unsharded, ledger.fsdp2.torchtitan_units)."""
-    return sum(ceil_div(h.group.count, shard_divisor(h.group, p)) * h.instances
-               for h in held if h.section in sections)

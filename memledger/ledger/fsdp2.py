@@ -57,6 +57,10 @@ RULES = {  # rule -> (what it says, where it comes from)
                       "not resharded after forward (non-PP default policy)",
                       "torchtitan 2024-12 parallelisms/parallelize_llama.py (apply_fsdp); torch "
                       "2024 _composable/fsdp/_fsdp_state.py (_lazy_init)"),
+    "tied x TP": ("tied weights under TP: the tied unit gathers, holds gradients for and "
+                      "reduce-scatters the weight twice; one sharded copy",
+                      "torchtitan 0.3 models/common/decoder.py (init_states re-ties after "
+                      "parallelize); " + SRC_FSDP + "_fsdp_param.py (reset_sharded_param)"),
     "mixed precision": ("bf16 all-gather output, fp32 reduce-scatter input",
                       SRC_FSDP + "_fsdp_collectives.py (foreach_all_gather, foreach_reduce)"),
 }
@@ -204,17 +208,35 @@ def padding_warnings(m, p, t, rt, loop) -> tuple[str, ...]:
     return tuple(out)
 
 
+def tied_weight_copies(m, p, t, loop) -> int:
+    """How many times torchtitan's tied unit gathers the tied weight (RULES["tied x TP"]). Under
+    TP, parallelize_module gives tok_embeddings and lm_head a DTensor parameter each, so the tie
+    is gone when fully_shard groups [tok_embeddings, norm, lm_head] and FSDP2 makes two
+    FSDPParams of the weight; init_states re-ties the modules, and FSDP2's lazy init adopts the
+    re-tied parameter as both FSDPParams' shard (reset_sharded_param). One sharded copy (weights,
+    gradients, optimizer), but every unshard all-gathers two bf16 copies, each module's backward
+    gives its own unsharded gradient (no autograd sum), and the unit's reduce-scatter input holds
+    both. Measured: Llama 3.2 3B TP 2 at 512 tokens, materialised loss."""
+    tied = torchtitan_runs(t, loop) and m.tied_embeddings and p.tp > 1 and p.zero == 3
+    return 2 if tied else 1
+
+
 def tied_tp_warnings(m, p, t, loop) -> tuple[str, ...]:
-    """torchtitan 0.3 under TP with tied weights: parallelize_module gives tok_embeddings and
-    lm_head a DTensor parameter each (the tie is gone when fully_shard runs), so FSDP2 shards and
-    gathers both in the tied unit; init_states re-ties the modules afterwards (models/common/
-    decoder.py), which leaves the second FSDP parameter outside the optimizer. Measured in the
-    harness (Llama 3.2 3B TP 2, 512 tokens, materialised loss: the unit's reduce-scatter input
-    twice the weight's, −6.8 % against the ledger's one copy); not modelled, named."""
-    if not (torchtitan_runs(t, loop) and m.tied_embeddings and p.tp > 1 and p.zero == 3):
+    """The page's line where torchtitan gathers a tied weight twice (`tied_weight_copies`)."""
+    if tied_weight_copies(m, p, t, loop) == 1:
         return ()
     return ("torchtitan under TP breaks the weight tie before FSDP2 shards the tied unit "
-            "(distributed/fsdp.py groups tok_embeddings, norm, lm_head; parallelize_module made "
-            "them two DTensor parameters): the unit gathers and reduce-scatters the weight twice, "
-            "which the ledger counts once (Llama 3.2 3B TP 2 at 512 tokens: −6.8 %)",)
+            "(parallelize_module made tok_embeddings' and lm_head's weights two DTensor "
+            "parameters; init_states re-ties them after fully_shard): one sharded copy, but the "
+            "unit gathers, holds gradients for and reduce-scatters the weight twice (counted)",)
 
+
+def root_unit_params(held, p, sections=("embedding", "head"),
+                     tied_copies: int = 1) -> int:
+    """Parameters of the FSDP root unit on this rank: embedding, final norm and head (torchtitan:
+    the sections it keeps unsharded, torchtitan_units). A tied unit gathering the
+    weight `tied_copies` times (`tied_weight_copies`) counts the embedding so often."""
+    both = "embedding" in sections and "head" in sections
+    return sum(ceil_div(h.group.count, shard_divisor(h.group, p)) * h.instances
+               * (tied_copies if both and h.section == "embedding" else 1)
+               for h in held if h.section in sections)

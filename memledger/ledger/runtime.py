@@ -99,7 +99,7 @@ class RankParts:
     # rewrites (pipeline.remote) change activation items only
     static_rows: tuple[int, dict] | None = None
     # (section, its parameters on this rank, unsharded) for "embedding", "head" and both (a tied
-    # unit): FSDP2 root-unit sizes (communication.root_unit_params; ledger.titan_lifetimes)
+    # unit): FSDP2 root-unit sizes (fsdp2.root_unit_params; ledger.titan_lifetimes)
     root_params: tuple[tuple[str, int], ...] = ()
 
     @cached_property

@@ -105,7 +105,10 @@ def stepped_backward(out: list, sh, st, k: int, acts: int, comm: int, head: int,
     if sh.tied_head_grad:  # summed with the embedding's gradient
         out.append(Event("backward", s, k, -1, 0, acts, comm + sh.end_acc_delta, 0))
         comm -= sh.tied_head_grad
-    if st.end_grads:
+    if st.end_grads and sh.end_grads_after_rs:  # the tied unit under TP: its input first
+        out.append(Event("backward", s, k, -1, 0, acts, comm + sh.end_rs_delta, 0))
+        out.append(Event("backward", s, k, -1, st.end_grads, acts, comm, sh.step))
+    elif st.end_grads:
         out.append(Event("backward", s, k, -1, st.end_grads, acts, comm + sh.end_rs_delta,
                          sh.step))
     out.append(Event("backward", s, k, -1, 0, acts, comm, 0))

@@ -71,11 +71,13 @@ class RankShape:
     loss_release_comm: int = 0
     # torchtitan's root units (ledger.titan_lifetimes): `comm`'s change at the head unit's and the
     # embedding unit's reduce-scatter; a tied head's gradient held from the loss to the
-    # embedding's backward, and `comm`'s change where the two are summed
+    # embedding's backward, `comm`'s change where the two meet; the embedding's sharded
+    # gradients after that unit's reduce-scatter input peaks (a tied unit under TP), not beside
     head_rs_delta: int = 0
     end_rs_delta: int = 0
     tied_head_grad: int = 0
     end_acc_delta: int = 0
+    end_grads_after_rs: bool = False
     # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
     # under full AC), its peak and its allocations / frees in op order (reserved replay)
     t_fwd_layer: int = 0

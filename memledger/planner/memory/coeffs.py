@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memledger.ledger import communication as comm
-from memledger.ledger.communication import root_unit_params
-from memledger.ledger.fsdp2 import expert_sharding, layer_unit_params
+from memledger.ledger.fsdp2 import expert_sharding, layer_unit_params, root_unit_params
 from memledger.ledger.runtime import step_temporaries
 from memledger.ledger.static.rows import ROW_FUNCS, Held
 from memledger.ledger.static.sharding import ZERO_SHARDED
