@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -46,6 +47,19 @@ def test_a_line_spells_the_case_and_the_ledger_reads_it_as_torchtitan_runs():
         ("llama3_70b", "Interleaved1F1B", 8, "llama3.1-405b")
 
 
+def test_a_number_for_ac_is_torchtitan_02s_layer_interval():
+    """0.2's selective_ac_option "<k>": every k-th block fully checkpointed; memledger's
+    recompute=interval with the same k."""
+    case = case_from_text("model=llama3:8B,world=8,ac=3,seq=4096")
+    assert (case.ac, case.ac_every) == ("interval", 3)
+    train = ledger_config(case)["train"]
+    assert (train["recompute"], train["recompute_every"]) == ("interval", 3)
+    assert case_from_dict(json.loads(json.dumps(case_to_dict(case)))) == case
+    with pytest.raises(SpecError) as e:
+        replace(case, ac="full")  # an interval with another mode
+    assert e.value.field == "ac_every"
+
+
 @pytest.mark.parametrize("text, field", [
     ("world=8", "engine-config"),  # no model
     ("model=llama3:8B", "engine-config"),  # no world
@@ -56,6 +70,8 @@ def test_a_line_spells_the_case_and_the_ledger_reads_it_as_torchtitan_runs():
     ("model=llama3:8B,world=8,lb=4096", "lb"),
     ("model=llama3:8B,world=8,ac=selective-2", "ac"),
     ("model=llama3:8B,world=8,schedule=zb", "schedule"),
+    ("model=llama3:8B,world=8,ac=0", "ac"),  # an interval needs k >= 1
+    ("model=llama3:8B,world=8,ac=257", "ac"),
     ("model=llama3:8B,world=8,dp=8", "engine-config"),  # not a key here
     ("model=llama3:8B,world=8,world=16", "world"),  # given twice
     ("model=llama3:8B,world=12,tp=8", "world"),  # TitanCase's own check
@@ -88,3 +104,27 @@ def test_an_ad_hoc_case_runs_torchtitan_and_is_re_predicted(tmp_path, capsys):
     (entry,) = stored["measurements"]
     assert entry["case"] == "custom " + text.replace(",", " ") and entry["spec"]["config_fn"] == "llama3_debugmodel"
     assert main(["validate", "--rescore", str(tmp_path / "engine-torchtitan.json")]) == 0
+
+
+@pytest.mark.torch
+def test_the_interval_wraps_every_kth_block_the_process_wraps_as_02_counted():
+    """0.2's `_layer_sac_count`: one 1-based counter over every block wrapped, running on
+    across a pipeline rank's model parts."""
+    pytest.importorskip("torchtitan.distributed.activation_checkpoint")
+    import torch
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    from memledger.engine.titan_ac import interval_ac
+
+    def part(n):
+        m = torch.nn.Module()
+        m.layers = torch.nn.ModuleDict({str(i): torch.nn.Linear(2, 2) for i in range(n)})
+        return m
+
+    policy = interval_ac(2).build()
+    first, second = part(5), part(4)
+    policy.apply(first)
+    policy.apply(second)
+    wrapped = lambda m: [isinstance(b, CheckpointWrapper) for b in m.layers.values()]  # noqa
+    assert wrapped(first) == [False, True, False, True, False]  # counts 1..5
+    assert wrapped(second) == [True, False, True, False]  # counts 6..9

@@ -120,7 +120,7 @@ def _fused_rms_norm_stand_in(torch) -> None:
 
 
 def _trainer_config(case: TitanCase):
-    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+    from memledger.engine.titan_ac import ac_config
     reg = importlib.import_module(f"torchtitan.models.{case.family}.config_registry")
     cfg = getattr(reg, case.config_fn)()
     if case.flavor:  # another flavor under this config (titan_cases: why)
@@ -137,8 +137,7 @@ def _trainer_config(case: TitanCase):
     if case.pp > 1:
         from memledger.engine.titan_pp import pp_config
         pp_config(cfg, case)
-    cfg.activation_checkpoint = {"selective": SelectiveAC.Config(), "full": FullAC.Config(),
-                                 "none": None}[case.ac]
+    cfg.activation_checkpoint = ac_config(case)  # 0.3's modes and 0.2's interval
     if case.loss == "materialized":  # the registry's inner loss on the whole logits
         cfg.loss = cfg.loss.loss_fn
     return cfg

@@ -46,7 +46,8 @@ INTS = {"world": ("world", 1, 65536), "tp": ("tp", 1, 64), "cp": ("cp", 1, 64),
 KEYS = ("model", "world", "tp", "cp", "ep", "pp", "replicate", "ac", "seq", "lb", "mbs",
         "schedule", "pp_rank", "loss", "early_step")
 HELP = ("model=FAMILY:FLAVOR (torchtitan's, e.g. llama3:8B, qwen3:30B-A3B, deepseek_v3:16B), "
-        "world=N, and any of tp, cp, ep, pp, replicate, ac (op|full|none; default op), seq "
+        "world=N, and any of tp, cp, ep, pp, replicate, ac (op|full|none|k: 0.2's every k-th "
+        "block; default op), seq "
         "(default 8192), lb (local batch, default 1), mbs (PP micro-batch size), schedule "
         "(1f1b|interleaved), pp_rank, loss (chunked|materialized), early_step (on|off: 0.2's "
         "optimizer.early_step_in_backward)")
@@ -85,6 +86,10 @@ def _value(key: str, value: str):
         if not lo <= n <= hi:
             raise SpecError(key, f"{n} is outside {lo}..{hi}")
         return {field: n}
+    if key == "ac" and value.isdigit():  # torchtitan 0.2's selective_ac_option "<k>"
+        if not 1 <= int(value) <= 256:
+            raise SpecError(key, f"interval {value} is outside 1..256")
+        return {"ac": "interval", "ac_every": int(value)}
     table, field = {"ac": (AC, "ac"), "schedule": (SCHEDULE, "schedule"),
                     "loss": ({x: x for x in LOSSES}, "loss"),
                     "early_step": (ON_OFF, "early_step")}[key]

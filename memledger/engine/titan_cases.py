@@ -52,7 +52,7 @@ from memledger.errors import SpecError
 from memledger.model.titan_flavors import DSV3_16B, DSV3_671B, QWEN3_32B
 from memledger.specs.loop_implied import implied
 
-AC_MODES = ("selective", "full", "none")
+AC_MODES = ("selective", "full", "none", "interval")
 SCHEDULES = ("1F1B", "Interleaved1F1B")  # torchtitan's pipeline_parallel_schedule names
 FAMILIES = ("llama3", "qwen3", "deepseek_v3")
 # chunked: the config registry's ChunkedLossWrapper (0.3's own); materialized: its inner
@@ -73,6 +73,7 @@ class TitanCase:
     cp: int = 1
     ep: int = 1
     ac: str = "selective"
+    ac_every: int = 0  # interval: 0.2's selective_ac_option "<k>" (engine/titan_ac.py)
     seq: int = 8192
     local_batch: int = 1
     pp: int = 1
@@ -91,6 +92,8 @@ class TitanCase:
             raise SpecError("family", f"{self.family!r}; valid: {', '.join(FAMILIES)}")
         if self.ac not in AC_MODES:
             raise SpecError("ac", f"{self.ac!r}; valid: {', '.join(AC_MODES)}")
+        if (self.ac == "interval") != (self.ac_every >= 1) or self.ac_every < 0:
+            raise SpecError("ac_every", f"{self.ac_every}: ac=interval needs k >= 1, others 0")
         if self.loss not in LOSSES:
             raise SpecError("loss", f"{self.loss!r}; valid: {', '.join(LOSSES)}")
         if self.schedule not in SCHEDULES:
@@ -277,8 +280,7 @@ def _etp(case: TitanCase) -> int:
 def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict:
     """The same run in memledger's specs, as plain keyword dicts (ModelSpec by preset; n_layers
     of the model places torchtitan's pipeline split; `moe`: it has routed experts)."""
-    recompute = {"selective": "op", "full": "full", "none": "none"}[case.ac]
-    pp = case.pp > 1
+    recompute, pp = {"selective": "op"}.get(case.ac, case.ac), case.pp > 1
     return {"model": case.preset or {"hf_config": dict(case.hf_config)},
             "parallel": {"tp": case.tp, "cp": case.cp, "dp": case.dp, "ep": case.ep, "zero": 3,
                          "etp": _etp(case) if moe else 1,
@@ -288,7 +290,7 @@ def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict
                       "micro_batch": case.microbatch_size if pp else case.local_batch,
                       "micro_batches": case.micro_batches,
                       "precision": "fsdp2-mixed", "recompute": recompute, "profile": "hf",
-                      "vocab_pad": 1},
+                      "recompute_every": case.ac_every, "vocab_pad": 1},
             "runtime": {"loop": "torchtitan", "loss": case.loss, "zero3_impl": "fsdp",
                         "tp_engine": "dtensor", "cuda_context_bytes": 0,
                         "nccl_channels": 0,  # fake process group and gloo: no NCCL buffers
