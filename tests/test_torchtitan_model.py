@@ -248,3 +248,24 @@ def test_torchtitan_auto_loss_is_the_materialised_one_and_03s_chunked_loss_is_as
         assert resolve_loop(RuntimeSpec(loop="torchtitan", torchtitan_version=era),
                             "hf").loss == "materialized"
     assert resolve_loop(RuntimeSpec(loop="torchtitan", loss="chunked"), "hf").loss == "chunked"
+
+
+@pytest.mark.parametrize("version, gathered", [("0.3", True), ("0.2", False)])
+def test_cp_blocks_that_keep_their_tensors_keep_the_gathered_k_v(version, gathered):
+    """0.3's CP all-gathers K and V in every FlexAttention and indexes each layer's RoPE cache at
+    the load-balanced positions: a block without AC keeps K, V cp × the local ones and the indexed
+    cache (T × head_dim × 4 B). Llama 3 8B CP 2 at 16k tokens: 37.7 MB more per layer (the
+    harness measured 37,740,544 B a layer the ledger missed before)."""
+    train = TrainSpec(seq=16384, precision="fsdp2-mixed", profile="hf", vocab_pad=1,
+                      recompute="none")
+    items = lambda rt: {i.name: i.bytes for i in build_ledger(  # noqa: E731
+        model("llama3-8b"), ParallelSpec(dp=4, cp=2, zero=3), train, rt).ranks[0].items
+        if i.row == "activations"}
+    local = 8192 * 1024 * 2 * 32  # T/cp tokens × kv dims × bf16 × layers
+    acts = items(RuntimeSpec(loop="torchtitan", torchtitan_version=version))
+    assert acts["dense layers / attn.k"] == (2 if gathered else 1) * local
+    assert acts.get("dense layers / attn.rope_cache", 0) == (8192 * 128 * 4 * 32 if gathered
+                                                              else 0)
+    ckpt = {i.name for i in build_ledger(model("llama3-8b"), ParallelSpec(dp=4, cp=2, zero=3),
+                                         replace(train, recompute="full"), TITAN).ranks[0].items}
+    assert "dense layers / attn.rope_cache" not in ckpt  # a checkpointed block keeps its input

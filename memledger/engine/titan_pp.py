@@ -28,6 +28,11 @@ Stand-ins, each because the fake process group moves no data, none changing what
   - `schedule.step`: torchtitan 0.3.0 passes pre-split micro-batches (`arg_mbs=`, `target_mbs=`,
     an API of a later torch); torch 2.13's `step` takes the local batch and splits it into the
     same micro-batches (views of the batch, the bytes torchtitan's separate tensors hold);
+  - a send's Work holds the sent tensor until it is waited, as NCCL's does (ProcessGroupNCCL
+    stashes a collective's inputs in the Work's `stashed_for_allocator_safety_` shelf, cleared
+    by `wait()`; gloo's send Work holds its tensor too): the fake process group's Work holds
+    nothing, so `schedules._batch_p2p`'s works are wrapped to (`_sends_held`) — the schedules
+    keep them (1F1B's `send_work`, the interleaved runtime's `send_ops` to the step's end);
   - compile is off (`compile.enable`) and float8 not applied: fake mode on the CPU can build
     neither (`llama3_405b()` itself refuses to build its Float8 converter off an SM89 GPU, so
     the 405B flavor runs under `llama3_70b()`'s trainer config: TP 8, FullAC, ChunkedLossWrapper,
@@ -109,6 +114,35 @@ def _p2p_stand_ins() -> None:
     PipelineStage._recv_meta = recv_meta
 
 
+class _HeldWork:
+    """A fake Work that keeps its sends' tensors until waited (module docstring)."""
+
+    def __init__(self, work, tensors):
+        self.work, self.tensors = work, tensors
+
+    def wait(self, *a, **k):
+        self.tensors = None
+        return self.work.wait(*a, **k)
+
+    def __getattr__(self, name):
+        return getattr(self.work, name)
+
+
+def _sends_held() -> None:
+    import torch.distributed as dist
+    from torch.distributed.pipelining import schedules
+    if getattr(schedules._batch_p2p, "_memledger", False):
+        return
+    orig = schedules._batch_p2p
+
+    def batch_p2p(p2p_ops, desc=None):
+        works = orig(p2p_ops, desc)
+        sent = [p.tensor for p in p2p_ops if p.op is dist.isend]
+        return [_HeldWork(w, sent) for w in works] if sent else works
+    batch_p2p._memledger = True
+    schedules._batch_p2p = batch_p2p
+
+
 def pp_config(cfg, case) -> None:
     """The pipeline settings of the case on torchtitan's Trainer.Config (in place)."""
     p = cfg.parallelism
@@ -125,6 +159,7 @@ def run_titan_pp(case, cfg) -> dict:
     from memledger.engine.titan_pp_step import build_and_measure_pp
     t0 = time.perf_counter()
     _p2p_stand_ins()
+    _sends_held()
     SENT.clear()
     # torchtitan's meshes are pp-major (distributed/parallel_dims.py): pp rank k starts at k·w/pp
     rank = case.pp_rank * (case.world // case.pp)

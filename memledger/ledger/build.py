@@ -117,7 +117,8 @@ def rank_parts(m, p, t, rt, r: int) -> RankParts:
     acts = held_activations(m, p, t, place, loop.loss == "chunked",
                             compiled=rt.torch_compile, logits_gathered=logits_gathered(p, t, rt, loop),
                             fused_qkv=era(rt).fused_qkv, loss_form=loss_form(p, t, rt, loop),
-                            torchtitan=torchtitan_runs(t, loop))
+                            torchtitan=torchtitan_runs(t, loop),
+                            cp_gathered_kv=torchtitan_runs(t, loop) and era(rt).cp_gathered_kv)
     moves = activation_moves(acts)
     copies = tied_weight_copies(m, p, t, loop)
     items += activation_items(acts, moves)

@@ -23,7 +23,8 @@ from memledger.ledger.activations.finetune import graphless_layers
 from memledger.ledger.activations.inventory import ActTensor, formula, tensor_bytes
 from memledger.ledger.activations.policy import _decision
 from memledger.ledger.activations.titan_moe import titan_moe_tensors
-from memledger.ledger.activations.torchtitan_ac import fused_rms_norm, interval_checkpointed
+from memledger.ledger.activations.torchtitan_ac import (cp_gathered, fused_rms_norm,
+                                                      interval_checkpointed)
 from memledger.ledger.activations.torchtitan_loss import replace_loss
 from memledger.ledger.pipeline.placement import RankPlacement
 from memledger.model.flops import layer_forward_flops_per_token
@@ -64,12 +65,15 @@ def entry(x: ActTensor, m, t, p) -> Entry:
 
 @lru_cache(maxsize=4096)
 def kind_table(m: ModelSpec, kind: str, t: TrainSpec, p: ParallelSpec,
-               compiled: bool = False, torchtitan: bool = False) -> KindTable:
+               compiled: bool = False, torchtitan: bool = False,
+               cp_gathered_kv: bool = False) -> KindTable:
     """One layer kind's inventory; `torchtitan`: as it runs (its fused RMSNorm kernel, its MoE
-    router and combine: torchtitan_ac.fused_rms_norm, titan_moe.titan_moe_tensors)."""
+    router and combine: torchtitan_ac.fused_rms_norm, titan_moe.titan_moe_tensors);
+    `cp_gathered_kv`: its CP's gathered K, V (torchtitan_ac.cp_gathered)."""
     layer = get_profile(t.profile).layer(m, kind, t, p)
     if torchtitan:
         layer = fused_rms_norm(layer)
+        layer = cp_gathered(layer, m, p.cp) if cp_gathered_kv else layer
         if kind == "moe":
             layer = titan_moe_tensors(layer, shared=m.moe.n_shared > 0)
     entries = tuple(entry(x, m, t, p) for x in layer)
@@ -174,7 +178,8 @@ def _interval_per_kind(m, stages, t, flights) -> Counter:
 def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPlacement,
                      chunked_loss: bool = False, compiled: bool = False,
                      logits_gathered: int = 1, fused_qkv: bool = True,
-                     loss_form: str = "profile", torchtitan: bool = False) -> HeldActivations:
+                     loss_form: str = "profile", torchtitan: bool = False,
+                     cp_gathered_kv: bool = False) -> HeldActivations:
     """`place` (memledger.ledger.pipeline.placement): the rank's stages and layers, its
     (stage, micro-batches held) `flights`, the micro-batches of the first/last stage held on
     this rank (0 if it does not hold that stage) and, of the last stage's, those whose loss is
@@ -183,7 +188,8 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPla
     `loss_form`: torchtitan's compiled or DTensor loss-parallel cross-entropy in place of the
     profile's logits tensors (memledger.ledger.activations.torchtitan_loss);
     `torchtitan`: torchtitan as it runs — RMSNorms keep what the fused CUDA kernel keeps
-    (torchtitan_ac.fused_rms_norm), no RoPE cos / sin, its MoE combine's backward (titan_moe)."""
+    (torchtitan_ac.fused_rms_norm), no RoPE cos / sin, its MoE combine's backward (titan_moe),
+    `cp_gathered_kv` its CP's gathered K, V."""
     flights, first, last, loss = place.flights, place.first, place.last, place.loss
     stages = dict(zip(place.stages, place.stage_layers))
     skip = graphless_layers(m, t)  # fine-tuning: leading layers without a graph
@@ -196,7 +202,7 @@ def held_activations(m: ModelSpec, p: ParallelSpec, t: TrainSpec, place: RankPla
         checkpoints=_checkpoints(m, stages, t, flights, skip) if every_k else 0,
         checkpoints_per_mb=_checkpoints(m, stages, t, ones, skip) if every_k else 0,
         first=first, last=last, loss=loss,
-        tables={k: kind_table(m, k, t, p, compiled, torchtitan)
+        tables={k: kind_table(m, k, t, p, compiled, torchtitan, cp_gathered_kv)
                 for k, n in layer_mbs.items() if n},
         outer=replace_loss(outer_entries(m, t, p, torchtitan), loss_form, m, t, p, entry),
         chunked_loss=chunked_loss,

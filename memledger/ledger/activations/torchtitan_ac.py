@@ -15,6 +15,11 @@ Modes (TrainSpec.recompute; torchtitan/distributed/activation_checkpoint.py, tor
 torch.compile (RuntimeSpec.torch_compile) without AC: the min-cut partitioner recomputes fused
 pointwise outputs rather than saving them — COMPILE_RECOMPUTES (the norm outputs, SwiGLU's
 activation); the matmul outputs and attention outputs stay.
+CP (0.3, FlexAttention; `cp_gathered`): each attention all-gathers K and V over the cp ranks
+(distributed/context_parallel/api.py apply_cp_to_forward: `flex_cp_allgather`) and attends to
+the whole sequence, so a block that keeps its tensors keeps the gathered K, V (cp × the local
+ones), and its RoPE reads the cache at CP's load-balanced `positions` (models/common/rope.py
+`_reshape_cache`: an indexed copy, T × head_dim × 4 B, per layer) where without CP it slices.
 RMSNorm (every mode, `fused_rms_norm`): torchtitan's norms are nn.RMSNorm, whose
 `torch.rms_norm` runs the fused `aten::_fused_rms_norm` CUDA kernel when the input and weight
 dtypes match (bf16 under FSDP2's param_dtype): its autograd node keeps the input itself and the
@@ -158,4 +163,17 @@ def fused_rms_norm(tensors: tuple[A, ...]) -> tuple[A, ...]:
                          flops=x.flops))
         elif not (x.cls == "norm_in" and what == "normed"):
             out.append(x)
+    return tuple(out)
+
+
+def cp_gathered(tensors: tuple[A, ...], m: ModelSpec, cp: int) -> tuple[A, ...]:
+    """A block's kept tensors under 0.3's CP (module docstring): K, V all-gathered, and the
+    RoPE cache indexed at the CP positions."""
+    if cp == 1:
+        return tensors
+    out = [A(x.name, x.cls, x.values * cp, x.fmt, split=x.split, per=x.per, flops=x.flops)
+           if x.name in ("attn.k", "attn.v") else x for x in tensors]
+    if not m.pos_embeddings:  # RoPE over the head dim (MLA: its rope part)
+        dim = m.mla.qk_rope_dim if m.mla is not None else m.head_dim
+        out.append(A("attn.rope_cache", "rope", dim, "fp32", split="none"))
     return tuple(out)
