@@ -63,12 +63,12 @@ def test_any_config_field_value_is_imported_or_rejected_naming_a_field(key, valu
     base = cli_fuzz.QWEN_MOE if key in cli_fuzz.MOE_ONLY else \
         cli_fuzz.DSV3 if key in cli_fuzz.DSV3_ONLY else cli_fuzz.LLAMA
     cfg = {**base, key: value}
-    t0 = time.process_time()
+    t0 = time.thread_time()  # this thread's CPU: other threads of the run do not count
     try:
         from_hf_config(json.loads(json.dumps(cfg)))
     except SpecError as e:
         assert e.field and e.message
-    assert time.process_time() - t0 < 0.5
+    assert time.thread_time() - t0 < 0.5
 
 
 LINK_VALUES = st.one_of(st.integers(-10, 2**64).map(str), st.sampled_from(
@@ -87,7 +87,7 @@ def _deep_model() -> str:
 def test_any_share_link_resolves_to_a_valid_ledger_or_an_error_in_bounded_time(params, deep):
     if deep:
         params = {**params, "model": _deep_model()}
-    t0 = time.process_time()
+    t0 = time.thread_time()
     cfg, issues = parse_params(params)
     m = load_model(cfg.model)
     cfg, _ = repair(m, cfg)
@@ -97,4 +97,4 @@ def test_any_share_link_resolves_to_a_valid_ledger_or_an_error_in_bounded_time(p
         assert led.peak.peak_total_bytes > 0
     except budget.OverBudget as e:
         assert e.field == "pp"
-    assert time.process_time() - t0 < 2.0
+    assert time.thread_time() - t0 < 2.0

@@ -32,9 +32,9 @@ def test_divisors_in_sqrt_time_equal_the_definition(n):
 
 
 def test_divisor_message_of_a_prime_near_1e12_is_instant_and_short():
-    t0 = time.process_time()
+    t0 = time.thread_time()  # this thread's CPU: other threads of the run do not count
     assert divisor_text(999_999_999_989) == "1, 999999999989"
-    assert time.process_time() - t0 < 1
+    assert time.thread_time() - t0 < 1
     text = divisor_text(73728)
     assert text.endswith("36864, 73728 (42 in all)") and text.count(",") == 12
 
@@ -73,10 +73,10 @@ def test_an_implausible_model_is_rejected_identically_by_api_link_and_importer(f
     cfg = {**LLAMA_CFG, hf_key: value}
     if field == "n_heads":
         cfg["num_key_value_heads"] = value
-    t0 = time.process_time()
+    t0 = time.thread_time()
     with pytest.raises(SpecError) as imported:
         from_hf_config(cfg)
-    assert imported.value.message == api.value.message and time.process_time() - t0 < 1
+    assert imported.value.message == api.value.message and time.thread_time() - t0 < 1
 
 
 def test_every_bound_has_a_reason_and_is_above_every_preset():

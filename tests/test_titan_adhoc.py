@@ -47,6 +47,12 @@ def test_a_line_spells_the_case_and_the_ledger_reads_it_as_torchtitan_runs():
         ("llama3_70b", "Interleaved1F1B", 8, "llama3.1-405b")
 
 
+def test_reshard_is_torchtitans_fsdp_reshard_after_forward():
+    case = case_from_text("model=llama3:8B,world=8,reshard=never")
+    assert case.reshard == "never"
+    assert ledger_config(case)["runtime"]["fsdp_reshard_after_forward"] == "never"
+
+
 def test_a_number_for_ac_is_torchtitan_02s_layer_interval():
     """0.2's selective_ac_option "<k>": every k-th block fully checkpointed; memledger's
     recompute=interval with the same k."""
@@ -72,6 +78,7 @@ def test_a_number_for_ac_is_torchtitan_02s_layer_interval():
     ("model=llama3:8B,world=8,schedule=zb", "schedule"),
     ("model=llama3:8B,world=8,ac=0", "ac"),  # an interval needs k >= 1
     ("model=llama3:8B,world=8,ac=257", "ac"),
+    ("model=llama3:8B,world=8,reshard=sometimes", "reshard"),
     ("model=llama3:8B,world=8,dp=8", "engine-config"),  # not a key here
     ("model=llama3:8B,world=8,world=16", "world"),  # given twice
     ("model=llama3:8B,world=12,tp=8", "world"),  # TitanCase's own check

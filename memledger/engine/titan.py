@@ -134,6 +134,7 @@ def _trainer_config(case: TitanCase):
     p.data_parallel_shard_degree, p.data_parallel_replicate_degree = -1, case.dp_replicate
     p.tensor_parallel_degree, p.context_parallel_degree = case.tp, case.cp
     p.pipeline_parallel_degree, p.expert_parallel_degree = 1, case.ep
+    p.fsdp_reshard_after_forward = case.reshard
     if case.pp > 1:
         from memledger.engine.titan_pp import pp_config
         pp_config(cfg, case)

@@ -58,6 +58,7 @@ FAMILIES = ("llama3", "qwen3", "deepseek_v3")
 # chunked: the config registry's ChunkedLossWrapper (0.3's own); materialized: its inner
 # CrossEntropyLoss on the whole logits (the TOML eras' loss, memledger's --loss auto)
 LOSSES = ("chunked", "materialized")
+RESHARD = ("default", "always", "never")  # torchtitan/config/configs.py fsdp_reshard_after_forward
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,18 +87,15 @@ class TitanCase:
     # its post-accumulate-grad hook (0.2 components/optimizer.py OptimizersInBackwardContainer;
     # 0.3 has no such container: the harness builds 0.2's from the registry's optimizer)
     early_step: bool = False
+    reshard: str = "default"  # parallelism.fsdp_reshard_after_forward: default | always | never
 
     def __post_init__(self):
-        if self.family not in FAMILIES:
-            raise SpecError("family", f"{self.family!r}; valid: {', '.join(FAMILIES)}")
-        if self.ac not in AC_MODES:
-            raise SpecError("ac", f"{self.ac!r}; valid: {', '.join(AC_MODES)}")
+        for field, valid in (("family", FAMILIES), ("ac", AC_MODES), ("loss", LOSSES),
+                             ("schedule", SCHEDULES), ("reshard", RESHARD)):
+            if getattr(self, field) not in valid:
+                raise SpecError(field, f"{getattr(self, field)!r}; valid: {', '.join(valid)}")
         if (self.ac == "interval") != (self.ac_every >= 1) or self.ac_every < 0:
             raise SpecError("ac_every", f"{self.ac_every}: ac=interval needs k >= 1, others 0")
-        if self.loss not in LOSSES:
-            raise SpecError("loss", f"{self.loss!r}; valid: {', '.join(LOSSES)}")
-        if self.schedule not in SCHEDULES:
-            raise SpecError("schedule", f"{self.schedule!r}; valid: {', '.join(SCHEDULES)}")
         if self.world % (self.tp * self.cp * self.pp):
             raise SpecError("world", f"{self.world} is not divisible by tp·cp·pp = "
                                      f"{self.tp * self.cp * self.pp}")
@@ -113,10 +111,9 @@ class TitanCase:
             raise SpecError("early_step", f"torchtitan runs no optimizer in backward with "
                                           f"pp={self.pp}, ep={self.ep} (both must be 1)")
         if self.early_step and self.loss != "materialized":  # 0.2's loss: the whole logits
-            raise SpecError("early_step", "torchtitan 0.2 (the release with the optimizer in "
-                                          "backward) runs the loss on the whole logits: add "
-                                          "loss=materialized (a chunked loss's per-chunk "
-                                          "lm_head backward would step lm_head every chunk)")
+            raise SpecError("early_step", "torchtitan 0.2 runs its loss on the whole logits: "
+                                          "add loss=materialized (a chunked loss would step "
+                                          "lm_head every chunk)")
         group = self.world // (self.pp * self.dp_replicate)  # one replica: dp_shard·cp·tp
         if self.ep < 1 or group % self.ep:  # torchtitan: efsdp = dp_shard·cp·tp / ep
             raise SpecError("ep", f"{self.ep} must be ≥ 1 and divide world/(pp·dp_replicate) "
@@ -296,4 +293,5 @@ def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict
                         "nccl_channels": 0,  # fake process group and gloo: no NCCL buffers
                         **({"pp_engine": "pytorch"} if pp else {}),  # torch.distributed.pipelining
                         **({"optimizer_in_backward": True} if case.early_step else {}),
+                        "fsdp_reshard_after_forward": case.reshard,
                         "allocator_slack_pct": 0}}
