@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from memledger.ledger.fsdp2 import (PP_GRADS_ITEM, RULES, UNITS_KEPT, expert_sharding, fsdp2, last_block_kept, layer_unit_params,
                                     pp_unsharded_grads, reshard_after_forward, root_unit_params,
-                                    tied_weight_copies, torchtitan_units, unit_params)
+                                    tied_weight_copies, torchtitan_units, unit_params,
+                                    units_kept)
 from memledger.ledger.items import Item
 from memledger.ledger.torchtitan_eras import float8_gather_params
 from memledger.ledger.static.rows import Held
@@ -263,8 +264,10 @@ def fsdp2_held_items(held, p, t, rt, loop, gathered: int, root: int) -> list[Ite
     layers = sum(unit_params(h, p, pad) * h.instances for h in held if h.section.endswith("layers"))
     w = gather_fmt(t, rt)
     out = []
-    if not reshard_after_forward(p, t, rt, loop):
-        out.append(Item("communication", f"{UNITS_KEPT} (reshard_after_forward=False)",
+    if units_kept(p, t, rt, loop):
+        why = ("reshard_after_forward=False" if not reshard_after_forward(p, t, rt, loop) else
+               "PP: a non-last backward reshards nothing")
+        out.append(Item("communication", f"{UNITS_KEPT} ({why})",
                         max(0, format_bytes(w, layers) - gathered),
                         f"every layer unit unsharded from its forward to its backward: {layers} "
                         f"params × {w}, less the gather buffers above", RULES["reshard"][1]))

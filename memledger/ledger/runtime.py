@@ -135,9 +135,12 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
             shape = replace(shape, step_in_backward=True)
         if torchtitan_runs(t, loop):
             shape = titan_lifetimes(shape, parts, m, p, t, rt, loop)
-            # units not resharded after forward (PP) are alive at the loss: no discount
+            # units not resharded after forward are alive at the loss: no discount but, without
+            # PP, the reduce-scatter buffers no backward has made yet
             kept = not reshard_after_forward(p, t, rt, loop)
-            units = (0 if kept else fsdp_unit_bytes(parts, rt)) + loss_free_moe_bytes(parts)
+            rs = sum(i.bytes for i in parts.items if i.name == FSDP_UNIT_ITEMS[1])
+            units = (rs * (p.pp == 1) if kept else fsdp_unit_bytes(parts, rt)) \
+                + loss_free_moe_bytes(parts)
             replayed, shape = (shape, walk_discounted(shape, units)) if units else (None, shape)
         peak_event = walked_peak(shape)
     else:  # closed form; the events only when asked for (RankLedger.timeline)

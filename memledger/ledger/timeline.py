@@ -113,13 +113,14 @@ def events(sh: RankShape) -> list[Event]:
     acts, comm, started = sh.fixed_acts, sh.comm, set()
     out: list[Event] = []
     last = max(by_stage)  # the rank's last-stage flag lives on the stage itself
-    head = sh.loss_release_comm
-    comm -= head
+    head, unit = sh.loss_release_comm, sh.layer_release
+    comm -= head + unit * sum(len(st.layers) for st in sh.stages)  # units gathered as they run
     for kind, s, k in action_order(sh):
         st = by_stage[s]
         if kind == "F":
             acts += st.first_acts
             for i, a, _ in st.layers:
+                comm += unit
                 if sh.t_fwd_layer:  # the layer's forward working set, before its output exists
                     out.append(Event("forward", s, k, i, grads, acts, comm, sh.t_fwd_layer))
                 acts += a
@@ -147,7 +148,7 @@ def events(sh: RankShape) -> list[Event]:
         for i, a, g in reversed(st.layers):
             grads += g if first_time else 0
             out.append(Event("backward", s, k, i, grads, acts, comm, sh.t_layer))
-            acts -= a
+            acts, comm = acts - a, comm - unit
         acts -= st.first_acts
         ends, grads, comm = stage_end(sh, st, first_time, grads, comm)
         out += [Event("backward", s, k, -1, g, acts, c, 0) for g, c in ends]
@@ -204,13 +205,14 @@ def walked_peak(sh: RankShape) -> PeakEvent:
         if best is None or level > best:
             best, at = level, where
 
-    head = sh.loss_release_comm
-    comm -= head
+    head, unit = sh.loss_release_comm, sh.layer_release
+    comm -= head + unit * sum(len(st.layers) for st in sh.stages)
     for kind, s, k in action_order(sh):
         st = by_stage[s]
         loss = bool(st.last_acts or st.loss_grads or (st.stage == last and sh.t_fwd_last))
         if kind == "F":
             acts += st.first_acts + sum(a for _, a, _ in st.layers)
+            comm += unit * len(st.layers)
             if loss:
                 acts += st.last_acts
                 see(grads + acts + comm + head + sh.t_fwd_last, ("loss-forward", s, k, -1))
@@ -232,11 +234,12 @@ def walked_peak(sh: RankShape) -> PeakEvent:
             for i, a, g in reversed(st.layers):
                 grads += g
                 see(grads + acts + comm + sh.t_layer, ("backward", s, k, i))
-                acts -= a
+                acts, comm = acts - a, comm - unit
         else:
             if st.layers:
                 see(grads + acts + comm + sh.t_layer, ("backward", s, k, st.layers[-1][0]))
             acts -= sum(a for _, a, _ in st.layers)
+            comm -= unit * len(st.layers)
         acts -= st.first_acts
         ends, grads, comm = stage_end(sh, st, first_time, grads, comm)
         for g, c in ends:

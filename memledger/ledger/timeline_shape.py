@@ -6,9 +6,8 @@ construction): activation bytes per layer-micro-batch from the TensorMoves (`gpu
 copy), checkpoints placed on every (full) or every k-th (every-k) layer, amp's autocast weight
 casts per layer (act_rows.autocast_copies), first/last-stage tensors per micro-batch, gradients
 per layer from the gradient row's "<kind> layers" items, head/MTP/embedding gradients apart.
-What the decomposition does not place (offload staging buffers, …) is `fixed_acts`, alive from
-the first forward to the last backward; at the first backward the timeline holds exactly the
-activation row (the staircase).
+What it does not place (offload staging buffers, …) is `fixed_acts`, alive from the first
+forward to the last backward; at the first backward the timeline holds the activation row.
 """
 from __future__ import annotations
 
@@ -67,17 +66,17 @@ class RankShape:
     step_name: str
     t_loss_blocks: tuple[int, ...] = ()  # t_loss as its separate tensors (reserved replay)
     t_fwd_last_blocks: tuple[int, ...] = ()  # t_fwd_last as its separate tensors
-    # torchtitan: the head unit's bytes, out of `comm` except at the loss (ledger.titan_lifetimes)
+    # torchtitan's root units (ledger.titan_lifetimes): the head unit out of `comm` but at the
+    # loss; `comm`'s change at the head unit's and the embedding unit's reduce-scatter; a tied
+    # head's gradient held to the embedding's backward, `comm`'s change where the two meet;
+    # the embedding's sharded gradients after that unit's reduce-scatter input (tied under TP)
     loss_release_comm: int = 0
-    # torchtitan's root units (ledger.titan_lifetimes): `comm`'s change at the head unit's and the
-    # embedding unit's reduce-scatter; a tied head's gradient held from the loss to the
-    # embedding's backward, `comm`'s change where the two meet; the embedding's sharded
-    # gradients after that unit's reduce-scatter input peaks (a tied unit under TP), not beside
     head_rs_delta: int = 0
     end_rs_delta: int = 0
     tied_head_grad: int = 0
     end_acc_delta: int = 0
     end_grads_after_rs: bool = False
+    layer_release: int = 0  # units kept without PP: one layer's, resharded after its backward
     # a layer's forward working set (titan_block_forward: compiled torchtitan 2024-12 blocks
     # under full AC), its peak and its allocations / frees in op order (reserved replay)
     t_fwd_layer: int = 0
@@ -241,7 +240,8 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None,
     pp_held, pp_of = pp_walk_grads(parts.items, rows["gradients"])
     if pp_held:  # FSDP2 under PP: the unsharded accumulators are the step's gradients
         grads = Counter({k: v * pp_held // pp_of for k, v in grads.items()})
-    kept = sum(i.bytes for i in parts.items if i.name.startswith(UNITS_KEPT)) if pp_held else 0
+    kept = sum(i.bytes for i in parts.items if i.name.startswith(UNITS_KEPT))
+    kept, release = (kept, 0) if pp_held else (0, kept // max(1, len(place.layers)))
     g_layer = {k: grads[f"{k} layers"] // n for k, n in kinds.items() if n}
     every = t.checkpoint_every(m.n_layers) if t.recompute == "every-k" else 1
     last_stage = place.last_stage
@@ -284,7 +284,7 @@ def rank_shape(m, p, t, loop, parts, step_bytes: int, rows=None,
         t_fwd=tr.fwd, t_fwd_last=tr.fwd_last, t_loss=tr.loss, t_layer=tr.layer, step=step_bytes,
         step_name="", t_loss_blocks=tr.loss_blocks, t_fwd_last_blocks=tr.fwd_last_blocks,
         t_fwd_layer=live_peak(fwd_ops), fwd_layer_ops=fwd_ops,
-        order=exact_order(p, t, place, engine))
+        order=exact_order(p, t, place, engine), layer_release=release)
 
 
 def exact_order(p, t, place, engine: str) -> tuple:

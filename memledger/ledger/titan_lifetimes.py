@@ -93,6 +93,7 @@ def titan_lifetimes(shape, parts, m, p, t, rt, loop):
         return shape
     head = _bytes(parts.items, ROOT_UNIT_ITEM) if (
         p.pp == 1 and torchtitan_units(p, t, rt, loop, m.tied_embeddings) == ("head",)) else 0
+    gone = head if not head_at_loss(rt, loop) else 0  # out of the walk: not even at the loss
     pp = p.pp > 1 and t.micro_batches > 1
     rs = pp_input_bytes(_bytes(parts.items, RS_ITEM), t) if pp else 0
     root = p.pp == 1 and fsdp2(p, rt)  # the root units' rules: one stage, FSDP2
@@ -100,9 +101,18 @@ def titan_lifetimes(shape, parts, m, p, t, rt, loop):
     tied, acc = tied_head_grad(parts, m, p, t, rt, loop) if root else (0, 0)
     if not head and not rs and not head_rs and not end_rs and not tied:
         return shape
-    return replace(shape, comm=shape.comm - rs, loss_release_comm=head, head_rs_delta=head_rs,
+    return replace(shape, comm=shape.comm - rs - gone, loss_release_comm=head - gone,
+                   head_rs_delta=head_rs,
                    end_rs_delta=end_rs, tied_head_grad=tied, end_acc_delta=acc,
                    end_grads_after_rs=root and tied_weight_copies(m, p, t, loop) > 1)
+
+
+def head_at_loss(rt, loop) -> bool:
+    """Whether the [norm, lm_head] unit is gathered at the loss's events: not under
+    reshard="always" with the materialised loss (resharded after its forward; its backward
+    gathers it only once the cross-entropy's working set is freed). Measured: Llama 3 8B, full AC,
+    4,096 tokens, +5.37 % with it counted, −0.0 % without."""
+    return not (rt.fsdp_reshard_after_forward == "always" and loop.loss == "materialized")
 
 
 def tied_head_grad(parts, m, p, t, rt, loop) -> tuple[int, int]:
