@@ -494,3 +494,14 @@ def test_torchtitan_quantize_linear_float8_spelling_is_float8(tmp_path, capsys):
     none = _bad(tmp_path, "none.toml", head + "[quantize.linear.float8]\nfilter_fqns = ['a']\n")
     rows = equivalent([none, "--world", "8"], capsys)["rows"]
     assert not [r for r in rows if r["kind"] == "unmodelled"]
+
+
+def test_torchtitan_cuda_graph_step_is_read_from_disable_cuda_graphs(tmp_path, capsys):
+    """0.3's training.disable_cuda_graphs: true runs eager (--cuda-graphs off); false leaves the
+    CUDA-graph step where 0.3 runs it (auto), whose gradients are zeroed in place."""
+    head = '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 4096\n'
+    off = _bad(tmp_path, "off.toml", head + "disable_cuda_graphs = true\n")
+    on = _bad(tmp_path, "on.toml", head + "disable_cuda_graphs = false\n")
+    assert "--cuda-graphs off" in " ".join(equivalent([off, "--world", "8"], capsys)["flags"])
+    flags = " ".join(equivalent([on, "--world", "8"], capsys)["flags"])
+    assert "--cuda-graphs off" not in flags

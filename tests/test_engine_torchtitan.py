@@ -228,7 +228,8 @@ def test_what_a_rank_holds_before_its_forward_is_its_states_buffers_and_ids(name
     """torchtitan 0.3 gives every attention layer its own RoPE cache at training.seq_len and
     every MoE layer two expert-load counters (ledger.static.titan_buffers): before the measured
     forward a rank holds its parameters, optimizer states, token ids and labels (positions
-    under CP) and exactly those buffers (PP ranks also keep their receive buffers)."""
+    under CP) and exactly those buffers (PP ranks also keep their receive buffers), and under
+    0.3's CUDA-graph step (`grads=kept`) its zeroed gradients."""
     from memledger.engine.titan_compare import predict
     from memledger.ledger.static.titan_buffers import NAMES
     entry = ENTRIES[name]
@@ -238,7 +239,8 @@ def test_what_a_rank_holds_before_its_forward_is_its_states_buffers_and_ids(name
     tokens = case.local_batch * case.seq // case.cp
     ids = 8 * tokens * (3 if case.cp > 1 else 2)
     before = got["marks"].get("before_forward", got["base_live"])
-    assert before - got["weights"] - got["optimizer"] - rope == ids
+    kept = got["gradients"] if case.keep_grads else 0
+    assert before - got["weights"] - got["optimizer"] - kept - rope == ids
 
 
 def test_interleaved_ranks_hold_every_pending_send_as_nccl_does():

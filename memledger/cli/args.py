@@ -196,6 +196,10 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                         "backward and free its gradient there (torchtitan 0.2 "
                         "optimizer.early_step_in_backward, torchtune optimizer_in_bwd); one "
                         "micro-batch, no PP / EP, FSDP2 or a single data-parallel rank")
+    r.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                   help="torchtitan 0.3's CUDA-graph step (training.disable_cuda_graphs off): "
+                        "gradients zeroed in place, alive all step; auto = where 0.3 runs it "
+                        "(no PP, no EP)")
     r.add_argument("--mfu", type=int, default=40, help="model FLOPs utilisation %% for time estimates")
     add_loop_args(p)
 
@@ -353,7 +357,8 @@ def runtime_from_args(args) -> RuntimeSpec:
                        float8_fsdp_all_gather=args.float8_fsdp_all_gather,
                        float8_precompute_scale=args.float8_precompute_scale,
                        float8_force_recompute_weight=args.float8_force_recompute_weight,
-                       optimizer_in_backward=args.optimizer_in_backward)
+                       optimizer_in_backward=args.optimizer_in_backward,
+                       cuda_graphs=args.cuda_graphs)
 
 
 def resolve_profile(args) -> None:

@@ -19,7 +19,7 @@ SHOWN = ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "world", "dp_replicate", "z
          "fsdp_reshard_after_forward", "torch_compile", "loss_parallel", "torchtitan_version", "loss",
          "compile_loss", "float8",
          "float8_fsdp_all_gather", "float8_precompute_scale", "float8_force_recompute_weight",
-         "loop", "optimizer_impl", "optimizer_in_backward",
+         "loop", "optimizer_impl", "optimizer_in_backward", "cuda_graphs",
          "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "base_weights",
          "freeze")
 

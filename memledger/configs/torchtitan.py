@@ -114,6 +114,9 @@ RULES = (
     # 0.2 components/optimizer.py OptimizersInBackwardContainer (ledger.step_in_backward)
     Rule(key="optimizer.early_step_in_backward", dest="optimizer_in_backward", conv=as_bool,
          default=False, source=JC),
+    # 0.3 trainer.py: the step under a CUDA graph, gradients zeroed in place (ledger.titan_graphs)
+    Rule(key="training.disable_cuda_graphs", dest="cuda_graphs",
+         conv=lambda v: "off" if as_bool(v) else "auto", default=False, source=JC),
 ) + OPTION_RULES
 UNMODELLED = {
     "float8.": "float8 option (torchao) not modelled: only the recipe, the FSDP float8 "
@@ -140,7 +143,7 @@ IGNORED = {p: "no effect on per-GPU memory (I/O, logging or schedule)" for p in 
     "optimizer.lr", "optimizer.eps", "optimizer.weight_decay", "optimizer.beta1",
     "optimizer.beta2", "parallelism.pipeline_parallel_split_points",
     "optimizer.param_groups", "optimizer.optimizer_factory_kwargs_by_name", "training.gc_debug",
-    "training.disable_cuda_graphs", "parallelism.spmd_backend", "parallelism.enable_fsdp_symm_mem",
+    "parallelism.spmd_backend", "parallelism.enable_fsdp_symm_mem",
     "parallelism.pipeline_parallel_schedule_csv", "parallelism.context_parallel_load_balancer",
     "compile.backend", "compile.enable_async_tensor_parallel")}
 

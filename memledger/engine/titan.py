@@ -269,14 +269,15 @@ def _measure(case, model, opt, loss_fn, inputs, probe, torch, chunked: bool = Tr
             marks["gradients"] = getattr(opt, "made", 0) + sum(
                 probe.nbytes(p.grad) for p in model.parameters() if p.grad is not None)
         opt.step()
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not case.keep_grads)  # 0.3's CUDA-graph step keeps them
 
     # what the first step leaves: FSDP2 initialised, the head unit as ChunkedLossWrapper leaves
     # it, the optimizer states (titan_warm.py)
     from memledger.engine.titan_warm import warm_state
-    warm_state(model, opt, getattr(loss_fn, "lm_head", None))
+    warm_state(model, opt, getattr(loss_fn, "lm_head", None), case.keep_grads)
     live = probe.LiveBytes()
     live.track(*model.parameters(), *model.buffers())
+    live.track(*(p.grad for p in model.parameters() if p.grad is not None))
     for st in states():
         for s in st.values():
             live.track(*s.values())

@@ -44,14 +44,14 @@ INTS = {"world": ("world", 1, 65536), "tp": ("tp", 1, 64), "cp": ("cp", 1, 64),
         "seq": ("seq", 1, 1048576), "lb": ("local_batch", 1, 1024),
         "mbs": ("microbatch_size", 1, 1024), "pp_rank": ("pp_rank", 0, 63)}
 KEYS = ("model", "world", "tp", "cp", "ep", "pp", "replicate", "ac", "seq", "lb", "mbs",
-        "schedule", "pp_rank", "loss", "early_step", "reshard")
+        "schedule", "pp_rank", "loss", "early_step", "reshard", "grads")
 HELP = ("model=FAMILY:FLAVOR (torchtitan's, e.g. llama3:8B, qwen3:30B-A3B, deepseek_v3:16B), "
         "world=N, and any of tp, cp, ep, pp, replicate, ac (op|full|none|k: 0.2's every k-th "
         "block; default op), seq "
         "(default 8192), lb (local batch, default 1), mbs (PP micro-batch size), schedule "
         "(1f1b|interleaved), pp_rank, loss (chunked|materialized), early_step (on|off: 0.2's "
         "optimizer.early_step_in_backward), reshard (default|always|never: "
-        "fsdp_reshard_after_forward)")
+        "fsdp_reshard_after_forward), grads (freed|kept: kept = 0.3's CUDA-graph step)")
 ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
 
 
@@ -94,7 +94,8 @@ def _value(key: str, value: str):
     table, field = {"ac": (AC, "ac"), "schedule": (SCHEDULE, "schedule"),
                     "loss": ({x: x for x in LOSSES}, "loss"),
                     "early_step": (ON_OFF, "early_step"),
-                    "reshard": ({x: x for x in RESHARD}, "reshard")}[key]
+                    "reshard": ({x: x for x in RESHARD}, "reshard"),
+                    "grads": ({"freed": False, "kept": True}, "keep_grads")}[key]
     if value.lower() not in table:
         raise SpecError(key, f"{value!r}; valid: {', '.join(table)}")
     return {field: table[value.lower()]}

@@ -83,11 +83,11 @@ class TitanCase:
     pp_rank: int = 0  # the pipeline rank measured (global rank pp_rank · world / pp)
     loss: str = "chunked"  # LOSSES
     dp_replicate: int = 1  # HSDP: copies of the FSDP shard group (data_parallel_replicate_degree)
-    # torchtitan 0.2 optimizer.early_step_in_backward: one optimizer per parameter, stepped from
-    # its post-accumulate-grad hook (0.2 components/optimizer.py OptimizersInBackwardContainer;
-    # 0.3 has no such container: the harness builds 0.2's from the registry's optimizer)
+    # torchtitan 0.2 optimizer.early_step_in_backward: one optimizer per parameter, stepped by
+    # its post-accumulate-grad hook (0.2 OptimizersInBackwardContainer, built: titan_inbwd)
     early_step: bool = False
     reshard: str = "default"  # parallelism.fsdp_reshard_after_forward: default | always | never
+    keep_grads: bool = False  # zero_grad(set_to_none=False), 0.3's CUDA-graph step (titan_graphs)
 
     def __post_init__(self):
         for field, valid in (("family", FAMILIES), ("ac", AC_MODES), ("loss", LOSSES),
@@ -107,6 +107,8 @@ class TitanCase:
         if self.dp_replicate < 1 or self.dp % self.dp_replicate:  # parallel_dims._validate
             raise SpecError("dp_replicate", f"{self.dp_replicate} must be ≥ 1 and divide dp = "
                                             f"world/(tp·cp·pp) = {self.dp}")
+        if self.keep_grads and (self.pp > 1 or self.ep > 1 or self.early_step):
+            raise SpecError("keep_grads", "no CUDA-graph step with PP, EP, the step in backward")
         if self.early_step and (self.pp > 1 or self.ep > 1):  # torchtitan 0.2 build_optimizers
             raise SpecError("early_step", f"torchtitan runs no optimizer in backward with "
                                           f"pp={self.pp}, ep={self.ep} (both must be 1)")
@@ -294,4 +296,5 @@ def ledger_config(case: TitanCase, n_layers: int = 0, moe: bool = False) -> dict
                         **({"pp_engine": "pytorch"} if pp else {}),  # torch.distributed.pipelining
                         **({"optimizer_in_backward": True} if case.early_step else {}),
                         "fsdp_reshard_after_forward": case.reshard,
+                        "cuda_graphs": "on" if case.keep_grads else "off",
                         "allocator_slack_pct": 0}}

@@ -40,8 +40,10 @@ def fsdp_states(model):
     return list(seen.values())
 
 
-def init_states(optim) -> None:
-    """torchtitan's `init_optim_state` without its step's kernel, for torch's Adam family."""
+def init_states(optim, keep_grads: bool = False) -> None:
+    """torchtitan's `init_optim_state` without its step's kernel, for torch's Adam family;
+    `keep_grads`: the gradients left zeroed, as 0.3's CUDA-graph step leaves them
+    (`zero_grad(set_to_none=False)`, ledger.titan_graphs)."""
     import torch
     from torchtitan.components.optimizer.utils import init_optim_state
     if not isinstance(optim, torch.optim.Adam) or optim.state:
@@ -54,13 +56,14 @@ def init_states(optim) -> None:
             p.grad = torch.zeros_like(p)
     for group in optim.param_groups:
         optim._init_group(group, [], [], [], [], [], [])
-    optim.zero_grad(set_to_none=True)
+    optim.zero_grad(set_to_none=not keep_grads)
     return None
 
 
-def warm_state(model, opt, head=None) -> None:
+def warm_state(model, opt, head=None, keep_grads: bool = False) -> None:
     """The first step's lasting state on `model` (a root FSDP module) and `opt` (torchtitan's
-    OptimizersContainer); `head`: the lm_head ChunkedLossWrapper drives, or None."""
+    OptimizersContainer); `head`: the lm_head ChunkedLossWrapper drives, or None; `keep_grads`:
+    zeroed gradients left in place (`init_states`)."""
     import torch
     from torch.distributed.fsdp import FSDPModule
     if isinstance(model, FSDPModule):  # torchtitan applies no FSDP when dp_shard = 1
@@ -74,7 +77,7 @@ def warm_state(model, opt, head=None) -> None:
         head.set_reshard_after_backward(True)
         head.set_requires_gradient_sync(True, recurse=False)
     for o in getattr(opt, "optimizers", [opt]):
-        init_states(o)
+        init_states(o, keep_grads)
 
 
 def warm_pipeline(sched, stages, opt, args: tuple, target, losses, loss_kwargs) -> None:

@@ -21,6 +21,7 @@ from memledger.ledger.allocator import MOE_A2A_ITEMS
 from memledger.ledger.chunked_loss import chunked_loss_transient
 from memledger.ledger.checks import check_all, check_runtime
 from memledger.ledger.step_in_backward import check as check_step_in_backward
+from memledger.ledger.titan_graphs import check as check_cuda_graphs
 from memledger.ledger.communication import comm_items
 from memledger.ledger.fsdp2 import (expert_sharding, logits_gathered, padding_warnings,
                                     root_unit_params, tied_tp_warnings, tied_weight_copies,
@@ -184,6 +185,7 @@ def build_ledger(model: ModelSpec, parallel: ParallelSpec, train: TrainSpec,
     check_runtime(parallel, train, rt)
     loop = resolve_loop(rt, train.profile)
     check_step_in_backward(parallel, train, rt, loop)
+    check_cuda_graphs(parallel, train, rt, loop)
     built = built_model(model, loop)  # the modules the loop's framework builds (MTP or not)
     parts = [rank_parts(built, parallel, train, rt, r) for r in range(parallel.pp)]
     if train.policy.uses_pp_offload:  # with pp = 1 nothing moves and no staging is kept

@@ -26,6 +26,7 @@ from memledger.ledger.static.rows import Held
 from memledger.ledger.timeline import Timeline, closed_peak, lifetime_item, walked_peak
 from memledger.ledger.timeline_shape import LazyShape, Transients, rank_shape, transient_classes
 from memledger.ledger.step_in_backward import per_parameter_step
+from memledger.ledger.titan_graphs import graphs_run
 from memledger.ledger.titan_lifetimes import titan_lifetimes
 from memledger.specs.loop import resolve_loop
 from memledger.specs.runtime import RuntimeSpec
@@ -133,6 +134,8 @@ def finalize(parts: RankParts, rt: RuntimeSpec, transfers=()) -> RankLedger:
         shape = rank_shape(m, p, t, loop, parts, step.bytes, None, ops, rt.pipeline_engine)
         if rt.optimizer_in_backward:
             shape = replace(shape, step_in_backward=True)
+        if graphs_run(p, t, rt, loop):  # zero_grad(set_to_none=False): gradients all step long
+            shape = replace(shape, on_demand=False)
         if torchtitan_runs(t, loop):
             shape = titan_lifetimes(shape, parts, m, p, t, rt, loop)
             # units not resharded after forward are alive at the loss: no discount but, without

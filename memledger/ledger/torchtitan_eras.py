@@ -12,6 +12,9 @@ from at that commit:
                    last_block_kept); later eras wrap tok_embeddings and [norm, output] apart
   rope_per_layer   0.3 builds a RoPE module, with its own cache buffer, in every attention layer
                    (models/common/rope.py); older eras keep one freqs_cis per model
+  cuda_graphs      0.3 runs each step's forward + backward under a CUDA graph unless
+                   `training.disable_cuda_graphs` (trainer.py): gradients zeroed, not freed
+                   (ledger.titan_graphs); older eras have no such step
   cp_gathered_kv   0.3's CP all-gathers K and V in each FlexAttention (distributed/
                    context_parallel/api.py `flex_cp_allgather`): a block that keeps its tensors
                    keeps them gathered (activations.torchtitan_ac.cp_gathered); older eras ran
@@ -45,24 +48,25 @@ class Era(NamedTuple):
     root_unit: bool
     rope_per_layer: bool  # every attention layer keeps its own RoPE cache (static/titan_buffers)
     cp_gathered_kv: bool  # CP keeps the all-gathered K, V (activations.torchtitan_ac.cp_gathered)
+    cuda_graphs: bool  # the step under a CUDA graph by default (ledger.titan_graphs)
     source: str
 
 
 ERAS = {
-    "0.3": Era(True, False, False, True, True,
+    "0.3": Era(True, False, False, True, True, True,
                "torchtitan 0.3 models/common/attention.py (wqkv); components/loss.py "
                "ChunkedLossWrapper / _LossParallelCrossEntropy (its own vocab-parallel CE: "
                "forward logits.float(), shifted, exp, log_probs saved; backward zeros_like, "
                "exp, their sum, × grad_output)"),
-    "0.2": Era(False, True, False, False, False,
+    "0.2": Era(False, True, False, False, False, False,
                "torchtitan 0.2 config/job_config.py Compile.components = ['model', 'loss']; "
                "components/loss.py build_cross_entropy_loss (torch.compile when 'loss' in "
                "components); distributed/utils.py get_train_context (loss_parallel())"),
-    "2025-06": Era(False, True, False, False, False,
+    "2025-06": Era(False, True, False, False, False, False,
                    "torchtitan e7c0cae (2025-06-13) components/loss.py build_cross_entropy_loss: "
                    "`if job_config.training.compile: loss_fn = torch.compile(loss_fn)`; "
                    "distributed/utils.py get_train_context (loss_parallel())"),
-    "2024-12": Era(False, False, True, False, False,
+    "2024-12": Era(False, False, True, False, False, False,
                    "torchtitan 9dec370 (2024-12-26) train.py: loss_fn left eager (its comment: "
                    "compiling the loss caused CUDA errors); "
                    "parallelisms/parallelize_llama.py apply_compile (per TransformerBlock only); "

@@ -119,6 +119,9 @@ class RuntimeSpec:
     # and frees its gradient there (torchtitan 0.2 optimizer.early_step_in_backward, torchtune
     # optimizer_in_bwd): memledger.ledger.step_in_backward
     optimizer_in_backward: bool = False
+    # torchtitan 0.3 training.disable_cuda_graphs: the step under a CUDA graph, its gradients
+    # zeroed in place (persistent); auto = where 0.3 runs it (no PP, no EP): ledger.titan_graphs
+    cuda_graphs: str = "auto"
 
     def __post_init__(self):
         require_non_negative("cuda_context_bytes", self.cuda_context_bytes)
@@ -153,6 +156,7 @@ class RuntimeSpec:
                        RESHARD_AFTER_FORWARD)
         require_choice("fsdp_expert_shard", self.fsdp_expert_shard, EXPERT_SHARDS)
         require_choice("torchtitan_version", self.torchtitan_version, TORCHTITAN_VERSIONS)
+        require_choice("cuda_graphs", self.cuda_graphs, ("auto", "on", "off"))
         require_choice("compile_loss", self.compile_loss, COMPILE_LOSS)
         require_choice("float8", self.float8, FLOAT8_RECIPES)
         for f in ("torch_compile", "loss_parallel", "float8_fsdp_all_gather", "param_offload",
