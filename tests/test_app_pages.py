@@ -526,3 +526,20 @@ def test_the_optimizer_step_in_backward_travels_in_the_link_and_moves_the_peak(a
     fixed = ok(app_test(LEDGER, "inbwd=1").run())
     assert fixed.query_params["inbwd"] == "1" and fixed.query_params["pp"] == "1"
     assert parse_params(fixed.query_params)[1] == []
+
+
+def test_torchtitans_cuda_graph_step_travels_in_the_link_and_keeps_the_gradients(app_test):
+    """torchtitan 0.3 on FSDP 8: its CUDA-graph step (auto) keeps every sharded gradient all
+    step, eager (graphs=off) frees them until the backward; "on" with PP, which torchtitan
+    refuses, opens repaired."""
+    tt = ("model=llama3-8b&world=8&tp=1&pp=1&m=1&zero=3&loop=torchtitan&recompute=op&seq=4096"
+          "&precision=fsdp2-mixed")
+    graph = ok(app_test(LEDGER, tt).run())
+    eager = ok(app_test(LEDGER, tt + "&graphs=off").run())
+    assert eager.query_params["graphs"] == "off" and eager.error == []
+    total = lambda at: sum(tr["x"][0] for tr in figures(at)[0]["data"])  # noqa: E731 (GiB)
+    assert total(graph) > total(eager) + 3  # 8B / 8 ranks: 3.74 GiB of fp32 gradients
+    fixed = ok(app_test(LEDGER, tt.replace("pp=1", "pp=2").replace("m=1", "m=4")
+                        + "&graphs=on").run())
+    assert "graphs" not in fixed.query_params and fixed.query_params["pp"] == "2"
+    assert any("graphs=on" in e.value and "pp=2" in e.value for e in fixed.error)

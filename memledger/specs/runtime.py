@@ -47,6 +47,7 @@ ZERO1_PARTITIONS = ("even", "greedy-params")
 # torchtitan parallelism.fsdp_reshard_after_forward (torchtitan/distributed/fsdp.py
 # get_fsdp_reshard_after_forward_policy): default = reshard unless PP is on
 RESHARD_AFTER_FORWARD = ("default", "always", "never")
+CUDA_GRAPHS = ("auto", "on", "off")  # torchtitan 0.3's CUDA-graph step (ledger.titan_graphs)
 # FSDP2's placement of 3-D expert tensors (memledger.ledger.fsdp2): auto = torchtitan's rule under
 # torchtitan as it runs, plain fully_shard's dim 0 (padded) elsewhere
 EXPERT_SHARDS = ("auto", "dim0", "dim1-if-fewer")
@@ -156,7 +157,7 @@ class RuntimeSpec:
                        RESHARD_AFTER_FORWARD)
         require_choice("fsdp_expert_shard", self.fsdp_expert_shard, EXPERT_SHARDS)
         require_choice("torchtitan_version", self.torchtitan_version, TORCHTITAN_VERSIONS)
-        require_choice("cuda_graphs", self.cuda_graphs, ("auto", "on", "off"))
+        require_choice("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS)
         require_choice("compile_loss", self.compile_loss, COMPILE_LOSS)
         require_choice("float8", self.float8, FLOAT8_RECIPES)
         for f in ("torch_compile", "loss_parallel", "float8_fsdp_all_gather", "param_offload",

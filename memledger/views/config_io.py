@@ -26,7 +26,8 @@ APP_KEYS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp"
             "loop": "loop", "recompute_every": "recompute_every",
             "recompute_budget_pct": "budget", "fsdp_reshard_after_forward": "reshard",
             "torch_compile": "compile", "loss_parallel": "loss_parallel", "hidden_dropout": "dropout",
-            "dp_replicate": "dp_replicate", "optimizer_in_backward": "inbwd"}
+            "dp_replicate": "dp_replicate", "optimizer_in_backward": "inbwd",
+            "cuda_graphs": "graphs"}
 MAX_BYTES = 1_000_000
 COPY_AS = {"Megatron flags": "megatron", "torchtitan config": "torchtitan",
            "DeepSpeed JSON": "deepspeed"}
@@ -106,7 +107,7 @@ def copy_as(cfg: Config, target: str) -> str:
          "model": cfg.model if not cfg.model.startswith("spec:") else None, "hf_id": None,
          "fsdp_reshard_after_forward": cfg.reshard, "loss_parallel": cfg.loss_parallel,
          "torch_compile": cfg.compile, "optimizer_impl": "auto",
-         "optimizer_in_backward": cfg.inbwd,
+         "optimizer_in_backward": cfg.inbwd, "cuda_graphs": cfg.graphs,
          "overlap_comm": rt.overlap_comm, "reduce_bucket": rt.reduce_bucket_params,
          "allgather_bucket": rt.allgather_bucket_params,
          "zero3_prefetch_bucket": rt.zero3_prefetch_params,

@@ -17,11 +17,12 @@ from memledger.errors import SpecError
 from memledger.ledger.activations import get_profile
 from memledger.ledger.checks import check_all, check_offload
 from memledger.ledger.step_in_backward import check as check_step_in_backward
+from memledger.ledger.titan_graphs import check as check_cuda_graphs
 from memledger.presets import GPUS
 from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec
 from memledger.specs.finetune import BASE_WEIGHTS, LORA_DTYPES, MODES
 from memledger.specs.loop import resolve_loop
-from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD
+from memledger.specs.runtime import CUDA_GRAPHS, LOOP_CHOICES, RESHARD_AFTER_FORWARD
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.state import LAYOUT_WORDS, OFFLOADS, Config, runtime, to_specs
 
@@ -37,7 +38,8 @@ FIELD_KEY = {"tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep", "etp": "etp", "cp
              "param_offload": "offload",
              # the optimizer in backward's refusals (ledger.step_in_backward.RULES)
              "grad_lifetime": "loop", "zero": "zero", "optimizer": "optimizer",
-             "optimizer_offload": "offload", "optimizer_in_backward": "inbwd"}
+             "optimizer_offload": "offload", "optimizer_in_backward": "inbwd",
+             "cuda_graphs": "graphs"}
 # Settings a repair may move, most expendable first (after the one the error names). HSDP's
 # replica count is last: unless the core names it, the other settings are tried first.
 REPAIR_ORDER = ("pp", "vpp", "cp", "tp", "etp", "ep", "sp", "layout", "schedule", "attention",
@@ -91,6 +93,7 @@ CANDIDATES = {
     "reshard": lambda m, c: RESHARD_AFTER_FORWARD,
     "compile": lambda m, c: (False, True),
     "inbwd": lambda m, c: (False, True),
+    "graphs": lambda m, c: CUDA_GRAPHS,
     "loss_parallel": lambda m, c: (True, False),
     "offload": lambda m, c: OFFLOADS,  # params below ZeRO-3: the core's check_offload refuses
     "gpu": lambda m, c: tuple(GPUS) + (() if c.gpu in GPUS else (c.gpu,)),  # or a custom GPU
@@ -138,6 +141,9 @@ def _problem(m: ModelSpec, cfg: Config) -> tuple[str, str] | None:
         if cfg.inbwd:
             rt = runtime(cfg)
             check_step_in_backward(par, train, rt, resolve_loop(rt, train.profile))
+        if cfg.graphs == "on":  # where torchtitan refuses its CUDA-graph step
+            rt = runtime(cfg)
+            check_cuda_graphs(par, train, rt, resolve_loop(rt, train.profile))
         get_profile(train.profile)
     except SpecError as e:
         return e.field, e.message

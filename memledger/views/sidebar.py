@@ -86,6 +86,9 @@ HELP = {
                "fused pointwise outputs (norms, SwiGLU) instead of saving them.",
     "loss_parallel": "torchtitan loss parallel (with tp > 1): the logits stay vocab-sharded; "
                      "off gathers them to full V on every tp rank.",
+    "graphs": "torchtitan 0.3 runs each step under a CUDA graph unless "
+              "training.disable_cuda_graphs: its gradients are zeroed, not freed, so they are "
+              "alive all step. *auto*: where 0.3 runs it (the torchtitan loop, no PP, no EP).",
     "inbwd": "Each parameter's optimizer step runs from its gradient hook inside the backward "
              "and frees that gradient (torchtitan 0.2 early_step_in_backward, torchtune "
              "optimizer_in_bwd): no gradient accumulates and the end-of-step update holds "
@@ -320,18 +323,18 @@ def _workload_section(res: Resolved, with_recompute: bool = False) -> None:
 
 BOOL_MORE = ("compile", "loss_parallel", "inbwd")  # shown as on / off
 MORE_KEYS = ("loop", "profile", "attention", "recompute_every", "budget", "reshard", "compile",
-             "loss_parallel", "dropout", "offload", "inbwd")
+             "loss_parallel", "dropout", "offload", "inbwd", "graphs")
 MORE_LABELS = {"loop": "Training loop", "profile": "Activation profile",
                "attention": "Attention kernel", "recompute_every": "Recompute k",
                "budget": "Memory budget %", "reshard": "FSDP2 reshard after forward",
                "compile": "torch.compile", "loss_parallel": "Loss parallel",
                "dropout": "Hidden dropout %", "offload": "Offload to CPU",
-               "inbwd": "Optimizer step in backward"}
+               "inbwd": "Optimizer step in backward", "graphs": "CUDA-graph step (torchtitan 0.3)"}
 OFFLOAD_LABELS = {"none": "none", "optimizer": "optimizer (ZeRO-Offload)",
                   "params": "params + grads + optimizer (FSDP)"}
 # not on the planner's workload section: its search varies recompute and runs its own loop
 TRAIN_ONLY = ("loop", "recompute_every", "budget", "reshard", "compile", "loss_parallel", "dropout",
-              "offload", "inbwd")
+              "offload", "inbwd", "graphs")
 
 
 FT_KEYS = ("ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype", "base",

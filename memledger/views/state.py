@@ -23,7 +23,7 @@ from memledger.specs import OPTIMIZERS, RECIPES, SCHEDULES, ModelSpec, ParallelS
 from memledger.specs.finetune import (BASE_WEIGHTS, FREEZE_ONLY, LORA_DTYPES, MODES, MODULES,
                                       TARGET_SETS, FinetuneSpec, parse_range)
 from memledger.specs.hardware import Hardware
-from memledger.specs.runtime import LOOP_CHOICES, RESHARD_AFTER_FORWARD, RuntimeSpec
+from memledger.specs.runtime import CUDA_GRAPHS, LOOP_CHOICES, RESHARD_AFTER_FORWARD, RuntimeSpec
 from memledger.specs.train import ATTENTION_IMPLS, PROFILES, RECOMPUTE
 from memledger.views.model_codec import PREFIX as SPEC_PREFIX
 from memledger.views.model_codec import decode_model
@@ -33,7 +33,7 @@ KEYS = ("model", "gpu", "world", "tp", "pp", "vpp", "ep", "etp", "cp", "dp", "dp
         "zero", "sp", "schedule", "layout", "mb", "seq", "m", "precision", "optimizer", "profile",
         "attention", "recompute", "loop", "recompute_every", "budget", "reshard", "compile",
         "loss_parallel", "ft", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_dtype",
-        "base", "freeze", "dropout", "offload", "inbwd")
+        "base", "freeze", "dropout", "offload", "inbwd", "graphs")
 PARALLEL_KEYS = ("tp", "pp", "vpp", "ep", "etp", "cp")
 MAX_VALUE_CHARS = 4096  # a model spec link is ~0.5 kB; anything longer is not ours
 
@@ -87,6 +87,7 @@ class Config:
     dropout: int = 0  # TrainSpec.hidden_dropout_pct (Megatron --hidden-dropout × 100)
     offload: str = "none"  # static rows on the host: OFFLOADS (RuntimeSpec optimizer / param)
     inbwd: bool = False  # RuntimeSpec.optimizer_in_backward
+    graphs: str = "auto"  # RuntimeSpec.cuda_graphs (torchtitan 0.3's CUDA-graph step)
 
     @property
     def dp(self) -> int:
@@ -128,7 +129,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "optimizer": tuple(OPTIMIZERS), "profile": tuple(PROFILES), "attention": tuple(ATTENTION_IMPLS),
     "recompute": tuple(RECOMPUTE), "loop": LOOP_CHOICES, "reshard": RESHARD_AFTER_FORWARD,
     "ft": MODES, "lora_dtype": LORA_DTYPES, "base": ("auto",) + BASE_WEIGHTS,
-    "offload": OFFLOADS,
+    "offload": OFFLOADS, "graphs": CUDA_GRAPHS,
 }
 NAME_KEYS = {"lora_targets": tuple(MODULES) + tuple(TARGET_SETS),
              "freeze": tuple(MODULES) + tuple(TARGET_SETS) + FREEZE_ONLY + ("layers:A-B",)}
@@ -323,7 +324,8 @@ def runtime(cfg: Config, **kw) -> RuntimeSpec:
     tp_engine = rules.get("tp_engine", ("megatron",))[0]
     return RuntimeSpec(loop=cfg.loop, fsdp_reshard_after_forward=cfg.reshard,
                        torch_compile=cfg.compile, loss_parallel=cfg.loss_parallel,
-                       optimizer_in_backward=cfg.inbwd, **offload_flags(cfg.offload),
+                       optimizer_in_backward=cfg.inbwd, cuda_graphs=cfg.graphs,
+                       **offload_flags(cfg.offload),
                        **{"tp_engine": tp_engine, **kw})
 
 
