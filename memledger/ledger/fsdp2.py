@@ -126,8 +126,8 @@ def torchtitan_units(p, t, rt, loop, tied: bool = False) -> tuple[str, ...]:
     is its own unit, alive at the loss (reshard_after_forward only under "always": then only
     ChunkedLossWrapper's chunk loop holds it; after a materialised loss's forward it is
     resharded, and its backward gathers it once the cross-entropy's working set is gone:
-    titan_lifetimes.head_at_loss); tok_embeddings its own unit resharded like the layers unless units are kept
-    (`units_kept`); with tied weights [tok_embeddings, norm, lm_head] is one unit, kept like
+    titan_lifetimes.head_at_loss); tok_embeddings its own unit resharded like the layers unless
+    units are kept (`units_kept`); with tied weights [tok_embeddings, norm, lm_head] is one unit, kept like
     [norm, lm_head] (fsdp.py apply_fsdp_to_decoder, `enable_weight_tying`). Measured with
     reshard=always: Llama 3 8B chunked loss −3.98 → −0.02 %, Llama 3.2 3B (tied) materialised
     −8.03 → −0.00 %, Llama 3 8B materialised −0.00 % (the head not at the loss)."""
