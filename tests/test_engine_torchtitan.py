@@ -107,7 +107,7 @@ def test_405b_1f1b_peaks_above_interleaved_as_measured_and_published():
     assert peaks[0] > peaks[1]
 
 
-# Misses, with their cause (docs/torchtitan.md, Limits): one today. A row added here is a
+# Misses, with their cause (docs/torchtitan.md, Limits): none today. A row added here is a
 # strict xfail, so a fix turns it into a failure to be removed from this table.
 KNOWN_MISSES: dict[tuple[str, str], str] = {}  # (case, row) -> the named cause: none today
 
