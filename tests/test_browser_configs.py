@@ -42,6 +42,23 @@ CHART_TOTAL = """() => {
 }"""
 
 
+def _pick_in_more(page, label: str, option: str) -> None:
+    """Open the sidebar's More section and pick `option` in the select named `label`."""
+    page.get_by_text("More:").first.click()
+    box = page.get_by_role("combobox", name=label, exact=True)
+    box.wait_for(timeout=20_000)
+    wait_idle(page)
+    choice = page.get_by_role("option", name=option, exact=True)
+    for _ in range(3):  # a click on a just-built select may only focus it
+        box.click()
+        try:
+            choice.wait_for(timeout=3_000)
+            break
+        except Exception:
+            page.keyboard.press("Escape")
+    choice.click()
+
+
 def test_the_optimizer_step_in_backward_is_picked_in_the_sidebar(served_app):
     """One GPU, 8B in bf16, full AC: turning "Optimizer step in backward" on in the sidebar's
     More section puts it in the link and takes the gradients the end-of-step update would hold
@@ -53,19 +70,7 @@ def test_the_optimizer_step_in_backward_is_picked_in_the_sidebar(served_app):
     wait_idle(page)
     page.wait_for_function(f"() => ({CHART_TOTAL})() !== null", timeout=30_000)
     before = page.evaluate(CHART_TOTAL)
-    page.get_by_text("More:").first.click()
-    box = page.get_by_role("combobox", name="Optimizer step in backward", exact=True)
-    box.wait_for(timeout=20_000)
-    wait_idle(page)
-    on = page.get_by_role("option", name="on", exact=True)
-    for _ in range(3):  # a click on a just-built select may only focus it
-        box.click()
-        try:
-            on.wait_for(timeout=3_000)
-            break
-        except Exception:
-            page.keyboard.press("Escape")
-    on.click()
+    _pick_in_more(page, "Optimizer step in backward", "on")
     page.wait_for_url("**inbwd=1**", timeout=30_000)
     wait_idle(page)
     page.wait_for_function(f"() => ({CHART_TOTAL})() < {before - 20}", timeout=30_000)
@@ -83,19 +88,7 @@ def test_torchtitans_cuda_graph_step_is_picked_in_the_sidebar(served_app):
     wait_idle(page)
     page.wait_for_function(f"() => ({CHART_TOTAL})() !== null", timeout=30_000)
     before = page.evaluate(CHART_TOTAL)
-    page.get_by_text("More:").first.click()
-    box = page.get_by_role("combobox", name="CUDA-graph step (torchtitan 0.3)", exact=True)
-    box.wait_for(timeout=20_000)
-    wait_idle(page)
-    off = page.get_by_role("option", name="off", exact=True)
-    for _ in range(3):  # a click on a just-built select may only focus it
-        box.click()
-        try:
-            off.wait_for(timeout=3_000)
-            break
-        except Exception:
-            page.keyboard.press("Escape")
-    off.click()
+    _pick_in_more(page, "CUDA-graph step (torchtitan 0.3)", "off")
     page.wait_for_url("**graphs=off**", timeout=30_000)
     wait_idle(page)
     page.wait_for_function(f"() => ({CHART_TOTAL})() < {before - 3}", timeout=30_000)
